@@ -1,0 +1,1 @@
+"""Backends: `reference` (numpy, the executable meaning of every op), later compiled targets."""

@@ -1,0 +1,3 @@
+from gdv.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The `gdv` subcommands, one module per group (see gdv.cli.COMMAND_MODULES)."""

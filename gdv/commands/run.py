@@ -1,0 +1,114 @@
+"""`gdv run FILE [--inputs IN.npz]... [--seed N] [--output OUT.npz] [--target T]`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+from gdv.commands.basic import load_arg
+from gdv.ir.diagnostics import IRError, Loc, printable
+from gdv.ir.dtypes import DType
+
+TARGETS = ("reference",)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("run", help="execute @main on the given or random inputs")
+    p.add_argument("file", help="a .gdv file, or - for standard input")
+    p.add_argument(
+        "--inputs",
+        action="append",
+        default=[],
+        metavar="IN.npz",
+        help="inputs keyed by parameter name (no %%); may repeat, later files win on a key",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for inputs not given (default 0)")
+    p.add_argument("--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
+    p.add_argument("--target", default="reference", help="reference (default)")
+    p.add_argument("--ideal", action="store_true", help="evaluate every float in f64")
+    p.set_defaults(handler=run)
+
+
+def read_inputs(paths: list[str]) -> dict[str, np.ndarray]:
+    """Merge the arrays of several .npz files; later files win on a repeated key."""
+    merged: dict[str, np.ndarray] = {}
+    for path in paths:
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                for key in data.files:
+                    merged[key] = data[key]
+        except FileNotFoundError:
+            raise IRError(
+                f"cannot read inputs: no such file {printable(path, 200)}", Loc(path, 1, 1)
+            ) from None
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+            raise IRError(
+                f"cannot read inputs: not a valid .npz file ({printable(str(e), 120)})",
+                Loc(path, 1, 1),
+            ) from None
+    return merged
+
+
+def _as_param_dtype(name: str, arr: np.ndarray, dtype: DType) -> np.ndarray:
+    # bf16 arrays survive np.savez only as raw 2-byte voids; view them back.
+    if dtype is DType.BF16 and arr.dtype.kind == "V" and arr.dtype.itemsize == 2:
+        return arr.view(dtype.np)
+    return arr
+
+
+def run(args: argparse.Namespace) -> int:
+    from gdv.backends import reference
+
+    if args.target not in TARGETS:
+        raise IRError(
+            f"unknown target '{printable(args.target)}' (available: {', '.join(TARGETS)})",
+            Loc("<command line>", 1, 1),
+        )
+    module = load_arg(args.file)
+    fn = module.entry
+    given = read_inputs(args.inputs)
+    params = {p.name: p for p in fn.params}
+    for key in given:
+        if key not in params:
+            raise IRError(
+                f"input '{printable(key)}' names no parameter of @{fn.name} (parameters: "
+                f"{', '.join(params) or 'none'})",
+                Loc(args.inputs[-1] if args.inputs else args.file, 1, 1),
+            )
+    inputs = reference.random_inputs(fn, args.seed)
+    for key, arr in given.items():
+        inputs[key] = _as_param_dtype(key, arr, params[key].type.dtype)
+    outputs = reference.run(module, inputs, mode="ideal" if args.ideal else "exact")
+    if args.output:
+        _write_npz_atomically(args.output, {f"out{i}": o for i, o in enumerate(outputs)})
+        print(f"wrote {len(outputs)} output(s) to {args.output}")
+    else:
+        for i, (o, t) in enumerate(zip(outputs, fn.results, strict=True)):
+            print(f"out{i}: {t}")
+            with np.printoptions(threshold=64, edgeitems=3, linewidth=100):
+                print(np.asarray(o))
+    return 0
+
+
+def _write_npz_atomically(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write to a temporary file beside `path`, then rename: a failure leaves `path` intact."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(suffix=".npz", dir=directory)
+    except OSError as e:
+        raise IRError(
+            f"cannot write {printable(path, 200)}: {e.strerror}", Loc(path, 1, 1)
+        ) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise IRError(
+            f"cannot write {printable(path, 200)}: {e.strerror}", Loc(path, 1, 1)
+        ) from None

@@ -1,0 +1,1 @@
+"""The textual IR grammar (`gdv.lark`), shipped as package data."""

@@ -1,0 +1,154 @@
+"""Exact conversions between numbers and IR dtypes.
+
+numpy converts float64 to float32 and float16 with one correct rounding, but ml_dtypes converts
+float64 to bfloat16 through float32, rounding twice (1 + 2^-8 + 2^-40 becomes 1 instead of
+1 + 2^-7), and int64 to bfloat16 through float64, rounding twice again. IR_SPEC.md asks for one
+rounding to nearest-even, so narrow conversions go through round-to-odd intermediates: rounding
+to odd at precision q >= p + 2 followed by round-to-nearest-even at precision p is the correct
+rounding at p (Boldo and Melquiond, 2008).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+from gdv.ir.dtypes import DType
+
+
+def _f64_to_f32_round_to_odd(x: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        r = x.astype(np.float32)
+        inexact = (r.astype(np.float64) != x) & np.isfinite(x)
+        even = (r.view(np.uint32) & 1) == 0
+        fix = inexact & even
+        if fix.any():
+            toward = np.where(x[fix] > r[fix].astype(np.float64), np.inf, -np.inf)
+            r = r.copy()
+            r[fix] = np.nextafter(r[fix], toward.astype(np.float32))
+    return r
+
+
+def _i64_to_f64_round_to_odd(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.int64)
+    lo = (x & np.int64(0xFFFFFFFF)).astype(np.float64)  # exact, in [0, 2^32)
+    hi = (x - (x & np.int64(0xFFFFFFFF))).astype(np.float64)  # <= 32 significant bits: exact
+    s = hi + lo
+    # TwoSum: the exact rounding error of hi + lo.
+    bb = s - hi
+    err = (hi - (s - bb)) + (lo - bb)
+    even = (s.view(np.uint64) & np.uint64(1)) == 0
+    fix = (err != 0) & even
+    if fix.any():
+        s = s.copy()
+        s[fix] = np.nextafter(s[fix], np.where(err[fix] > 0, np.inf, -np.inf))
+    return s
+
+
+def float_to_float(x: np.ndarray, dtype: DType) -> np.ndarray:
+    """Round floats (any float dtype) to `dtype`, nearest-even, one rounding."""
+    x = np.asarray(x)
+    if x.dtype == dtype.np:
+        return x.copy()
+    wide = x.astype(np.float64)  # every float dtype widens to f64 exactly
+    if dtype is DType.BF16:
+        return _f64_to_f32_round_to_odd(wide).astype(dtype.np)
+    with np.errstate(all="ignore"):
+        return wide.astype(dtype.np)
+
+
+def int_to_float(x: np.ndarray, dtype: DType) -> np.ndarray:
+    """Round integers (or booleans) to the float `dtype`, nearest-even, one rounding."""
+    x = np.asarray(x).astype(np.int64)
+    if dtype is DType.F64:
+        return x.astype(np.float64)  # one rounding (cvtsi2sd)
+    odd = _i64_to_f64_round_to_odd(x)
+    if dtype is DType.BF16:
+        return _f64_to_f32_round_to_odd(odd).astype(dtype.np)
+    with np.errstate(all="ignore"):
+        return odd.astype(dtype.np)
+
+
+def float_to_int(x: np.ndarray, dtype: DType) -> np.ndarray:
+    """Truncate toward zero and saturate; NaN becomes 0 (IR_SPEC.md, `convert`)."""
+    wide = np.asarray(x).astype(np.float64)
+    with np.errstate(all="ignore"):
+        t = np.trunc(wide)
+        t = np.where(np.isnan(t), 0.0, t)
+        lo, hi = dtype.int_min, dtype.int_max
+        # 2^63 - 1 is not an f64, so compare before converting.
+        big = t >= float(hi)
+        small = t <= float(lo)
+        mid = np.where(big | small, 0.0, t).astype(np.int64)
+    out = np.where(big, np.int64(hi), np.where(small, np.int64(lo), mid))
+    return out.astype(dtype.np)
+
+
+def int_to_int(x: np.ndarray, dtype: DType) -> np.ndarray:
+    """Two's-complement wrap to `dtype` (i1: nonzero is true)."""
+    x = np.asarray(x)
+    if dtype is DType.I1:
+        return x != 0
+    return x.astype(np.int64).astype(dtype.np)
+
+
+def convert_array(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
+    """The `convert` op's meaning on an array of `src` values."""
+    x = np.asarray(x)
+    if dst is DType.I1:
+        return x != 0  # NaN != 0 is true
+    if src.is_float and dst.is_float:
+        return float_to_float(x, dst)
+    if src.is_float:
+        return float_to_int(x, dst)
+    if dst.is_float:
+        return int_to_float(x, dst)
+    return int_to_int(x, dst)
+
+
+# --- literals ---------------------------------------------------------------------------------
+
+FloatLiteral = float | Fraction
+"""A float literal: a Python float when the literal is exactly an f64 (which covers -0.0, inf
+and nan), otherwise the literal's exact rational value, so that rounding it to a narrower dtype
+happens once, from the literal itself."""
+
+
+def _fraction_to_f64(q: Fraction) -> float:
+    try:
+        return float(q)  # int / int: correctly rounded
+    except OverflowError:
+        return float("inf") if q > 0 else float("-inf")
+
+
+def _fraction_to_f64_round_to_odd(q: Fraction) -> float:
+    import math
+
+    f = _fraction_to_f64(q)
+    if math.isinf(f) or Fraction(f) == q:
+        return f
+    bits = np.float64(f).view(np.uint64)
+    if int(bits) & 1 == 0:
+        f = math.nextafter(f, math.inf if q > Fraction(f) else -math.inf)
+    return f
+
+
+def literal_to_array(value: int | bool | FloatLiteral, dtype: DType) -> np.ndarray:
+    """A literal rounded to nearest-even in `dtype` (IR_SPEC.md section 2), as a 0-d array.
+
+    Integer literals for integer dtypes must fit; the verifier checks that first."""
+    if dtype.is_bool:
+        return np.array(bool(value))
+    if dtype.is_int:
+        return np.array(int(value), dtype=dtype.np)
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        if abs(value) < 2**63:
+            return int_to_float(np.array(value, dtype=np.int64), dtype)
+        value = Fraction(value)
+    if isinstance(value, Fraction):
+        if dtype is DType.F64:
+            return np.array(_fraction_to_f64(value), dtype=np.float64)
+        return float_to_float(np.array(_fraction_to_f64_round_to_odd(value)), dtype)
+    return float_to_float(np.array(float(value), dtype=np.float64), dtype)

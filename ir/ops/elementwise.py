@@ -1,0 +1,211 @@
+"""Elementwise ops, conversions and generators (`constant`, `iota`).
+
+Elementwise ops take operands of one shape; there is no implicit broadcasting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gdv.ir.dtypes import DType
+from gdv.ir.ops import (
+    AttrSpec,
+    OpSpec,
+    OpTypeError,
+    kind_choice,
+    kind_int,
+    kind_number_or_nested,
+    register,
+)
+from gdv.ir.ops._rules import check_axis, check_literal, require_float, same_shape_operands
+from gdv.ir.types import TensorType
+
+UNARY_FLOAT_DOCS = {
+    "neg": "-x (flips the sign bit; NaN stays NaN)",
+    "abs": "|x| (clears the sign bit)",
+    "exp": "e^x (transcendental: last bits implementation-defined)",
+    "log": "ln x (transcendental)",
+    "sqrt": "sqrt(x), correctly rounded",
+    "rsqrt": "1/sqrt(x) (transcendental)",
+    "tanh": "tanh x (transcendental)",
+    "sigmoid": "1/(1+exp(-x)) as one op (transcendental)",
+    "erf": "erf x (transcendental)",
+    "sin": "sin x (transcendental)",
+    "cos": "cos x (transcendental)",
+    "floor": "the largest integer <= x, exact",
+    "relu": "max(x, 0.0) with relu(-0.0) = +0.0 and relu(NaN) = NaN",
+}
+
+TRANSCENDENTAL = frozenset({"exp", "log", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "pow"})
+"""Ops whose last-bit results are implementation-defined (IR_SPEC.md section 3)."""
+
+BINARY_DOCS = {
+    "add": "a + b (ints wrap)",
+    "sub": "a - b (ints wrap)",
+    "mul": "a * b (ints wrap)",
+    "div": "a / b (floats only)",
+    "max": "max(a, b); NaN if either is NaN; max(-0.0, +0.0) = +0.0",
+    "min": "min(a, b); NaN if either is NaN; min(-0.0, +0.0) = -0.0",
+    "pow": "a^b (floats only, transcendental)",
+}
+INT_BINARY = frozenset({"add", "sub", "mul", "max", "min"})
+
+
+def _unary_float(name: str):
+    def infer(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
+        require_float(types[0], 0, name)
+        return types[0]
+
+    return infer
+
+
+def _binary(name: str):
+    def infer(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
+        same_shape_operands(types)
+        t = types[0]
+        if t.dtype.is_float or (t.dtype.is_int and name in INT_BINARY):
+            return t
+        allowed = "float or integer" if name in INT_BINARY else "float"
+        raise OpTypeError(f"{name} takes {allowed} operands, operand 1 is {t}", 0)
+
+    return infer
+
+
+for _name, _doc in UNARY_FLOAT_DOCS.items():
+    register(OpSpec(_name, "elementwise", 1, 1, (), _unary_float(_name), _doc))
+for _name, _doc in BINARY_DOCS.items():
+    register(OpSpec(_name, "elementwise", 2, 2, (), _binary(_name), _doc))
+
+CMP_DIRECTIONS = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+def _infer_cmp(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
+    same_shape_operands(types)
+    return types[0].with_dtype(DType.I1)
+
+
+register(
+    OpSpec(
+        "cmp",
+        "elementwise",
+        2,
+        2,
+        (AttrSpec("dir", kind_choice(*CMP_DIRECTIONS)),),
+        _infer_cmp,
+        "a DIR b elementwise as i1; IEEE comparison: NaN compares false except `ne`, which is "
+        "true; -0.0 equals +0.0. On i1, false < true.",
+    )
+)
+
+
+def _infer_select(
+    types: list[TensorType], attrs: dict[str, Any], written: TensorType
+) -> TensorType:
+    c, a, b = types
+    if c.dtype is not DType.I1:
+        raise OpTypeError(f"select's condition must be i1, operand 1 is {c}", 0)
+    if b != a:
+        raise OpTypeError(f"operand 3 is {b}, expected {a} like operand 2", 2)
+    if c.shape != a.shape:
+        raise OpTypeError(
+            f"condition is {c}, expected shape [{','.join(map(str, a.shape))}] like operand 2",
+            0,
+        )
+    return a
+
+
+register(OpSpec("select", "elementwise", 3, 3, (), _infer_select, "c ? a : b elementwise"))
+
+
+def _infer_convert(
+    types: list[TensorType], attrs: dict[str, Any], written: TensorType
+) -> TensorType:
+    return types[0].with_dtype(written.dtype)
+
+
+register(
+    OpSpec(
+        "convert",
+        "elementwise",
+        1,
+        1,
+        (),
+        _infer_convert,
+        "to the written dtype: float->float rounds to nearest-even; float->int truncates toward "
+        "zero and saturates, NaN -> 0; int->float rounds to nearest-even; int->int wraps "
+        "(two's complement); to i1: x != 0; from i1: false -> 0, true -> 1.",
+    )
+)
+
+
+def _nested_shape(value: Any) -> tuple[int, ...] | None:
+    """The shape of a nested list literal, or None when it is ragged."""
+    if not isinstance(value, list):
+        return ()
+    if not value:
+        return (0,)
+    inner = [_nested_shape(v) for v in value]
+    if any(s is None or s != inner[0] for s in inner):
+        return None
+    return (len(value), *inner[0])
+
+
+def iter_leaves(value: Any):
+    if isinstance(value, list):
+        for v in value:
+            yield from iter_leaves(v)
+    else:
+        yield value
+
+
+def _infer_constant(
+    types: list[TensorType], attrs: dict[str, Any], written: TensorType
+) -> TensorType:
+    value = attrs["value"]
+    if isinstance(value, list):
+        shape = _nested_shape(value)
+        if shape is None:
+            raise OpTypeError("value is a ragged nested list", attr="value")
+        if shape != written.shape:
+            raise OpTypeError(
+                f"value has shape [{','.join(map(str, shape))}], expected "
+                f"[{','.join(map(str, written.shape))}] like the result type {written}",
+                attr="value",
+            )
+    for leaf in iter_leaves(value):
+        check_literal(leaf, written.dtype, "value")
+    return written
+
+
+register(
+    OpSpec(
+        "constant",
+        "elementwise",
+        0,
+        0,
+        (AttrSpec("value", kind_number_or_nested),),
+        _infer_constant,
+        "a tensor of the written type: `value` is a scalar (splat) or a nested list of the "
+        "result's shape; float literals round to nearest-even in the dtype.",
+    )
+)
+
+
+def _infer_iota(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
+    check_axis(attrs["axis"], written.rank, "axis")
+    if written.dtype.is_bool:
+        raise OpTypeError(f"iota's result must be a float or integer type, got {written}")
+    return written
+
+
+register(
+    OpSpec(
+        "iota",
+        "elementwise",
+        0,
+        0,
+        (AttrSpec("axis", kind_int),),
+        _infer_iota,
+        "element = its index along `axis`, converted to the dtype as `convert` from i64 does.",
+    )
+)

@@ -1,0 +1,41 @@
+"""Reductions: reduce_sum, reduce_max, reduce_min over `axes`, left folds in row-major order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gdv.ir.ops import AttrSpec, OpSpec, OpTypeError, kind_int_list, register
+from gdv.ir.ops._rules import check_axes
+from gdv.ir.types import TensorType
+
+REDUCE_DOCS = {
+    "reduce_sum": "acc = x[first]; acc = acc + x[next] ... ; empty: 0 (0.0 for floats)",
+    "reduce_max": "acc = x[first]; acc = max(acc, x[next]) ... ; empty: -inf, int min",
+    "reduce_min": "acc = x[first]; acc = min(acc, x[next]) ... ; empty: +inf, int max",
+}
+
+
+def _infer_reduce(name: str):
+    def infer(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
+        x = types[0]
+        if x.dtype.is_bool:
+            raise OpTypeError(f"{name} takes a float or integer operand, operand 1 is {x}", 0)
+        axes = attrs["axes"]
+        check_axes(axes, x.rank, "axes")
+        return x.with_shape([s for d, s in enumerate(x.shape) if d not in axes])
+
+    return infer
+
+
+for _name, _doc in REDUCE_DOCS.items():
+    register(
+        OpSpec(
+            _name,
+            "reduce",
+            1,
+            1,
+            (AttrSpec("axes", kind_int_list),),
+            _infer_reduce(_name),
+            _doc + ". The reduced positions are visited in row-major order of the operand.",
+        )
+    )
