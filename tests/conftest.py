@@ -1,0 +1,30 @@
+"""Test-suite set-up: hypothesis profiles and the bare-import guard (DESIGN.md, Layout)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from hypothesis import HealthCheck, settings
+
+# "ci": derandomized, so CI is repeatable; "dev": more examples for local fuzzing.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile("dev", max_examples=500, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+ROOT_PACKAGES = ("ir", "passes", "validate", "backends", "evidence", "grammar", "frontends")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if any root folder was imported by its bare name (`import ir`)."""
+    bare = sorted(name for name in sys.modules if name.split(".")[0] in ROOT_PACKAGES)
+    if bare:
+        print(f"\nerror: modules imported by bare root-folder names: {bare}", file=sys.stderr)
+        session.exitstatus = 1

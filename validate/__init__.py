@@ -1,0 +1,1 @@
+"""Validation: SMT semantics of every op, equivalence checking, counterexamples."""

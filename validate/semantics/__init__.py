@@ -1,0 +1,1 @@
+"""Z3 meaning of every op, one file per op family."""
