@@ -358,5 +358,8 @@ def float_literal(text: str) -> float | Fraction:
     if d.adjusted() < -400:
         return -0.0 if negative else 0.0
     q = Fraction(d)
-    f = float(q)
+    try:
+        f = float(q)
+    except OverflowError:  # beyond the largest f64 but below 1e401: not an f64, keep it exact
+        return q
     return f if Fraction(f) == q else q
