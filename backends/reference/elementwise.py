@@ -1,0 +1,205 @@
+"""Kernels of the elementwise family: arithmetic, comparisons, select, convert, constant, iota."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from gdv.backends.reference.arith import (
+    clear_sign,
+    flip_sign,
+    float_max,
+    float_min,
+    via_f64,
+)
+from gdv.backends.reference.registry import Context, kernel
+from gdv.backends.reference.special import erf
+from gdv.ir.core import Op
+from gdv.ir.dtypes import DType, from_numpy
+from gdv.ir.numerics import convert_array, literal_to_array
+from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops.elementwise import iter_leaves
+
+# --- float unary ------------------------------------------------------------------------------
+
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return 1.0 / np.sqrt(x)  # two float64 roundings, then one to the dtype: within an ulp
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))  # exp(-x) = inf gives 0.0, as the limit
+
+
+# Each is evaluated in float64 and rounded once to the dtype. sqrt and floor are then exact
+# (correctly rounded, resp. exact); the transcendentals are within an ulp or so of the truth.
+_UNARY_F64: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": _rsqrt,
+    "tanh": np.tanh,
+    "sigmoid": _sigmoid,
+    "erf": erf,
+    "sin": np.sin,
+    "cos": np.cos,
+    "floor": np.floor,
+}
+
+
+def _unary_f64(fn: Callable[[np.ndarray], np.ndarray]):
+    def run(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+        return via_f64(fn, ctx.storage(op.type.dtype), args[0])
+
+    return run
+
+
+for _name, _fn in _UNARY_F64.items():
+    kernel(OPS[_name])(_unary_f64(_fn))
+
+
+@kernel(OPS["neg"])
+def _neg(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    return flip_sign(args[0])
+
+
+@kernel(OPS["abs"])
+def _abs(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    return clear_sign(args[0])
+
+
+@kernel(OPS["relu"])
+def _relu(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    # max(x, +0.0): relu(-0.0) = +0.0 and relu(NaN) = NaN come with float_max.
+    x = args[0]
+    return float_max(x, np.zeros_like(x))
+
+
+# --- binary -----------------------------------------------------------------------------------
+
+# Float: one float64 operation rounded once (correctly rounded for add, sub, mul, div; pow is a
+# transcendental). Integers: numpy's operations in the dtype itself, which wrap.
+_BINARY_F64: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "pow": np.power,
+}
+_BINARY_INT: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "max": np.maximum,  # exact on integers
+    "min": np.minimum,
+}
+
+
+def _binary(name: str):
+    f64_fn = _BINARY_F64.get(name)
+    int_fn = _BINARY_INT.get(name)
+
+    def run(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+        a, b = args
+        dtype = ctx.storage(op.type.dtype)
+        if dtype.is_float:
+            if name == "max":
+                return float_max(a, b)
+            if name == "min":
+                return float_min(a, b)
+            return via_f64(f64_fn, dtype, a, b)
+        assert int_fn is not None, f"{name} on {dtype}"
+        return np.asarray(int_fn(a, b), dtype=dtype.np)
+
+    return run
+
+
+for _name in ("add", "sub", "mul", "div", "max", "min", "pow"):
+    kernel(OPS[_name])(_binary(_name))
+
+_CMP: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+}
+
+
+@kernel(OPS["cmp"])
+def _cmp(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    a, b = args
+    dtype = from_numpy(a.dtype)
+    if dtype is not None and dtype.is_float:
+        # IEEE comparisons in float64 (exact widening): NaN unordered, -0.0 == +0.0.
+        a, b = a.astype(np.float64), b.astype(np.float64)
+    # Integers compare natively; on booleans numpy orders False < True.
+    return np.asarray(_CMP[op.attrs["dir"]](a, b), dtype=np.bool_)
+
+
+@kernel(OPS["select"])
+def _select(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    c, a, b = args
+    return np.where(c, a, b)
+
+
+@kernel(OPS["convert"])
+def _convert(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    x = args[0]
+    src = from_numpy(x.dtype)
+    assert src is not None, x.dtype
+    # In ideal mode both float sides are f64, so float -> float is the identity while
+    # float -> int still truncates and saturates.
+    return convert_array(x, src, ctx.storage(op.type.dtype))
+
+
+# --- generators -------------------------------------------------------------------------------
+
+
+def _exact_f64(leaf: Any) -> float | None:
+    """`leaf` as a float64 when that is exactly its value (so rounding it later is rounding
+    the literal itself), else None."""
+    if isinstance(leaf, float):
+        return leaf
+    if isinstance(leaf, int) and abs(leaf) <= 2**53:
+        return float(leaf)  # bool included: 0.0 or 1.0
+    return None
+
+
+def constant_array(value: Any, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
+    """The value of `constant {value} : dtype[shape]`: each literal rounded once to `dtype`."""
+    if not isinstance(value, list):
+        return np.full(shape, literal_to_array(value, dtype), dtype=dtype.np)
+    leaves = list(iter_leaves(value))
+    if dtype.is_float:
+        # Vectorized for the usual case (leaves exact in f64), one by one for the rest
+        # (Fractions, huge integers), so each leaf is rounded exactly once.
+        exact = [_exact_f64(v) for v in leaves]
+        wide = np.array([0.0 if e is None else e for e in exact], dtype=np.float64)
+        flat = convert_array(wide, DType.F64, dtype)
+        for i, e in enumerate(exact):
+            if e is None:
+                flat[i] = literal_to_array(leaves[i], dtype)
+    elif dtype.is_bool:
+        flat = np.array([bool(v) for v in leaves], dtype=np.bool_)
+    else:
+        flat = np.array([int(v) for v in leaves], dtype=dtype.np)
+    return flat.reshape(shape)
+
+
+@kernel(OPS["constant"])
+def _constant(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    return constant_array(op.attrs["value"], ctx.storage(op.type.dtype), op.type.shape)
+
+
+@kernel(OPS["iota"])
+def _iota(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    shape = op.type.shape
+    axis = op.attrs["axis"]
+    index = np.arange(shape[axis], dtype=np.int64).reshape(
+        [shape[axis] if d == axis else 1 for d in range(len(shape))]
+    )
+    value = convert_array(index, DType.I64, ctx.storage(op.type.dtype))
+    return np.ascontiguousarray(np.broadcast_to(value, shape))
