@@ -359,7 +359,7 @@ def float_literal(text: str) -> float | Fraction:
         return -0.0 if negative else 0.0
     q = Fraction(d)
     try:
-        f = float(q)
-    except OverflowError:  # beyond the largest f64 but below 1e401: not an f64, keep it exact
-        return q
+        f = float(q)  # correctly rounded; OverflowError exactly when that rounding gives +-inf
+    except OverflowError:  # so every dtype rounds the literal to +-inf too
+        return -math.inf if negative else math.inf
     return f if Fraction(f) == q else q
