@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -86,7 +87,12 @@ def format_value(v: Any) -> str:
 def format_float(f: float) -> str:
     if math.isnan(f):
         return "nan"
-    return repr(f)  # shortest round-trip: 1.0, -0.0, 1e-05, inf, -inf
+    text = repr(f)  # shortest round-trip: 1.0, -0.0, 0.5, inf, -inf
+    if math.isinf(f) or Fraction(Decimal(text)) == Fraction(f):
+        return text
+    # The parser reads a literal as its exact decimal value (0.1 is not the f64 nearest 0.1),
+    # so a float whose shortest form is not exact prints as its exact expansion.
+    return _exact_decimal(Fraction(f))
 
 
 def _exact_decimal(q: Fraction) -> str:
