@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 from gdv.backends.reference.arith import (
@@ -13,13 +12,13 @@ from gdv.backends.reference.arith import (
     float_min,
     via_f64,
 )
+from gdv.backends.reference.literals import constant_array
 from gdv.backends.reference.registry import Context, kernel
 from gdv.backends.reference.special import erf
 from gdv.ir.core import Op
 from gdv.ir.dtypes import DType, from_numpy
-from gdv.ir.numerics import convert_array, literal_to_array
+from gdv.ir.numerics import convert_array
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.elementwise import iter_leaves
 
 # --- float unary ------------------------------------------------------------------------------
 
@@ -156,37 +155,6 @@ def _convert(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
 
 
 # --- generators -------------------------------------------------------------------------------
-
-
-def _exact_f64(leaf: Any) -> float | None:
-    """`leaf` as a float64 when that is exactly its value (so rounding it later is rounding
-    the literal itself), else None."""
-    if isinstance(leaf, float):
-        return leaf
-    if isinstance(leaf, int) and abs(leaf) <= 2**53:
-        return float(leaf)  # bool included: 0.0 or 1.0
-    return None
-
-
-def constant_array(value: Any, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
-    """The value of `constant {value} : dtype[shape]`: each literal rounded once to `dtype`."""
-    if not isinstance(value, list):
-        return np.full(shape, literal_to_array(value, dtype), dtype=dtype.np)
-    leaves = list(iter_leaves(value))
-    if dtype.is_float:
-        # Vectorized for the usual case (leaves exact in f64), one by one for the rest
-        # (Fractions, huge integers), so each leaf is rounded exactly once.
-        exact = [_exact_f64(v) for v in leaves]
-        wide = np.array([0.0 if e is None else e for e in exact], dtype=np.float64)
-        flat = convert_array(wide, DType.F64, dtype)
-        for i, e in enumerate(exact):
-            if e is None:
-                flat[i] = literal_to_array(leaves[i], dtype)
-    elif dtype.is_bool:
-        flat = np.array([bool(v) for v in leaves], dtype=np.bool_)
-    else:
-        flat = np.array([int(v) for v in leaves], dtype=dtype.np)
-    return flat.reshape(shape)
 
 
 @kernel(OPS["constant"])

@@ -22,9 +22,7 @@ def _declared_range(p: Param) -> tuple[float, float] | None:
     try:
         r = p.range
     except (TypeError, ValueError, IndexError) as e:
-        raise IRError(
-            f"parameter %{p.name}: range must be [lo, hi] numbers ({e})", p.loc
-        ) from None
+        raise IRError(f"parameter %{p.name}: range must be [lo, hi] numbers ({e})", p.loc) from None
     if r is not None and not r[0] <= r[1]:
         raise IRError(f"parameter %{p.name}: range [{r[0]}, {r[1]}] has lo > hi", p.loc)
     return r

@@ -78,8 +78,7 @@ def check_inputs(
         x = np.asarray(value)
         if from_numpy(x.dtype) is not p.type.dtype or x.shape != p.type.shape:
             raise IRError(
-                f"input %{p.name} is {_describe(x)}, expected {p.type} "
-                f"(parameter %{p.name})",
+                f"input %{p.name} is {_describe(x)}, expected {p.type} (parameter %{p.name})",
                 p.loc,
             )
         storage = ctx.storage(p.type.dtype).np

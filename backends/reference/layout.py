@@ -6,9 +6,9 @@ literal excepted, which is rounded to the value's storage dtype)."""
 from __future__ import annotations
 
 import numpy as np
+from gdv.backends.reference.literals import literal
 from gdv.backends.reference.registry import Context, kernel
 from gdv.ir.core import Op
-from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS
 
 
@@ -51,9 +51,7 @@ def _concat(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
 def _pad(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
     x = args[0]
     dtype = ctx.storage(op.type.dtype)
-    out = np.full(op.type.shape, literal_to_array(op.attrs["value"], dtype), dtype=dtype.np)
-    inner = tuple(
-        slice(lo, lo + size) for lo, size in zip(op.attrs["low"], x.shape, strict=True)
-    )
+    out = np.full(op.type.shape, literal(op.attrs["value"], dtype), dtype=dtype.np)
+    inner = tuple(slice(lo, lo + size) for lo, size in zip(op.attrs["low"], x.shape, strict=True))
     out[inner] = x
     return out
