@@ -79,6 +79,13 @@ class Op:
     __hash__ = None  # type: ignore[assignment]
 
 
+def _as_float(v: int | float | Fraction) -> float:
+    try:
+        return float(v)
+    except OverflowError:  # an integer literal beyond the f64 range
+        return math.inf if v > 0 else -math.inf
+
+
 @dataclass(eq=False)
 class Param:
     """A function parameter `%name: type {attrs}`."""
@@ -95,7 +102,7 @@ class Param:
         r = self.attrs.get("range")
         if r is None:
             return None
-        return float(r[0]), float(r[1])
+        return _as_float(r[0]), _as_float(r[1])
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Param):

@@ -172,6 +172,13 @@ def _check_param_attrs(p: Param, where) -> None:
     )
     if not ok:
         raise IRError("range must be [lo, hi] with two numbers", loc)
-    lo, hi = (float(v) for v in r)
+    lo, hi = (_as_float(v) for v in r)
     if math.isnan(lo) or math.isnan(hi) or lo > hi:
         raise IRError(f"range [{lo!r}, {hi!r}] needs lo <= hi and no NaN", loc)
+
+
+def _as_float(v: int | float | Fraction) -> float:
+    try:
+        return float(v)
+    except OverflowError:  # an integer literal beyond the f64 range
+        return math.inf if v > 0 else -math.inf
