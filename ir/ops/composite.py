@@ -19,7 +19,7 @@ from gdv.ir.ops import (
     kind_number,
     register,
 )
-from gdv.ir.ops._rules import check_axes, check_axis, require_float
+from gdv.ir.ops._rules import check_axes, check_axis, check_literal, require_float
 from gdv.ir.types import TensorType
 
 Fresh = Callable[[str], str]
@@ -197,6 +197,8 @@ def _infer_layer_norm(
     require_float(x, 0, "layer_norm")
     axes = attrs["axes"]
     check_axes(axes, x.rank, "axes", increasing=True)
+    # eps becomes a constant in x's dtype when the op decomposes: it must be a literal of it.
+    check_literal(attrs["eps"], x.dtype, "eps")
     norm = x.with_shape([x.shape[a] for a in axes])
     for i, t in ((1, gamma), (2, beta)):
         if t != norm:
