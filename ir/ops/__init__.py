@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from gdv.ir.core import Op
+from gdv.ir.diagnostics import printable
 from gdv.ir.dtypes import DType
 from gdv.ir.types import TensorType
 
@@ -101,7 +102,7 @@ def describe(v: Any) -> str:
     if isinstance(v, DType):
         return f"dtype {v}"
     if isinstance(v, str):
-        return f'string "{v[:40]}"'
+        return f'string "{printable(v)}"'
     if isinstance(v, list):
         return "a list" if v else "an empty list"
     if _is_int(v):
