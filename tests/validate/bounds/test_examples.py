@@ -1,0 +1,48 @@
+"""Every example workload: the measured error never exceeds the rigorous bound, on inputs
+hypothesis draws from each adversarial family (validate/bounds/measure.py)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gdv.validate.bounds import analyze
+from gdv.validate.bounds.measure import KINDS, make_inputs, output_errors
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gdv.api import load
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.gdv"))
+
+
+@functools.cache
+def _analysed(path: Path):
+    module = load(str(path))
+    return module, analyze(module), analyze(module, ideal=True)
+
+
+def test_examples_exist() -> None:
+    assert len(EXAMPLES) >= 5
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@given(kind=st.sampled_from(KINDS), seed=st.integers(0, 2**32 - 1))
+def test_measured_error_within_bound(path: Path, kind: str, seed: int) -> None:
+    module, rigorous, ideal = _analysed(path)
+    inputs = make_inputs(module.entry, kind, seed)
+    for i, (measured, ideal_values) in enumerate(output_errors(module, inputs)):
+        out, ideal_err = rigorous.outputs[i], ideal.outputs[i].abs
+        assert measured <= out.abs + ideal_err, (
+            f"{path.stem} output {i} on {kind} inputs (seed {seed}): measured {measured:.3e} "
+            f"> bound {out.abs:.3e} + f64 reference's own {ideal_err:.3e}"
+        )
+        lo, hi = out.interval
+        finite = ideal_values[np.isfinite(ideal_values)]
+        if finite.size:
+            assert lo - ideal_err <= finite.min() and finite.max() <= hi + ideal_err, (
+                f"{path.stem} output {i}: values [{finite.min()}, {finite.max()}] leave the "
+                f"exact interval [{lo}, {hi}]"
+            )

@@ -1,0 +1,34 @@
+"""Symbolic floating-point error bounds (DESIGN.md, Error bounds).
+
+`analyze(module)` bounds every output of the entry function: the interval of its exact values,
+a rigorous bound on |computed - exact| (the exact program being its `real` reading, IR_SPEC.md
+section 5) as a number and as a sympy expression over the unit roundoffs, a relative bound when
+the interval excludes 0, and the Higham-Mary probabilistic companion. Rules live in one file
+per op family, registered against the op specs in `registry.RULES`.
+"""
+
+from gdv.validate.bounds import (  # noqa: F401  (importing the families fills RULES)
+    composite,
+    contract,
+    conv,
+    elementwise,
+    gather,
+    layout,
+    reduce,
+)
+from gdv.validate.bounds.model import SYMBOL_VALUES, TB, Err
+from gdv.validate.bounds.program import OutputBound, ProgramBounds, analyze
+from gdv.validate.bounds.registry import DEFAULT_LAMBDA, DEFAULT_ULPS, RULES, Context
+
+__all__ = [
+    "DEFAULT_LAMBDA",
+    "DEFAULT_ULPS",
+    "RULES",
+    "SYMBOL_VALUES",
+    "TB",
+    "Context",
+    "Err",
+    "OutputBound",
+    "ProgramBounds",
+    "analyze",
+]

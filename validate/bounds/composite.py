@@ -1,0 +1,118 @@
+"""Bound rules of the composite family: each composite is bounded through the ops it means
+exactly (its `decompose`, IR_SPEC.md section 4), so its bound is that of its decomposition.
+
+The relational facts of the decomposition keep it tight where intervals alone would not:
+softmax's `x - max(x)` is <= 0 (fact `max0`), so `exp` stays in [0, 1] and one of its terms is
+1 (fact `max1`), so the sum is >= 1 and the division never comes near 0; `log_softmax`'s log
+argument is likewise >= 1. layer_norm's `d * d` is a square (nonnegative)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from gdv.ir.core import Op
+from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops import get
+from gdv.validate.bounds.model import TB
+from gdv.validate.bounds.registry import Context, apply_op, rule
+
+_counter = itertools.count()
+
+
+def fresh(base: str) -> str:
+    """A name for a decomposition's value: '#' cannot appear in IR names, so these never
+    collide with the program's."""
+    return f"{base}#{next(_counter)}"
+
+
+def run_decomposition(op: Op, ctx: Context) -> list[tuple[Op, TB]]:
+    """Each op of `op`'s decomposition with its bound, each by its own rule."""
+    spec = get(op.name)
+    assert spec is not None and spec.decompose is not None
+    return [(sub, apply_op(sub, ctx)) for sub in spec.decompose(op, fresh)]
+
+
+@rule(*(OPS[n] for n in ("matmul", "softmax", "log_softmax", "gelu")))
+def _composite(op: Op, args: list[TB], ctx: Context) -> TB:
+    return run_decomposition(op, ctx)[-1][1]
+
+
+@rule(OPS["layer_norm"])
+def _layer_norm(op: Op, args: list[TB], ctx: Context) -> TB:
+    steps = run_decomposition(op, ctx)
+    through = steps[-1][1]
+    closed = _layer_norm_closed(op, args, steps, ctx)
+    if closed is None or closed.err.total >= through.err.total:
+        return through
+    return closed
+
+
+def _layer_norm_closed(
+    op: Op, args: list[TB], steps: list[tuple[Op, TB]], ctx: Context
+) -> TB | None:
+    """layer_norm's closed form, in the style of Blanchard, Higham and Mary's analysis: the
+    decomposition bounds rsqrt(v + eps) as if v could be anything in its interval independently
+    of d, which near v = 0 multiplies the error by eps^-3/2; here d and v stay linked.
+
+    Per row of n elements: d = x - m with error Ed (from the decomposition's first ops), v =
+    |d|^2/n, y = d / sqrt(v + eps). With s = Ed / sqrt(eps), g = gamma_{n+1}:
+      rho = |w^ - w| / w <= g (1+s)^2 + s + s^2 + (2 eta (1+g) + e_eps) / eps
+                            + u ((1+g)(1+s)^2 + (2 eta (1+g) + eps + e_eps) / eps)
+    for w = v + eps (using |v~ - v| <= (2 sqrt v + Ed) Ed for v~ = |d^|^2/n, and
+    sup_v (sqrt v + E)^2/(v + eps) <= (1 + E/sqrt eps)^2); then r^ = rsqrt(w^) has relative
+    error sigma <= (1 - rho)^(-1/2) (1 + theta) - 1, theta the ulp assumption, and
+      |y^ - y| <= Ed (1 + sigma) / sqrt(eps) + Y sigma + u (Y + Ed / sqrt(eps))(1 + sigma) + eta
+    with |y| <= Y = min(sqrt(n - 1), max|d| / sqrt(eps)) (Samuelson's inequality). The affine
+    part (y * gamma) + beta goes through the mul and add rules. None when it does not apply."""
+    from gdv.validate.bounds.elementwise import _add_sub, _assume_ulps, _mul
+    from gdv.validate.bounds.model import Err, lin_add, lin_scale, mag, make_tb
+
+    x, gamma_tb, beta_tb = args
+    dtype = op.type.dtype
+    n = math.prod(x.type.shape[a] for a in op.attrs["axes"])
+    d = steps[4][1]
+    eps = steps[8][1]
+    assert steps[4][0].name == "sub" and steps[8][0].name == "constant"
+    p = ctx.fmt(dtype).significand_bits
+    if x.specials or not d.err.finite or n > 2**p or n < 1 or eps.lo <= 0:
+        return None
+    u, eta = ctx.u(dtype), ctx.eta(dtype)
+    us, etas = ctx.u_sym(dtype), ctx.eta_sym(dtype)
+    k = _assume_ulps(ctx, "rsqrt")
+    ed = d.err.total
+    dmax = mag(*d.exact)
+    v_max = min(dmax**2, (x.hi - x.lo) ** 2 / 4)  # Popoviciu: a variance is <= (range/2)^2
+    eps_lo, eps_hi, e_eps = eps.lo, eps.hi, eps.err.total
+    root = math.sqrt(eps_lo)
+    s = ed / root
+    g = (n + 1) * u / (1 - (n + 1) * u)
+    rho = (
+        g * (1 + s) ** 2
+        + s
+        + s * s
+        + (2 * eta * (1 + g) + e_eps) / eps_lo
+        + u * ((1 + g) * (1 + s) ** 2 + (2 * eta * (1 + g) + eps_hi + e_eps) / eps_lo)
+    )
+    if not rho < 0.5:
+        return None
+    theta = 2 * k * u + 2 * k * eta * math.sqrt((v_max + eps_hi) * (1 + rho))
+    sigma = (1 - rho) ** -0.5 * (1 + theta) - 1
+    y_max = min(math.sqrt(n - 1), dmax / root)
+    total = ed * (1 + sigma) / root + y_max * sigma + u * (y_max + ed / root) * (1 + sigma) + eta
+    s_lin = lin_scale(d.err.lin, 1 / root)
+    rho_lin = lin_add(
+        {us: (n + 1) + 1 + eps_hi / eps_lo, etas: 2 / eps_lo},
+        s_lin,
+        lin_scale(eps.err.lin, 1 / eps_lo),
+    )
+    sigma_lin = lin_add(
+        lin_scale(rho_lin, 0.5), {us: 2 * k, etas: 2 * k * math.sqrt(v_max + eps_hi)}
+    )
+    lin = lin_add(s_lin, lin_scale(sigma_lin, y_max), {us: y_max, etas: 1.0})
+    y = make_tb(op.type, (-y_max, y_max), Err.make(lin, total))
+    names = [fresh(f"{op.result}.{w}") for w in ("y", "gamma", "beta", "scaled")]
+    g_tb = gamma_tb.with_(type=op.type, facts={})
+    b_tb = beta_tb.with_(type=op.type, facts={})
+    scaled = _mul(Op(names[3], "mul", names[:2], {}, op.type), [y, g_tb], ctx)
+    return _add_sub(Op(op.result, "add", [names[3], names[2]], {}, op.type), [scaled, b_tb], ctx)

@@ -1,0 +1,745 @@
+"""Bound rules of the elementwise family (IR_SPEC.md section 4).
+
+Notation: a, b exact operands with error bounds ea, eb; A = max|a| over the exact interval;
+"both" intervals hold exact and computed values (mean-value arguments range over them).
+
+- neg, abs, relu, max, min, select (stable condition): exact ops, 1-Lipschitz: e = max(ea, eb).
+- floor: exact op, but a jump: e = 0 when ea = 0, else ea + 1.
+- add, sub: e = ea + eb + u |a +- b|; no eta (Hauser: subnormal sums are exact).
+- mul: e = A eb + B ea + ea eb + u |ab| + eta; a square `mul(x, x)` is known nonnegative.
+- div: e = ea / |b| + A eb / (|b| |b^|) + u |a/b| + eta; infinite when b's interval holds 0.
+- sqrt: correctly rounded; e = ea / (2 sqrt(min b)) + u |sqrt a| + eta (sqrt(ea) at 0: Hoelder).
+- exp, log, rsqrt, tanh, sigmoid, erf, sin, cos, pow: the named ulp assumption,
+  |f^(x) - f(x)| <= k ulp(f(x)) <= 2k u |f(x)| + 2k eta, plus sup|f'| ea by the mean value
+  theorem (sup over the hull of exact and computed arguments, so it is rigorous).
+- cmp: exact; it may flip when an operand has an error and the operand intervals overlap.
+- convert: float->float rounds when narrowing (identity under the `real` reading);
+  float->int truncates both sides (a jump of 1 once there is any error); int->int may wrap.
+- constant, iota: the rounding of each literal or index to the dtype, computed exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+
+import numpy as np
+from gdv.ir.core import Op
+from gdv.ir.numerics import literal_to_array
+from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops.elementwise import iter_leaves
+from gdv.validate.bounds.model import (
+    EMPTY,
+    TB,
+    Err,
+    down,
+    hull,
+    i_add,
+    i_mul,
+    i_neg,
+    is_empty,
+    lin_add,
+    lin_scale,
+    mag,
+    make_tb,
+    mig,
+    up,
+)
+from gdv.validate.bounds.registry import Context, rule
+from gdv.validate.bounds.rounding import (
+    combine,
+    exact_conversion,
+    one_rounding,
+    overflow_reason,
+)
+
+Interval = tuple[float, float]
+
+
+def finish(
+    op: Op,
+    ctx: Context,
+    exact: Interval,
+    err: Err,
+    m_pre: float,
+    computed: Interval | None = None,
+    specials: frozenset[str] = frozenset(),
+    facts: dict | None = None,
+) -> TB:
+    """The result bound, or an infinite one when a value up to `m_pre` may overflow.
+    An operand's infinite bound keeps its reason (the first cause)."""
+    why = overflow_reason(ctx, op.type.dtype, m_pre, op.name)
+    if why is not None and err.finite:
+        err = Err.infinite(why)
+    return make_tb(op.type, exact, err, computed, specials, facts)
+
+
+def rounded(pre: Interval, own: float) -> Interval:
+    """The computed interval of fl(z) for z in `pre`, one rounding of at most `own`: rounding
+    is monotone and keeps the sign, so a nonnegative z gives a nonnegative result."""
+    if is_empty(*pre):
+        return EMPTY
+    lo, hi = down(pre[0] - own), up(pre[1] + own)
+    if pre[0] >= 0:
+        lo = max(lo, 0.0)
+    if pre[1] <= 0:
+        hi = min(hi, 0.0)
+    return lo, hi
+
+
+def int_result(op: Op, ctx: Context, exact: Interval, err: Err, specials=frozenset()) -> TB:
+    """An integer result: exact unless it may wrap around, which is reported; with an error
+    already present a wrap makes the bound infinite."""
+    dtype = op.type.dtype
+    if dtype.is_int and (exact[0] < dtype.int_min or exact[1] > dtype.int_max):
+        ctx.note(
+            f"%{op.result} = {op.name}: {dtype} wrap-around possible (values may reach "
+            f"[{exact[0]:.6g}, {exact[1]:.6g}])"
+        )
+        if err.total > 0:
+            err = Err.infinite(f"{op.name} may wrap around {dtype} on an inexact operand")
+        exact = (float(dtype.int_min), float(dtype.int_max))
+    return make_tb(op.type, exact, err, specials=specials)
+
+
+# --- exact unary ops --------------------------------------------------------------------------
+
+
+def _swap_inf(s: frozenset[str]) -> frozenset[str]:
+    swap = {"-inf": "+inf", "+inf": "-inf", "nan": "nan"}
+    return frozenset(swap[x] for x in s)
+
+
+@rule(OPS["neg"])
+def _neg(op: Op, args: list[TB], ctx: Context) -> TB:
+    x = args[0]
+    return make_tb(op.type, i_neg(x.exact), x.err, i_neg(x.computed), _swap_inf(x.specials))
+
+
+@rule(OPS["abs"])
+def _abs(op: Op, args: list[TB], ctx: Context) -> TB:
+    x = args[0]
+
+    def absi(i: Interval) -> Interval:
+        return EMPTY if is_empty(*i) else (mig(*i), mag(*i))
+
+    specials = frozenset("+inf" if s == "-inf" else s for s in x.specials)
+    return make_tb(op.type, absi(x.exact), x.err, absi(x.computed), specials)
+
+
+@rule(OPS["relu"])
+def _relu(op: Op, args: list[TB], ctx: Context) -> TB:
+    x = args[0]
+
+    def relu_i(i: Interval, zero: bool) -> Interval:
+        r = EMPTY if is_empty(*i) else (max(i[0], 0.0), max(i[1], 0.0))
+        return hull(r, (0.0, 0.0)) if zero else r
+
+    zero = "-inf" in x.specials  # relu(-inf) = 0
+    return make_tb(
+        op.type, relu_i(x.exact, zero), x.err, relu_i(x.computed, zero), x.specials - {"-inf"}
+    )
+
+
+@rule(OPS["floor"])
+def _floor(op: Op, args: list[TB], ctx: Context) -> TB:
+    x = args[0]
+    # floor is exact, but a jump: any error can move the result by one more.
+    err = Err.zero() if x.err.total == 0 else Err.make(x.err.lin, x.err.total + 1.0)
+    if not x.err.finite:
+        err = x.err
+
+    def fl(i: Interval) -> Interval:
+        return EMPTY if is_empty(*i) else (math.floor(i[0]), math.floor(i[1]))
+
+    return make_tb(op.type, fl(x.exact), err, fl(x.computed), x.specials)
+
+
+# --- smooth unary ops -------------------------------------------------------------------------
+
+
+def _sin_range(lo: float, hi: float) -> Interval:
+    """The range of sin over [lo, hi]: endpoints, plus +-1 where a peak lies inside."""
+    if is_empty(lo, hi):
+        return EMPTY
+    if hi - lo >= 2 * math.pi:
+        return (-1.0, 1.0)
+    vals = [math.sin(lo), math.sin(hi)]
+    slack = 1e-9  # a peak just outside counts as inside: widening is sound
+    for peak, v in ((math.pi / 2, 1.0), (-math.pi / 2, -1.0)):
+        k = math.ceil((lo - slack - peak) / (2 * math.pi))
+        if peak + 2 * math.pi * k <= hi + slack:
+            vals.append(v)
+    return max(-1.0, down(min(vals))), min(1.0, up(max(vals)))
+
+
+def _cos_range(lo: float, hi: float) -> Interval:
+    if is_empty(lo, hi):
+        return EMPTY
+    return _sin_range(lo + math.pi / 2, hi + math.pi / 2) if hi - lo < 2 * math.pi else (-1, 1)
+
+
+def _sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x)) if x > -700 else 0.0
+
+
+def _exp(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _mono(f: Callable[[float], float], increasing: bool = True):
+    def image(lo: float, hi: float) -> Interval:
+        if is_empty(lo, hi):
+            return EMPTY
+        a, b = (f(lo), f(hi)) if increasing else (f(hi), f(lo))
+        return down(a), up(b)
+
+    return image
+
+
+def _nearest_zero_sup(g: Callable[[float], float]):
+    """sup of g(x) for g even and decreasing in |x|: at the point nearest 0."""
+    return lambda lo, hi: up(g(mig(lo, hi)))
+
+
+def _rsqrt_dsup(lo: float, hi: float) -> float:
+    return up(0.5 * lo**-1.5) if lo > 0 else math.inf
+
+
+def _sqrt_dsup(lo: float, hi: float) -> float:
+    return up(0.5 / math.sqrt(lo)) if lo > 0 else math.inf
+
+
+@rule(OPS["sqrt"])
+def _sqrt_rule(op: Op, args: list[TB], ctx: Context) -> TB:
+    return _smooth(op, args[0], ctx, "sqrt")
+
+
+@rule(*(OPS[n] for n in ("exp", "log", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos")))
+def _transcendental(op: Op, args: list[TB], ctx: Context) -> TB:
+    return _smooth(op, args[0], ctx, op.name)
+
+
+# name -> (image, sup|f'|, domain check (both-hull -> reason or None), specials map, clip)
+_SMOOTH: dict[str, tuple] = {
+    "exp": (
+        _mono(_exp),
+        lambda lo, hi: up(_exp(hi)),
+        lambda lo, hi: None,
+        {"-inf": None, "+inf": "+inf", "nan": "nan"},
+        (0.0, math.inf),
+    ),
+    "log": (
+        _mono(math.log),
+        lambda lo, hi: up(1 / lo),
+        lambda lo, hi: None if lo > 0 else f"log of values that may be <= 0 (down to {lo:.3g})",
+        {"+inf": "+inf", "nan": "nan", "-inf": "nan"},
+        (-math.inf, math.inf),
+    ),
+    "sqrt": (
+        _mono(math.sqrt),
+        _sqrt_dsup,
+        lambda lo, hi: None if lo >= 0 else f"sqrt of values that may be < 0 (down to {lo:.3g})",
+        {"+inf": "+inf", "nan": "nan", "-inf": "nan"},
+        (0.0, math.inf),
+    ),
+    "rsqrt": (
+        _mono(lambda x: 1 / math.sqrt(x), increasing=False),
+        _rsqrt_dsup,
+        lambda lo, hi: (
+            None
+            if lo > 0
+            else f"rsqrt of values that may be <= 0 (down to {lo:.3g}): unbounded near 0"
+        ),
+        {"+inf": "zero", "nan": "nan", "-inf": "nan"},
+        (0.0, math.inf),
+    ),
+    "tanh": (
+        _mono(math.tanh),
+        _nearest_zero_sup(lambda m: 1 - math.tanh(m) ** 2),
+        lambda lo, hi: None,
+        {"-inf": "-one", "+inf": "one", "nan": "nan"},
+        (-math.inf, math.inf),
+    ),
+    "sigmoid": (
+        _mono(_sigmoid),
+        _nearest_zero_sup(lambda m: _sigmoid(m) * (1 - _sigmoid(m))),
+        lambda lo, hi: None,
+        {"-inf": "zero", "+inf": "one", "nan": "nan"},
+        (0.0, math.inf),
+    ),
+    "erf": (
+        _mono(math.erf),
+        _nearest_zero_sup(lambda m: 2 / math.sqrt(math.pi) * math.exp(-m * m)),
+        lambda lo, hi: None,
+        {"-inf": "-one", "+inf": "one", "nan": "nan"},
+        (-math.inf, math.inf),
+    ),
+    "sin": (
+        _sin_range,
+        lambda lo, hi: mag(*_cos_range(lo, hi)),
+        lambda lo, hi: None,
+        {"-inf": "nan", "+inf": "nan", "nan": "nan"},
+        (-math.inf, math.inf),
+    ),
+    "cos": (
+        _cos_range,
+        lambda lo, hi: mag(*_sin_range(lo, hi)),
+        lambda lo, hi: None,
+        {"-inf": "nan", "+inf": "nan", "nan": "nan"},
+        (-math.inf, math.inf),
+    ),
+}
+
+
+_BOUNDED = {"tanh": 2.0, "sigmoid": 1.0, "erf": 2.0, "sin": 2.0, "cos": 2.0}
+"""Functions with bounded range: name -> the range's width."""
+
+
+def _assume_ulps(ctx: Context, name: str) -> float:
+    """The error of one evaluation of transcendental `name`, in ulps (recorded)."""
+    k = ctx.ulps
+    ctx.assume(
+        f"transcendental-ulp:{name}",
+        f"{name} returns a value within {k:g} ulp of the exact result, of the same sign "
+        f"(reference target: float64 evaluation rounded once)",
+    )
+    return k
+
+
+def _smooth(op: Op, x: TB, ctx: Context, name: str) -> TB:
+    image, dsup, domain, special_map, clip = _SMOOTH[name]
+    dtype = op.type.dtype
+    both = x.both
+    if not is_empty(*both) and x.err.finite:
+        why = domain(*both)
+        if why is not None:
+            return make_tb(op.type, (-math.inf, math.inf), Err.infinite(f"{name}: {why}"))
+    if not x.err.finite:
+        return make_tb(op.type, (-math.inf, math.inf), x.err)
+    exact = image(*x.exact)
+    pre = image(*x.computed)
+    specials: set[str] = set()
+    extra: list[Interval] = []
+    for s in x.specials:
+        mapped = special_map[s]
+        if mapped in ("+inf", "-inf", "nan"):
+            specials.add(mapped)
+        elif mapped is not None or s == "-inf":
+            value = {None: 0.0, "zero": 0.0, "one": 1.0, "-one": -1.0}[mapped]
+            extra.append((value, value))
+    exact = hull(exact, *extra)
+    pre = hull(pre, *extra)
+    # Propagated error: sup |f'| over the hull of exact and computed arguments.
+    if x.err.total == 0:
+        prop = ({}, 0.0)
+    elif name == "sqrt" and both[0] <= 0:
+        prop = ({}, math.sqrt(x.err.total))  # sqrt is 1/2-Hoelder: |sqrt a - sqrt b| <= sqrt|a-b|
+    else:
+        prop = (lin_scale(x.err.lin, dsup(*x.exact)), dsup(*both) * x.err.total)
+        if name in _BOUNDED:
+            # A bounded function never moves by more than its range's width.
+            width = _BOUNDED[name]
+            if prop[1] > width:
+                prop = ({}, width)
+    # The op's own error.
+    if name == "sqrt":
+        own = one_rounding(ctx, dtype, mag(*exact), mag(*pre))
+    else:
+        k = _assume_ulps(ctx, name)
+        lin, total = one_rounding(ctx, dtype, mag(*exact), mag(*pre))
+        own = (lin_scale(lin, 2 * k), 2 * k * total)
+    err = combine(prop, own)
+    computed = rounded(pre, own[1])
+    computed = (max(computed[0], clip[0]), min(computed[1], clip[1]))
+    facts = {}
+    if name == "exp" and "max0" in x.facts:
+        # exp(0) = 1 where the maximum sits; computed within the ulp assumption.
+        facts = {"max1": x.facts["max0"], "max1_slack": own[1]}
+    return finish(op, ctx, exact, err, mag(*computed), computed, frozenset(specials), facts)
+
+
+# --- binary ops ---------------------------------------------------------------------------------
+
+
+def _specials_add(a: frozenset[str], b: frozenset[str]) -> frozenset[str]:
+    s = set(a | b)
+    if ("+inf" in a and "-inf" in b) or ("-inf" in a and "+inf" in b):
+        s.add("nan")
+    return frozenset(s)
+
+
+def _max0_pattern(op: Op, ctx: Context) -> tuple[int, ...] | None:
+    """The axes when `op` is sub(x, broadcast(reduce_max(x))) along them (softmax's shift)."""
+    b = ctx.producers.get(op.operands[1])
+    if b is None or b.name != "broadcast":
+        return None
+    m = ctx.producers.get(b.operands[0])
+    if m is None or m.name != "reduce_max" or m.operands[0] != op.operands[0]:
+        return None
+    axes = list(m.attrs["axes"])
+    kept = [d for d in range(op.type.rank) if d not in axes]
+    if list(b.attrs["dims"]) != kept:
+        return None
+    return tuple(axes)
+
+
+@rule(OPS["add"], OPS["sub"])
+def _add_sub(op: Op, args: list[TB], ctx: Context) -> TB:
+    a, b = args
+    sub = op.name == "sub"
+    bn_exact = i_neg(b.exact) if sub else b.exact
+    bn_comp = i_neg(b.computed) if sub else b.computed
+    bs = _swap_inf(b.specials) if sub else b.specials
+    specials = _specials_add(a.specials, bs)
+    exact = i_add(a.exact, bn_exact)
+    pre = i_add(a.computed, bn_comp)
+    prop = a.err + b.err
+    if not op.type.dtype.is_float:
+        return int_result(op, ctx, exact, prop, specials)
+    facts = {}
+    computed = None
+    if sub and (axes := _max0_pattern(op, ctx)) is not None:
+        # x - max(x): the computed max is one of the computed x (max is exact), so both sides
+        # are <= 0, and 0 where the maximum sits.
+        exact = (exact[0], min(exact[1], 0.0))
+        pre = (pre[0], min(pre[1], 0.0))
+        computed = (-math.inf, 0.0)
+        facts = {"max0": axes}
+        # Where x is special the row's max is too: inf - inf is NaN, finite - (+inf) is -inf;
+        # x finite with m = -inf cannot happen (m >= x).
+        specials = frozenset(
+            ({"nan"} if a.specials else set()) | ({"-inf"} if a.specials - {"nan"} else set())
+        )
+    own = one_rounding(ctx, op.type.dtype, mag(*exact), mag(*pre), eta=False)
+    err = prop + combine(own) if prop.finite else prop
+    r = rounded(pre, own[1])
+    computed = r if computed is None else (r[0], min(r[1], computed[1]))
+    return finish(op, ctx, exact, err, mag(*pre), computed, specials, facts)
+
+
+def _square(i: Interval) -> Interval:
+    if is_empty(*i):
+        return EMPTY
+    return down(mig(*i) ** 2), up(mag(*i) ** 2)
+
+
+def _mul_specials(op: Op, a: TB, b: TB) -> tuple[frozenset[str], str | None]:
+    """The specials of a product, or a reason the two programs may disagree on them."""
+    out: set[str] = set()
+    for x, y in ((a, b), (b, a)):
+        if "nan" in x.specials:
+            out.add("nan")
+        infs = x.specials & {"-inf", "+inf"}
+        if infs:
+            lo, hi = y.both
+            if lo <= 0 <= hi:
+                return frozenset(), "an infinite factor times a value of unknown sign or zero"
+            out |= {"-inf", "+inf"}
+    return frozenset(out), None
+
+
+@rule(OPS["mul"])
+def _mul(op: Op, args: list[TB], ctx: Context) -> TB:
+    a, b = args
+    specials, why = _mul_specials(op, a, b)
+    if why is not None:
+        return make_tb(op.type, (-math.inf, math.inf), Err.infinite(f"mul: {why}"))
+    square = op.operands[0] == op.operands[1]
+    if square:
+        exact, pre = _square(a.exact), _square(a.computed)
+    else:
+        exact, pre = i_mul(a.exact, b.exact), i_mul(a.computed, b.computed)
+    A, B = mag(*a.exact), mag(*b.exact)
+    if a.err.finite and b.err.finite:
+        # |a^ b^ - a b| <= A eb + B ea + ea eb
+        prop = Err.make(
+            lin_add(lin_scale(b.err.lin, A), lin_scale(a.err.lin, B)),
+            A * b.err.total + B * a.err.total + a.err.total * b.err.total,
+        )
+    else:
+        prop = a.err if not a.err.finite else b.err
+    if not op.type.dtype.is_float:
+        return int_result(op, ctx, exact, prop, specials)
+    own = one_rounding(ctx, op.type.dtype, mag(*exact), mag(*pre))
+    err = prop + combine(own) if prop.finite else prop
+    return finish(op, ctx, exact, err, mag(*pre), rounded(pre, own[1]), specials)
+
+
+@rule(OPS["div"])
+def _div(op: Op, args: list[TB], ctx: Context) -> TB:
+    a, b = args
+    if (a.specials | b.specials) - {"nan"}:
+        return make_tb(
+            op.type,
+            (-math.inf, math.inf),
+            Err.infinite("div with infinite operand values is not analysed"),
+        )
+    lo, hi = b.both
+    if not is_empty(lo, hi) and lo <= 0 <= hi:
+        return make_tb(
+            op.type,
+            (-math.inf, math.inf),
+            Err.infinite(f"div by an interval that may hold 0 ([{lo:.3g}, {hi:.3g}])"),
+        )
+    if not a.err.finite or not b.err.finite:
+        return make_tb(op.type, (-math.inf, math.inf), a.err if not a.err.finite else b.err)
+
+    def recip(i: Interval) -> Interval:
+        return EMPTY if is_empty(*i) else (down(1 / i[1]), up(1 / i[0]))
+
+    exact = i_mul(a.exact, recip(b.exact))
+    pre = i_mul(a.computed, recip(b.computed))
+    A = mag(*a.exact)
+    mb, mb_both = mig(*b.exact), mig(*b.both)
+    # |a^/b^ - a/b| <= ea/|b^| + |a| |b - b^| / (|b| |b^|)
+    prop = Err.make(
+        lin_add(lin_scale(a.err.lin, 1 / mb), lin_scale(b.err.lin, A / mb**2)),
+        a.err.total / mb_both + A * b.err.total / (mb * mb_both),
+    )
+    own = one_rounding(ctx, op.type.dtype, mag(*exact), mag(*pre))
+    specials = frozenset({"nan"}) & (a.specials | b.specials)
+    return finish(op, ctx, exact, prop + combine(own), mag(*pre), rounded(pre, own[1]), specials)
+
+
+@rule(OPS["max"], OPS["min"])
+def _max_min(op: Op, args: list[TB], ctx: Context) -> TB:
+    a, b = args
+    f = max if op.name == "max" else min
+
+    def ext(x: Interval, y: Interval) -> Interval:
+        if is_empty(*x) or is_empty(*y):
+            return hull(x, y)  # where one side is special (e.g. -inf), the other shows through
+        return f(x[0], y[0]), f(x[1], y[1])
+
+    # max and min are exact and 1-Lipschitz in each argument.
+    return make_tb(
+        op.type,
+        ext(a.exact, b.exact),
+        a.err.max(b.err),
+        ext(a.computed, b.computed),
+        a.specials | b.specials,
+    )
+
+
+@rule(OPS["pow"])
+def _pow(op: Op, args: list[TB], ctx: Context) -> TB:
+    a, b = args
+    if a.specials or b.specials:
+        return make_tb(
+            op.type,
+            (-math.inf, math.inf),
+            Err.infinite("pow with special operand values is not analysed"),
+        )
+    alo, ahi = a.both
+    if not a.err.finite or not b.err.finite:
+        return make_tb(op.type, (-math.inf, math.inf), a.err if not a.err.finite else b.err)
+    if alo <= 0:
+        return make_tb(
+            op.type,
+            (-math.inf, math.inf),
+            Err.infinite(f"pow with a base that may be <= 0 (down to {alo:.3g})"),
+        )
+
+    def image(ai: Interval, bi: Interval) -> Interval:
+        e = i_mul((math.log(ai[0]), math.log(ai[1])), bi)
+        return down(_exp(e[0])), up(_exp(e[1]))
+
+    exact, pre = image(a.exact, b.exact), image(a.computed, b.computed)
+
+    def partials(ai: Interval, bi: Interval) -> tuple[float, float]:
+        log_a = (down(math.log(ai[0])), up(math.log(ai[1])))
+        # d/da a^b = b a^(b-1);  d/db a^b = a^b ln a
+        da = mag(*bi) * _exp(i_mul((bi[0] - 1, bi[1] - 1), log_a)[1])
+        db = _exp(i_mul(bi, log_a)[1]) * mag(*log_a)
+        return up(da), up(db)
+
+    da, db = partials(a.exact, b.exact)
+    da_b, db_b = partials(a.both, b.both)
+    prop = Err.make(
+        lin_add(lin_scale(a.err.lin, da), lin_scale(b.err.lin, db)),
+        da_b * a.err.total + db_b * b.err.total,
+    )
+    k = _assume_ulps(ctx, "pow")
+    lin, total = one_rounding(ctx, op.type.dtype, mag(*exact), mag(*pre))
+    own = (lin_scale(lin, 2 * k), 2 * k * total)
+    return finish(op, ctx, exact, prop + combine(own), up(mag(*pre) + own[1]), (0.0, math.inf))
+
+
+# --- comparisons and selection ----------------------------------------------------------------
+
+
+def _cmp_constant(direction: str, a: Interval, b: Interval) -> bool | None:
+    """The comparison's value when it is the same for every a in `a`, b in `b`."""
+    if is_empty(*a) or is_empty(*b):
+        return None
+    table = {
+        "lt": (a[1] < b[0], a[0] >= b[1]),
+        "le": (a[1] <= b[0], a[0] > b[1]),
+        "gt": (a[0] > b[1], a[1] <= b[0]),
+        "ge": (a[0] >= b[1], a[1] < b[0]),
+        "eq": (False, a[1] < b[0] or b[1] < a[0]),
+        "ne": (a[1] < b[0] or b[1] < a[0], False),
+    }
+    always, never = table[direction]
+    return True if always else (False if never else None)
+
+
+@rule(OPS["cmp"])
+def _cmp(op: Op, args: list[TB], ctx: Context) -> TB:
+    a, b = args
+    if not a.err.finite or not b.err.finite:
+        return make_tb(op.type, (0.0, 1.0), Err.make({}, 1.0))
+    const = _cmp_constant(op.attrs["dir"], a.both, b.both)
+    exact_const = _cmp_constant(op.attrs["dir"], a.exact, b.exact)
+    stable = const is not None or (a.err.total == 0 and b.err.total == 0)
+    err = Err.zero() if stable else Err.make({}, 1.0)
+    if not stable:
+        ctx.note(
+            f"%{op.result} = cmp: may differ from the exact comparison (operands within "
+            f"rounding error of each other)"
+        )
+    if exact_const is not None and not (a.specials or b.specials):
+        v = float(exact_const)
+        return make_tb(op.type, (v, v), err, (0.0, 1.0))
+    return make_tb(op.type, (0.0, 1.0), err, (0.0, 1.0))
+
+
+@rule(OPS["select"])
+def _select(op: Op, args: list[TB], ctx: Context) -> TB:
+    c, a, b = args
+    specials = a.specials | b.specials
+    if c.lo == c.hi == 1.0 and c.err.total == 0:
+        return a.with_(facts={})
+    if c.lo == c.hi == 0.0 and c.err.total == 0:
+        return b.with_(facts={})
+    exact = hull(a.exact, b.exact)
+    err = a.err.max(b.err)
+    if c.err.total > 0:
+        # A flipped condition picks the other operand: |a^ - b| <= ea + |a - b|.
+        if specials:
+            err = Err.infinite("select on a condition that may flip, between special values")
+        else:
+            span = exact[1] - exact[0] if not is_empty(*exact) else 0.0
+            err = Err.make(err.lin, err.total + up(span))
+    return make_tb(op.type, exact, err, hull(a.computed, b.computed), specials)
+
+
+# --- convert -----------------------------------------------------------------------------------
+
+
+@rule(OPS["convert"])
+def _convert(op: Op, args: list[TB], ctx: Context) -> TB:
+    x = args[0]
+    src, dst = x.dtype, op.type.dtype
+    if dst.is_bool:
+        # x != 0: flips only when an error can cross 0; NaN != 0 is true on both sides.
+        lo, hi = x.both
+        flip = x.err.total > 0 and lo <= 0 <= hi
+        err = Err.make({}, 1.0) if flip else Err.zero()
+        if not is_empty(*x.exact) and (x.lo > 0 or x.hi < 0) and not x.specials:
+            return make_tb(op.type, (1.0, 1.0), err)
+        if x.lo == x.hi == 0 and not x.specials:
+            return make_tb(op.type, (0.0, 0.0), err)
+        return make_tb(op.type, (0.0, 1.0), err)
+    if src.is_float and dst.is_float:
+        if exact_conversion(ctx, src, dst) or not x.err.finite:
+            return make_tb(op.type, x.exact, x.err, x.computed, x.specials)
+        own = one_rounding(ctx, dst, mag(*x.exact), mag(*x.computed))
+        return finish(
+            op,
+            ctx,
+            x.exact,
+            x.err + combine(own),
+            mag(*x.computed),
+            rounded(x.computed, own[1]),
+            x.specials,
+        )
+    if src.is_float:  # float -> int: truncate and saturate, NaN -> 0, on both sides
+
+        def trunc(i: Interval) -> Interval:
+            if is_empty(*i):
+                return EMPTY
+            return (
+                max(float(dst.int_min), math.trunc(max(i[0], -1e300))),
+                min(float(dst.int_max), math.trunc(min(i[1], 1e300))),
+            )
+
+        exact = trunc(x.exact)
+        if x.specials:
+            exact = hull(exact, (float(dst.int_min), float(dst.int_max)))
+        err = Err.zero() if x.err.total == 0 else Err.make(x.err.lin, x.err.total + 1.0)
+        if not x.err.finite:
+            err = x.err
+        return make_tb(op.type, exact, err)
+    if dst.is_float:  # int (or i1) -> float: exact up to 2^p, then rounds
+        p = ctx.fmt(dst).significand_bits
+        m = mag(*x.exact)
+        m_c = mag(*x.computed)
+        if m_c <= 2.0**p:
+            return make_tb(op.type, x.exact, x.err)
+        own = one_rounding(ctx, dst, m, m_c, eta=False)
+        return finish(op, ctx, x.exact, x.err + combine(own), m_c)
+    return int_result(op, ctx, x.exact, x.err)
+
+
+# --- generators --------------------------------------------------------------------------------
+
+
+@rule(OPS["constant"])
+def _constant(op: Op, args: list[TB], ctx: Context) -> TB:
+    dtype = op.type.dtype
+    lo, hi = math.inf, -math.inf
+    specials: set[str] = set()
+    worst = Fraction(0)
+    worst_mag = 0.0
+    seen: set = set()
+    for leaf in iter_leaves(op.attrs["value"]):
+        key = (type(leaf), leaf)
+        if key in seen:
+            continue
+        seen.add(key)
+        if isinstance(leaf, float) and not math.isfinite(leaf):
+            specials.add("nan" if math.isnan(leaf) else ("+inf" if leaf > 0 else "-inf"))
+            continue
+        exact = Fraction(leaf) if not isinstance(leaf, bool) else Fraction(int(leaf))
+        lo, hi = min(lo, down(float(exact))), max(hi, up(float(exact)))
+        if dtype.is_float:
+            stored = literal_to_array(leaf, ctx.fmt(dtype))
+            v = float(np.asarray(stored, dtype=np.float64))
+            if not math.isfinite(v):
+                specials.add("+inf" if v > 0 else "-inf")
+                ctx.note(f"%{op.result} = constant: a literal overflows {ctx.fmt(dtype)}")
+                continue
+            d = abs(Fraction(v) - exact)
+            if d > worst:
+                worst, worst_mag = d, abs(float(exact))
+    if not dtype.is_float or worst == 0:
+        return make_tb(op.type, (lo, hi), Err.zero(), specials=frozenset(specials))
+    # The literal's rounding, exactly; written as c * u so its first order shows.
+    err_value = up(float(worst))
+    u = ctx.u(dtype)
+    err = (
+        Err.make({ctx.u_sym(dtype): err_value / u}, err_value)
+        if worst_mag
+        else Err.make({}, err_value)
+    )
+    return make_tb(op.type, (lo, hi), err, specials=frozenset(specials))
+
+
+@rule(OPS["iota"])
+def _iota(op: Op, args: list[TB], ctx: Context) -> TB:
+    n = op.type.shape[op.attrs["axis"]]
+    top = float(max(n - 1, 0))
+    exact = (0.0, top) if n > 0 else EMPTY
+    dtype = op.type.dtype
+    if dtype.is_float:
+        if top <= 2.0 ** ctx.fmt(dtype).significand_bits:
+            return make_tb(op.type, exact, Err.zero())
+        own = one_rounding(ctx, dtype, top, top, eta=False)
+        return finish(op, ctx, exact, combine(own), top)
+    return int_result(op, ctx, exact, Err.zero())

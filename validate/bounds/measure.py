@@ -1,0 +1,116 @@
+"""Measuring a program's actual rounding error, to check bounds against (tests, benchmarks).
+
+The measured error of an output is max |exact-mode result - ideal-mode result| over its
+elements, the reference backend's ideal mode evaluating every float in f64. The ideal result
+has its own error against the real-number program; `analyze(module, ideal=True)` bounds it, so
+a bound is refuted only when measured > bound + ideal bound.
+
+Input families for the search (all within the declared ranges, rounded to the dtype):
+`random` (uniform), `endpoints` (each element at lo or hi), `aligned` (every input at its hi, or
+every at its lo: sums without cancellation reach the interval ends), `constant` (each tensor one
+value plus relative noise 1e-6: near-zero variance for layer_norm, catastrophic cancellation in
+x - mean), `tiny` (values near the dtype's underflow threshold where the range allows them).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from gdv.ir.core import Function, Module, Param
+from gdv.ir.dtypes import DType
+from gdv.ir.numerics import float_to_float
+
+KINDS = ("random", "endpoints", "aligned", "constant", "tiny")
+
+_TINY = {
+    DType.F64: 2.0**-1020,
+    DType.F32: 2.0**-124,
+    DType.F16: 2.0**-13,
+    DType.BF16: 2.0**-124,
+}
+"""A little above each float dtype's smallest normal: products and sums of such values land in
+the subnormal range."""
+
+
+def _range(p: Param, default: tuple[float, float] | None) -> tuple[float, float]:
+    r = p.range or default or (-1.0, 1.0)
+    return float(r[0]), float(r[1])
+
+
+def _floats(
+    p: Param, kind: str, rng: np.random.Generator, default: tuple[float, float] | None
+) -> np.ndarray:
+    lo, hi = _range(p, default)
+    shape = p.type.shape
+    if kind == "endpoints":
+        wide = np.where(rng.random(shape) < 0.5, lo, hi)
+    elif kind == "aligned":
+        wide = np.full(shape, hi if rng.random() < 0.5 else lo)
+    elif kind == "constant":
+        c = rng.uniform(lo, hi)
+        wide = np.clip(c * (1 + 1e-6 * rng.standard_normal(shape)), lo, hi)
+    elif kind == "tiny" and lo <= 0 <= hi:
+        t = _TINY[p.type.dtype]
+        scale = t * rng.uniform(0.5, 4.0, shape)
+        wide = np.clip(np.where(rng.random(shape) < 0.5, -scale, scale), lo, hi)
+    else:
+        wide = rng.uniform(lo, hi, shape)
+    out = float_to_float(np.asarray(wide, dtype=np.float64), p.type.dtype)
+    # Rounding to the dtype may step just outside the range; step back in.
+    w = out.astype(np.float64)
+    if (w < lo).any() or (w > hi).any():
+        out = float_to_float(np.clip(w, lo, hi), p.type.dtype)
+        bad = (out.astype(np.float64) < lo) | (out.astype(np.float64) > hi)
+        out = np.where(bad, float_to_float(np.full(shape, (lo + hi) / 2), p.type.dtype), out)
+    return out.astype(p.type.dtype.np)
+
+
+def _ints(p: Param, rng: np.random.Generator) -> np.ndarray:
+    dtype = p.type.dtype
+    r = p.range
+    lo, hi = (dtype.int_min, dtype.int_max) if r is None else (math.ceil(r[0]), math.floor(r[1]))
+    lo, hi = max(lo, -8), min(hi, 8) if lo <= 0 else (lo, min(hi, lo + 16))
+    return rng.integers(lo, hi, size=p.type.shape, endpoint=True).astype(dtype.np)
+
+
+def make_inputs(
+    fn: Function,
+    kind: str,
+    seed: int,
+    default_range: tuple[float, float] | None = None,
+) -> dict[str, np.ndarray]:
+    """Inputs of family `kind` (see the module doc), reproducible from `seed`."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for p in fn.params:
+        if p.type.dtype.is_float:
+            out[p.name] = _floats(p, kind, rng, default_range)
+        elif p.type.dtype.is_bool:
+            out[p.name] = rng.random(p.type.shape) < 0.5
+        else:
+            out[p.name] = _ints(p, rng)
+    return out
+
+
+def output_errors(
+    module: Module | Function, inputs: dict[str, np.ndarray]
+) -> list[tuple[float, np.ndarray]]:
+    """Per output: (max |exact - ideal| over its elements, the ideal values). A non-finite
+    element on one side only (an overflow, a NaN) counts as an infinite error."""
+    from gdv.backends import reference
+
+    exact = reference.run(module, inputs, mode="exact")
+    ideal = reference.run(module, inputs, mode="ideal")
+    out = []
+    for a, b in zip(exact, ideal, strict=True):
+        a64 = np.asarray(a).astype(np.float64)
+        b64 = np.asarray(b).astype(np.float64)
+        both = np.isfinite(a64) & np.isfinite(b64)
+        same = (np.isnan(a64) & np.isnan(b64)) | (a64 == b64)
+        if (~both & ~same).any():
+            out.append((math.inf, b64))
+            continue
+        err = float(np.max(np.abs(a64[both] - b64[both]))) if both.any() else 0.0
+        out.append((err, b64))
+    return out

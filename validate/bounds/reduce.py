@@ -1,0 +1,69 @@
+"""Bound rules of the reduce family (sequential left folds, IR_SPEC.md section 3).
+
+reduce_sum of n terms: n ex (propagated) + the sequential-summation error of `sequential_sum`
+(u/(1-u) (1 + gamma_{n-1}) P (n(n+1)/2 - 1) for terms |t| <= P); the interval is n [lo, hi].
+Where the terms are nonnegative and one of them is 1 (softmax's exp(x - max x), fact `max1`),
+the sum is at least 1 exactly and at least (1 - slack)(1 - u)^(n-1) computed.
+reduce_max, reduce_min: exact and 1-Lipschitz: the operand's interval and error.
+Integers are exact; a sum that may leave the dtype wraps (reported).
+"""
+
+from __future__ import annotations
+
+import math
+
+from gdv.ir.core import Op
+from gdv.ir.ops import REGISTRY as OPS
+from gdv.validate.bounds.elementwise import _specials_add, finish, int_result
+from gdv.validate.bounds.model import EMPTY, TB, Err, i_scale, is_empty, mag, make_tb
+from gdv.validate.bounds.registry import Context, rule
+from gdv.validate.bounds.rounding import combine, sequential_sum
+
+
+def reduced_count(op: Op, x: TB) -> int:
+    return math.prod(x.type.shape[a] for a in op.attrs["axes"])
+
+
+@rule(OPS["reduce_sum"])
+def _reduce_sum(op: Op, args: list[TB], ctx: Context) -> TB:
+    x = args[0]
+    n = reduced_count(op, x)
+    if n == 0:
+        return make_tb(op.type, (0.0, 0.0), Err.zero())
+    specials = _specials_add(x.specials, x.specials)
+    exact = i_scale(x.exact, n)
+    pre = i_scale(x.computed, n)
+    prop = x.err.scale(n)
+    if not x.dtype.is_float:
+        return int_result(op, ctx, exact, prop, specials)
+    if not prop.finite:
+        return make_tb(op.type, (-math.inf, math.inf), prop)
+    own = sequential_sum(ctx, n, x.dtype, mag(*x.exact), mag(*x.computed), op.type.num_elements)
+    err = (
+        prop + combine(own)
+        if math.isfinite(own[1])
+        else Err.infinite(f"reduce_sum of {n} terms: n u >= 1 in {ctx.fmt(x.dtype)}")
+    )
+    computed = None
+    if not is_empty(*x.computed) and x.clo >= 0:
+        computed = (0.0, math.inf)  # a sum of nonnegative floats is nonnegative
+        if tuple(op.attrs["axes"]) == tuple(x.facts.get("max1", ())) and x.lo >= 0:
+            # One term is 1 (exactly; computed >= 1 - slack) and the others are >= 0.
+            u = ctx.u(x.dtype)
+            exact = (max(exact[0], 1.0), exact[1])
+            low = (1.0 - x.facts.get("max1_slack", 0.0)) * (1.0 - u) ** (n - 1)
+            computed = (max(0.0, low * (1 - 1e-12)), math.inf)
+    return finish(op, ctx, exact, err, mag(*pre) + own[1], computed, specials)
+
+
+@rule(OPS["reduce_max"], OPS["reduce_min"])
+def _reduce_extreme(op: Op, args: list[TB], ctx: Context) -> TB:
+    x = args[0]
+    n = reduced_count(op, x)
+    if n == 0:  # -inf / +inf (floats) or the dtype's extreme (ints), identically on both sides
+        if x.dtype.is_float:
+            s = "-inf" if op.name == "reduce_max" else "+inf"
+            return make_tb(op.type, EMPTY, Err.zero(), specials=frozenset({s}))
+        v = float(x.dtype.int_min if op.name == "reduce_max" else x.dtype.int_max)
+        return make_tb(op.type, (v, v), Err.zero())
+    return make_tb(op.type, x.exact, x.err, x.computed, x.specials)

@@ -1,0 +1,94 @@
+"""Rounding-error pieces shared by the family rules: one rounding, sequential sums, overflow."""
+
+from __future__ import annotations
+
+import math
+
+from gdv.ir.dtypes import DType
+from gdv.validate.bounds.model import MAX_FINITE, Err, Lin, lin_add
+from gdv.validate.bounds.registry import Context
+
+EXACT_WIDENING = frozenset(
+    {
+        (DType.F16, DType.F32),
+        (DType.F16, DType.F64),
+        (DType.BF16, DType.F32),
+        (DType.BF16, DType.F64),
+        (DType.F32, DType.F64),
+    }
+)
+"""(from, to) float pairs where every value of `from` is a value of `to`: converting is exact."""
+
+
+def exact_conversion(ctx: Context, src: DType, dst: DType) -> bool:
+    s, d = ctx.fmt(src), ctx.fmt(dst)
+    return s == d or (s, d) in EXACT_WIDENING
+
+
+def one_rounding(
+    ctx: Context, dtype: DType, m_exact: float, m_computed: float, *, eta: bool = True
+) -> tuple[dict[str, float], float]:
+    """|fl(z) - z| <= u |z| + eta for one rounding to `dtype` of a z with |z| <= m_computed
+    whose exact counterpart has |z| <= m_exact: (first-order form, rigorous value).
+    `eta=False` for sums and differences, exact when subnormal."""
+    lin: dict[str, float] = {ctx.u_sym(dtype): m_exact}
+    total = ctx.u(dtype) * m_computed
+    if eta:
+        lin[ctx.eta_sym(dtype)] = 1.0
+        total += ctx.eta(dtype)
+    return lin, total
+
+
+def overflow_reason(ctx: Context, dtype: DType, m_computed: float, what: str) -> str | None:
+    """Why a rounded result of magnitude up to `m_computed` may overflow to infinity, or None."""
+    if not dtype.is_float:
+        return None
+    limit = MAX_FINITE[ctx.fmt(dtype)]
+    if not m_computed < limit:
+        return (
+            f"{what} may overflow {ctx.fmt(dtype)}: values up to {m_computed:.3g} exceed "
+            f"{limit:.3g}"
+        )
+    return None
+
+
+def gamma(n: float, u: float) -> float:
+    """Higham's gamma_n = n u / (1 - n u); infinite when n u >= 1."""
+    return math.inf if n * u >= 1 else n * u / (1 - n * u)
+
+
+def sequential_sum(
+    ctx: Context, n: int, dtype: DType, p_exact: float, p_computed: float, elements: int
+) -> tuple[dict[str, float], float]:
+    """The rounding error of `acc = t[0]; acc = acc + t[k]` over n terms in `dtype`, each term
+    |t| <= p_computed (its exact counterpart <= p_exact): (first-order form, rigorous value).
+
+    Rigorous: the error is sum_{k=2..n} s_k d_k / (1 + d_k) for the computed partial sums s_k,
+    |s_k| <= k P (1 + u)^(k-1), so it is at most u/(1-u) (1 + gamma_{n-1}) P (n(n+1)/2 - 1):
+    half of the textbook gamma_{n-1} n P. No eta: a subnormal sum is exact.
+    Probabilistic companion (ctx.lam set): Higham and Mary (2019), Theorem 3.1's argument for
+    a sum: |error| <= gamma~_{n-1}(lambda) n P with gamma~_m = exp(lambda sqrt(m) u + m u^2 /
+    (1-u)) - 1, failing with probability at most 2 n exp(-lambda^2 (1-u)^2 / 2) per sum; the
+    smaller of it and the rigorous bound is used."""
+    if n <= 1:
+        return {}, 0.0
+    u = ctx.u(dtype)
+    g = gamma(n - 1, u)
+    if math.isinf(g):
+        return {}, math.inf
+    pairs = n * (n + 1) / 2 - 1
+    lin = {ctx.u_sym(dtype): p_exact * pairs}
+    total = u / (1 - u) * (1 + g) * p_computed * pairs
+    if ctx.lam is not None:
+        lam = ctx.lam
+        g_prob = math.expm1(lam * math.sqrt(n - 1) * u + (n - 1) * u * u / (1 - u))
+        total_prob = g_prob * n * p_computed
+        if total_prob < total:
+            ctx.prob_events += elements * n
+            return {ctx.u_sym(dtype): lam * math.sqrt(n - 1) * n * p_exact}, total_prob
+    return lin, total
+
+
+def combine(*parts: tuple[Lin, float]) -> Err:
+    """The sum of (first-order form, rigorous value) parts as an `Err`."""
+    return Err.make(lin_add(*(p[0] for p in parts)), math.fsum(p[1] for p in parts))
