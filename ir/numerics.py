@@ -13,6 +13,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+
 from gdv.ir.dtypes import DType
 
 
@@ -48,6 +49,8 @@ def _i64_to_f64_round_to_odd(x: np.ndarray) -> np.ndarray:
 def float_to_float(x: np.ndarray, dtype: DType) -> np.ndarray:
     """Round floats (any float dtype) to `dtype`, nearest-even, one rounding."""
     x = np.asarray(x)
+    if x.ndim == 0:  # the round-to-odd fix-ups assign by mask, which needs an array
+        return float_to_float(x.reshape(1), dtype).reshape(())
     if x.dtype == dtype.np:
         return x.copy()
     wide = x.astype(np.float64)  # every float dtype widens to f64 exactly
@@ -60,6 +63,8 @@ def float_to_float(x: np.ndarray, dtype: DType) -> np.ndarray:
 def int_to_float(x: np.ndarray, dtype: DType) -> np.ndarray:
     """Round integers (or booleans) to the float `dtype`, nearest-even, one rounding."""
     x = np.asarray(x).astype(np.int64)
+    if x.ndim == 0:
+        return int_to_float(x.reshape(1), dtype).reshape(())
     if dtype is DType.F64:
         return x.astype(np.float64)  # one rounding (cvtsi2sd)
     odd = _i64_to_f64_round_to_odd(x)

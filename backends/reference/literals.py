@@ -5,17 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from gdv.ir.dtypes import DType
-from gdv.ir.numerics import convert_array, int_to_float, literal_to_array
+from gdv.ir.numerics import convert_array, literal_to_array
 from gdv.ir.ops.elementwise import iter_leaves
 
 
 def literal(value: Any, dtype: DType) -> np.ndarray:
     """`value` (int, bool, float or Fraction) rounded once to `dtype`, as a 0-d array."""
-    if dtype.is_float and type(value) is int and abs(value) < 2**63:
-        # Through a 1-d array: gdv.ir.numerics.int_to_float fails on 0-d input when the
-        # integer is inexact in f64 (its round-to-odd fix-up assigns into a numpy scalar).
-        return int_to_float(np.array([value], dtype=np.int64), dtype).reshape(())
     return literal_to_array(value, dtype)
 
 
