@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import float_to_float
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from gdv.ir.dtypes import from_numpy
 
 _UINT_OF_SIZE = {8: np.uint64, 4: np.uint32, 2: np.uint16}

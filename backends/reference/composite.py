@@ -7,6 +7,7 @@ type-checked with the program's types before evaluation started (`evaluate.check
 from __future__ import annotations
 
 import numpy as np
+
 from gdv.backends.reference.evaluate import decompose, evaluate_ops
 from gdv.backends.reference.registry import Context, kernel
 from gdv.ir.core import Op

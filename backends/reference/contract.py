@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from gdv.backends.reference.arith import Working
 from gdv.backends.reference.registry import Context, kernel
 from gdv.ir.core import Op

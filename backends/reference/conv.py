@@ -9,6 +9,7 @@ group), then kh, then kw; a Python loop over (c, kh, kw) vectorized over N, O, O
 from __future__ import annotations
 
 import numpy as np
+
 from gdv.backends.reference.arith import Working
 from gdv.backends.reference.registry import Context, kernel
 from gdv.ir.core import Op

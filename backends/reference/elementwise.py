@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
 from gdv.backends.reference.arith import (
     clear_sign,
     flip_sign,

@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 
 import numpy as np
+
 from gdv.backends.reference.registry import KERNELS, Context
 from gdv.ir.core import Op
 from gdv.ir.diagnostics import UNKNOWN_LOC, IRError, Loc

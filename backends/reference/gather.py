@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from gdv.backends.reference.registry import Context, kernel
 from gdv.ir.core import Op
 from gdv.ir.ops import REGISTRY as OPS

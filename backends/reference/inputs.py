@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from gdv.backends.reference.interpreter import entry_function
 from gdv.backends.reference.memory import check_params_memory
 from gdv.ir.core import Function, Module, Param

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
 from gdv.backends.reference.evaluate import check_decomposition, check_ops, evaluate_ops
 from gdv.backends.reference.memory import check_memory
 from gdv.backends.reference.registry import Context

@@ -6,6 +6,7 @@ literal excepted, which is rounded to the value's storage dtype)."""
 from __future__ import annotations
 
 import numpy as np
+
 from gdv.backends.reference.literals import literal
 from gdv.backends.reference.registry import Context, kernel
 from gdv.ir.core import Op

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from gdv.backends.reference.arith import Working, narrow, widen
 from gdv.backends.reference.registry import Context, kernel
 from gdv.ir.core import Op

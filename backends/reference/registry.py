@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
 from gdv.ir.core import Op
 from gdv.ir.dtypes import DType
 from gdv.ir.ops import OpSpec

@@ -14,6 +14,7 @@ import math
 from fractions import Fraction
 
 import numpy as np
+
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
 

@@ -9,6 +9,7 @@ import time
 import ml_dtypes
 import numpy as np
 import pytest
+
 from gdv.backends.reference import (
     KERNELS,
     Context,

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+
 from gdv.backends.reference import bit_equal, describe_difference, random_inputs, run
 from gdv.ir.core import Function, Op
 from gdv.ir.ops import REGISTRY

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gdv.backends.reference import apply, bit_equal, describe_difference
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.types import TensorType
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 def _load(name: str):

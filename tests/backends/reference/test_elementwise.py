@@ -8,12 +8,13 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gdv.backends.reference import apply, bit_equal, describe_difference
 from gdv.ir.dtypes import FLOAT_DTYPES, DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.types import TensorType
-from hypothesis import given
-from hypothesis import strategies as st
 
 BF16 = ml_dtypes.bfloat16
 NAN, INF = math.nan, math.inf

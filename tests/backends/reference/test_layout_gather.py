@@ -6,6 +6,7 @@ import math
 from fractions import Fraction
 
 import numpy as np
+
 from gdv.backends.reference import apply, bit_equal, describe_difference
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array

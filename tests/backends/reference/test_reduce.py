@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gdv.backends.reference import apply, bit_equal, describe_difference
 from gdv.ir.dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, DType
 from gdv.ir.numerics import literal_to_array
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 def _load(name: str):

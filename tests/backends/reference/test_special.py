@@ -6,6 +6,7 @@ import math
 
 import mpmath
 import numpy as np
+
 from gdv.backends.reference.special import erf
 
 
