@@ -14,11 +14,12 @@ from functools import cache
 from typing import Any
 
 import lark
+from lark import Lark, Token, Tree
+
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.dtypes import DType
 from gdv.ir.types import TensorType
-from lark import Lark, Token, Tree
 
 MAX_SOURCE_BYTES = 64 * 1024 * 1024
 MAX_NESTING = 64
