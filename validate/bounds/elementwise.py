@@ -25,6 +25,7 @@ from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
+
 from gdv.ir.core import Op
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS

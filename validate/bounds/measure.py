@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from gdv.ir.core import Function, Module, Param
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import float_to_float

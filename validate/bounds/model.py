@@ -33,6 +33,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import sympy
+
 from gdv.ir.dtypes import DType
 from gdv.ir.types import TensorType
 
@@ -45,12 +46,13 @@ UNIT_ROUNDOFF: dict[DType, float] = {
 """u = 2^-p, p the significand precision with the hidden bit."""
 
 ETA: dict[DType, float] = {
-    DType.F64: 2.0**-1075,
+    DType.F64: 2.0**-1074,  # half of it, 2^-1075, is below float64's range: round up
     DType.F32: 2.0**-150,
     DType.F16: 2.0**-25,
     DType.BF16: 2.0**-134,
 }
-"""Half the smallest positive subnormal: the absolute error of rounding in the subnormal range."""
+"""Half the smallest positive subnormal (f64: the whole one): a bound on the absolute error of
+rounding in the subnormal range."""
 
 MAX_FINITE: dict[DType, float] = {
     DType.F64: float(np.finfo(np.float64).max),

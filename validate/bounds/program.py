@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 import sympy
+
 from gdv.ir.core import Function, Module, Param
 from gdv.ir.diagnostics import IRError
 from gdv.ir.types import TensorType
@@ -85,8 +86,9 @@ class ProgramBounds:
         }
 
 
-def _json_float(x: float) -> float | str:
-    return x if math.isfinite(x) else ("inf" if x > 0 else ("-inf" if x < 0 else "nan"))
+def _json_float(x: float) -> float | None:
+    """JSON has no infinities: an unbounded value is null (and `reason` says why)."""
+    return x if math.isfinite(x) else None
 
 
 def _param_bound(p: Param, default_range: tuple[float, float] | None, filename: str) -> TB:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gdv.validate.bounds import analyze
-from gdv.validate.bounds.measure import KINDS, make_inputs, output_errors
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gdv.api import load
+from gdv.validate.bounds import analyze
+from gdv.validate.bounds.measure import KINDS, make_inputs, output_errors
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.gdv"))
 
