@@ -19,7 +19,12 @@ EXIT_OK = 0
 EXIT_INPUT = 3
 EXIT_INTERNAL = 4
 
-COMMAND_MODULES = ("gdv.commands.basic", "gdv.commands.run", "gdv.commands.tv")
+COMMAND_MODULES = (
+    "gdv.commands.basic",
+    "gdv.commands.run",
+    "gdv.commands.tv",
+    "gdv.commands.bounds",
+)
 """Each module has `register(subparsers)`, which adds its commands with a `handler`."""
 
 
