@@ -17,6 +17,8 @@ import string
 from collections.abc import Callable
 from typing import Any
 
+from hypothesis import strategies as st
+
 from gdv.ir import ops as op_registry
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, DType
@@ -24,7 +26,6 @@ from gdv.ir.ops.elementwise import BINARY_DOCS, CMP_DIRECTIONS, INT_BINARY, UNAR
 from gdv.ir.ops.reduce import REDUCE_DOCS
 from gdv.ir.parser import MAX_NAME_LENGTH, float_literal
 from gdv.ir.types import TensorType
-from hypothesis import strategies as st
 
 NAME_CHARS = string.ascii_letters + string.digits + "_."
 KEY_FIRST = string.ascii_letters + "_"

@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gdv.ir import ops as op_registry
 from gdv.ir.core import Function, Module, Op
 from gdv.ir.parser import parse
 from gdv.ir.printer import print_module
 from gdv.ir.verifier import verify
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def _load_strategies():
