@@ -35,4 +35,6 @@ class IRError(Exception):
 def printable(text: str, limit: int = 40) -> str:
     """`text` safe to show in a terminal: escapes control and non-ASCII characters, cut short."""
     shown = text if len(text) <= limit else text[:limit] + "..."
-    return shown.encode("ascii", "backslashreplace").decode("ascii").replace("\x1b", "\\x1b")
+    shown = shown.encode("ascii", "backslashreplace").decode("ascii")
+    # ASCII control characters (NUL, ESC, BEL, CR, DEL, ...) are ASCII too: escape them as well.
+    return "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in shown)
