@@ -159,6 +159,10 @@ def _syntax_error(e: lark.exceptions.UnexpectedInput, text: str, filename: str) 
     line, col = getattr(e, "line", 1), getattr(e, "column", 1)
     if isinstance(e, lark.exceptions.UnexpectedCharacters):
         ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        if ch == '"':  # STRING did not match from here: no closing quote on this line
+            return IRError(
+                'unterminated string: no closing " on the same line', Loc(filename, line, col)
+            )
         return IRError(f"unexpected character '{printable(ch)}'", Loc(filename, line, col))
     if isinstance(e, lark.exceptions.UnexpectedEOF):
         line, col = _line_col(text, len(text))
