@@ -53,6 +53,11 @@ def read_inputs(paths: list[str]) -> dict[str, np.ndarray]:
     return merged
 
 
+def _holds(path: str, key: str) -> bool:
+    with np.load(path, allow_pickle=False) as data:
+        return key in data.files
+
+
 def _as_param_dtype(name: str, arr: np.ndarray, dtype: DType) -> np.ndarray:
     # bf16 arrays survive np.savez only as raw 2-byte voids; view them back.
     if dtype is DType.BF16 and arr.dtype.kind == "V" and arr.dtype.itemsize == 2:
@@ -74,10 +79,12 @@ def run(args: argparse.Namespace) -> int:
     params = {p.name: p for p in fn.params}
     for key in given:
         if key not in params:
+            # Point at the last file that holds the key (the one whose array would be used).
+            source = next(p for p in reversed(args.inputs) if _holds(p, key))
             raise IRError(
                 f"input '{printable(key)}' names no parameter of @{fn.name} (parameters: "
                 f"{', '.join(params) or 'none'})",
-                Loc(args.inputs[-1] if args.inputs else args.file, 1, 1),
+                Loc(source, 1, 1),
             )
     inputs = reference.random_inputs(fn, args.seed)
     for key, arr in given.items():
