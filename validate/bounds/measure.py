@@ -64,6 +64,9 @@ def _floats(
         out = float_to_float(np.clip(w, lo, hi), p.type.dtype)
         bad = (out.astype(np.float64) < lo) | (out.astype(np.float64) > hi)
         out = np.where(bad, float_to_float(np.full(shape, (lo + hi) / 2), p.type.dtype), out)
+        w = out.astype(np.float64)
+        if (w < lo).any() or (w > hi).any():
+            raise ValueError(f"the range [{lo}, {hi}] of %{p.name} holds no {p.type.dtype} value")
     return out.astype(p.type.dtype.np)
 
 
