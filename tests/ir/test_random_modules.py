@@ -4,6 +4,7 @@ canonical and round-trips (IR_SPEC.md section 1), and composites decompose into 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -102,3 +103,18 @@ def test_composites_are_rejected_at_the_core_stage() -> None:
     )
     with pytest.raises(Exception, match="graph-stage op"):
         verify(parse(src), stage="core")
+
+
+# Whitespace and line breaks are free (IR_SPEC.md section 1): the same tokens joined by any
+# whitespace and comments give the same module.
+_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|->|[%@]?[A-Za-z0-9_.+-]+|[^\sA-Za-z0-9_.]')
+_SEPARATORS = [" ", "\n", "\t", "\r\n", "  // a comment ( [ {\n", "\n\n   "]
+
+
+@given(S.modules(max_functions=2), st.randoms(use_true_random=False))
+def test_whitespace_and_comments_between_tokens_are_free(module: Module, rnd) -> None:
+    text = print_module(module)
+    tokens = _TOKEN.findall(text)
+    assert not _TOKEN.sub("", text).strip(), "the tokenizer missed part of the text"
+    spaced = "".join(t + rnd.choice(_SEPARATORS) for t in tokens)
+    assert parse(spaced, "<spaced>") == module
