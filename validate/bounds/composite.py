@@ -33,9 +33,78 @@ def run_decomposition(op: Op, ctx: Context) -> list[tuple[Op, TB]]:
     return [(sub, apply_op(sub, ctx)) for sub in spec.decompose(op, fresh)]
 
 
-@rule(*(OPS[n] for n in ("matmul", "softmax", "log_softmax", "gelu")))
-def _composite(op: Op, args: list[TB], ctx: Context) -> TB:
+@rule(OPS["matmul"])
+def _matmul(op: Op, args: list[TB], ctx: Context) -> TB:
     return run_decomposition(op, ctx)[-1][1]
+
+
+LIPSCHITZ = {"softmax": 0.5, "log_softmax": 2.0, "gelu": 1.13}
+"""sup |d out_i| / max_j |d x_j| of the exact functions, over all inputs: softmax's Jacobian
+diag(p) - p p^T has rows of 1-norm 2 p_i (1 - p_i) <= 1/2; log_softmax's rows
+e_i - p have 1-norm <= 2; gelu' = Phi(x) + x phi(x) peaks at 1.1289 (x = sqrt 2), the tanh
+form's at 1.1290 (tests/validate/bounds/test_composites.py checks both on a fine grid)."""
+
+GELU_MIN = -0.1701
+"""Both gelu forms stay above this (-0.16997 and -0.17004 at x near -0.75)."""
+
+
+@rule(OPS["softmax"], OPS["log_softmax"], OPS["gelu"])
+def _lipschitz_composite(op: Op, args: list[TB], ctx: Context) -> TB:
+    through = run_decomposition(op, ctx)[-1][1]
+    split = _split_exact_input(op, args[0], ctx)
+    if split is None or split.err.total >= through.err.total:
+        return through
+    return split
+
+
+def _pieces(lo: float, hi: float) -> list[tuple[float, float]]:
+    """[lo, hi] cut at 0, +-k/4 up to 4 and +-2^k beyond: narrow pieces keep gelu's interval
+    arithmetic tight (tanh's saturation only shows on pieces away from 0)."""
+    cuts = {0.0} | {s * k / 4 for k in range(1, 17) for s in (1, -1)}
+    cuts |= {s * 2.0**k for k in range(3, 64) for s in (1, -1)}
+    inner = sorted(c for c in cuts if lo < c < hi)
+    ends = [lo, *inner, hi]
+    return list(zip(ends[:-1], ends[1:], strict=True))
+
+
+def _split_exact_input(op: Op, x: TB, ctx: Context) -> TB | None:
+    """|f^(x^) - f(x)| <= |f^(x^) - f(x^)| + L |x^ - x|: the rounding of the decomposition
+    evaluated on an *exact* input ranging over the computed (and exact) values, plus the
+    exact function's Lipschitz constant times the input error. Elementwise composites (gelu)
+    evaluate the decomposition piece by piece and take the worst piece; softmax and
+    log_softmax, whose rows mix, in one piece."""
+    from gdv.validate.bounds.model import Err, hull, is_empty, lin_add, lin_scale, make_tb
+
+    lip = LIPSCHITZ[op.name]
+    name = op.operands[0]
+    base = x.both
+    if not x.err.finite or is_empty(*base):
+        return None
+    if op.name == "gelu" and x.specials:
+        return None
+    parts = _pieces(*base) if op.name == "gelu" else [base]
+    saved = ctx.values[name]
+    results = []
+    try:
+        for lo, hi in parts:
+            ctx.values[name] = make_tb(x.type, (lo, hi), Err.zero(), specials=x.specials)
+            results.append(run_decomposition(op, ctx)[-1][1])
+    finally:
+        ctx.values[name] = saved
+    rounding = results[0].err
+    for r in results[1:]:
+        rounding = rounding.max(r.err)
+    if not rounding.finite:
+        return None
+    err = Err.make(
+        lin_add(lin_scale(x.err.lin, lip), rounding.lin), lip * x.err.total + rounding.total
+    )
+    exact = hull(*(r.exact for r in results))
+    computed = hull(*(r.computed for r in results))
+    if op.name == "gelu":
+        exact = (max(exact[0], GELU_MIN), exact[1])
+    specials = frozenset().union(*(r.specials for r in results))
+    return make_tb(op.type, exact, err, computed, specials)
 
 
 @rule(OPS["layer_norm"])

@@ -76,15 +76,17 @@ def finish(
     return make_tb(op.type, exact, err, computed, specials, facts)
 
 
-def rounded(pre: Interval, own: float) -> Interval:
-    """The computed interval of fl(z) for z in `pre`, one rounding of at most `own`: rounding
-    is monotone and keeps the sign, so a nonnegative z gives a nonnegative result."""
+def rounded(pre: Interval, u: float, eta: float) -> Interval:
+    """The computed interval of fl(z) for z in `pre`, fl within relative `u` and absolute
+    `eta`: fl is monotone, so fl(z) lies between fl(pre's ends), each within u |end| + eta of
+    the end; and it keeps the sign, so a nonnegative z gives a nonnegative result."""
     if is_empty(*pre):
         return EMPTY
-    lo, hi = down(pre[0] - own), up(pre[1] + own)
-    if pre[0] >= 0:
+    a, b = pre
+    lo, hi = down(a - u * abs(a) - eta), up(b + u * abs(b) + eta)
+    if a >= 0:
         lo = max(lo, 0.0)
-    if pre[1] <= 0:
+    if b <= 0:
         hi = min(hi, 0.0)
     return lo, hi
 
@@ -355,7 +357,8 @@ def _smooth(op: Op, x: TB, ctx: Context, name: str) -> TB:
         lin, total = one_rounding(ctx, dtype, mag(*exact), mag(*pre))
         own = (lin_scale(lin, 2 * k), 2 * k * total)
     err = combine(prop, own)
-    computed = rounded(pre, own[1])
+    k_rel = 1.0 if name == "sqrt" else 2 * ctx.ulps
+    computed = rounded(pre, k_rel * ctx.u(dtype), k_rel * ctx.eta(dtype))
     computed = (max(computed[0], clip[0]), min(computed[1], clip[1]))
     facts = {}
     if name == "exp" and "max0" in x.facts:
@@ -418,7 +421,7 @@ def _add_sub(op: Op, args: list[TB], ctx: Context) -> TB:
         )
     own = one_rounding(ctx, op.type.dtype, mag(*exact), mag(*pre), eta=False)
     err = prop + combine(own) if prop.finite else prop
-    r = rounded(pre, own[1])
+    r = rounded(pre, ctx.u(op.type.dtype), 0.0)
     computed = r if computed is None else (r[0], min(r[1], computed[1]))
     return finish(op, ctx, exact, err, mag(*pre), computed, specials, facts)
 
@@ -468,7 +471,8 @@ def _mul(op: Op, args: list[TB], ctx: Context) -> TB:
         return int_result(op, ctx, exact, prop, specials)
     own = one_rounding(ctx, op.type.dtype, mag(*exact), mag(*pre))
     err = prop + combine(own) if prop.finite else prop
-    return finish(op, ctx, exact, err, mag(*pre), rounded(pre, own[1]), specials)
+    u, eta = ctx.u(op.type.dtype), ctx.eta(op.type.dtype)
+    return finish(op, ctx, exact, err, mag(*pre), rounded(pre, u, eta), specials)
 
 
 @rule(OPS["div"])
@@ -504,7 +508,8 @@ def _div(op: Op, args: list[TB], ctx: Context) -> TB:
     )
     own = one_rounding(ctx, op.type.dtype, mag(*exact), mag(*pre))
     specials = frozenset({"nan"}) & (a.specials | b.specials)
-    return finish(op, ctx, exact, prop + combine(own), mag(*pre), rounded(pre, own[1]), specials)
+    u, eta = ctx.u(op.type.dtype), ctx.eta(op.type.dtype)
+    return finish(op, ctx, exact, prop + combine(own), mag(*pre), rounded(pre, u, eta), specials)
 
 
 @rule(OPS["max"], OPS["min"])
@@ -657,7 +662,7 @@ def _convert(op: Op, args: list[TB], ctx: Context) -> TB:
             x.exact,
             x.err + combine(own),
             mag(*x.computed),
-            rounded(x.computed, own[1]),
+            rounded(x.computed, ctx.u(dst), ctx.eta(dst)),
             x.specials,
         )
     if src.is_float:  # float -> int: truncate and saturate, NaN -> 0, on both sides
