@@ -52,9 +52,30 @@ GELU_MIN = -0.1701
 def _lipschitz_composite(op: Op, args: list[TB], ctx: Context) -> TB:
     through = run_decomposition(op, ctx)[-1][1]
     split = _split_exact_input(op, args[0], ctx)
-    if split is None or split.err.total >= through.err.total:
-        return through
-    return split
+    best = through if split is None or split.err.total >= through.err.total else split
+    if op.name == "softmax":
+        best = _softmax_l1(op, args[0], best, ctx)
+    return best
+
+
+def _softmax_l1(op: Op, x: TB, p: TB, ctx: Context) -> TB:
+    """Record softmax's rows' l1 facts: sum p = 1 exactly; sum |p^ - p| is at most n times
+    p's elementwise bound, and never more than sum p^ + sum p <= (1+u)/(1-gamma_{n-1}) + 1
+    (p^_i <= e^_i / s^ (1+u) and the computed sum s^ >= sum e^ (1 - gamma_{n-1}))."""
+    from gdv.validate.bounds.model import Err
+    from gdv.validate.bounds.rounding import gamma
+
+    axis = op.attrs["axis"]
+    n = x.type.shape[axis]
+    u = ctx.u(op.type.dtype)
+    g = gamma(n - 1, u)
+    if not p.err.finite or g >= 1:
+        return p
+    cap = 1 + (1 + u) / (1 - g) + 1e-12
+    spread = p.err.scale(n)  # sum of n errors, each within p's bound
+    le = spread if spread.total < cap else Err.make({}, cap)
+    err = p.err if p.err.total <= le.total else le
+    return p.with_(err=err, facts={"l1": {axis: (1.0, le)}})
 
 
 def _pieces(lo: float, hi: float) -> list[tuple[float, float]]:
@@ -184,4 +205,10 @@ def _layer_norm_closed(
     g_tb = gamma_tb.with_(type=op.type, facts={})
     b_tb = beta_tb.with_(type=op.type, facts={})
     scaled = _mul(Op(names[3], "mul", names[:2], {}, op.type), [y, g_tb], ctx)
-    return _add_sub(Op(op.result, "add", [names[3], names[2]], {}, op.type), [scaled, b_tb], ctx)
+    out = _add_sub(Op(op.result, "add", [names[3], names[2]], {}, op.type), [scaled, b_tb], ctx)
+    if len(op.attrs["axes"]) == 1 and out.err.finite:
+        # sum y_i^2 = n v / (v + eps) <= n, so sum |y_i| <= n and each row of
+        # y * gamma + beta has l1 norm <= n (max|gamma| + max|beta|).
+        l1 = n * (mag(*gamma_tb.exact) + mag(*beta_tb.exact))
+        out = out.with_(facts={"l1": {op.attrs["axes"][0]: (l1, out.err.scale(n))}})
+    return out

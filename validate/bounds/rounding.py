@@ -57,15 +57,33 @@ def gamma(n: float, u: float) -> float:
     return math.inf if n * u >= 1 else n * u / (1 - n * u)
 
 
+def _pairs(n: int, r: float) -> float:
+    """sum_{k=2..n} min(k, r): the partial sums' magnitudes in units of the largest term, when
+    the terms' absolute values add up to at most r of those units."""
+    if r >= n:
+        return n * (n + 1) / 2 - 1
+    m = max(1, math.floor(r))
+    return (m * (m + 1) / 2 - 1) + (n - m) * r
+
+
 def sequential_sum(
-    ctx: Context, n: int, dtype: DType, p_exact: float, p_computed: float, elements: int
+    ctx: Context,
+    n: int,
+    dtype: DType,
+    p_exact: float,
+    p_computed: float,
+    elements: int,
+    s_exact: float = math.inf,
+    s_computed: float = math.inf,
 ) -> tuple[dict[str, float], float]:
     """The rounding error of `acc = t[0]; acc = acc + t[k]` over n terms in `dtype`, each term
     |t| <= p_computed (its exact counterpart <= p_exact): (first-order form, rigorous value).
 
     Rigorous: the error is sum_{k=2..n} s_k d_k / (1 + d_k) for the computed partial sums s_k,
     |s_k| <= k P (1 + u)^(k-1), so it is at most u/(1-u) (1 + gamma_{n-1}) P (n(n+1)/2 - 1):
-    half of the textbook gamma_{n-1} n P. No eta: a subnormal sum is exact.
+    half of the textbook gamma_{n-1} n P. When the terms' absolute values are known to add up
+    to at most S (`s_exact`, `s_computed`: an l1 fact), |s_k| <= min(k P, S) instead.
+    No eta: a subnormal sum is exact.
     Probabilistic companion (ctx.lam set): Higham and Mary (2019), Theorem 3.1's argument for
     a sum: |error| <= gamma~_{n-1}(lambda) n P with gamma~_m = exp(lambda sqrt(m) u + m u^2 /
     (1-u)) - 1, failing with probability at most 2 n exp(-lambda^2 (1-u)^2 / 2) per sum; the
@@ -76,16 +94,18 @@ def sequential_sum(
     g = gamma(n - 1, u)
     if math.isinf(g):
         return {}, math.inf
-    pairs = n * (n + 1) / 2 - 1
-    lin = {ctx.u_sym(dtype): p_exact * pairs}
+    s_exact, s_computed = min(s_exact, n * p_exact), min(s_computed, n * p_computed)
+    lin_pairs = _pairs(n, s_exact / p_exact) if p_exact > 0 else 0.0
+    pairs = _pairs(n, s_computed / p_computed) if p_computed > 0 else 0.0
+    lin = {ctx.u_sym(dtype): p_exact * lin_pairs}
     total = u / (1 - u) * (1 + g) * p_computed * pairs
     if ctx.lam is not None:
         lam = ctx.lam
         g_prob = math.expm1(lam * math.sqrt(n - 1) * u + (n - 1) * u * u / (1 - u))
-        total_prob = g_prob * n * p_computed
+        total_prob = g_prob * s_computed
         if total_prob < total:
             ctx.prob_events += elements * n
-            return {ctx.u_sym(dtype): lam * math.sqrt(n - 1) * n * p_exact}, total_prob
+            return {ctx.u_sym(dtype): lam * math.sqrt(n - 1) * s_exact}, total_prob
     return lin, total
 
 

@@ -183,6 +183,21 @@ CASES: dict[str, tuple] = {
     ),
     "gelu": _case(X1, '%y = gelu(%x) {{approximate = "none"}} : {dt}[4,6]', "{dt}[4,6]"),
     "gelu_tanh": _case(X1, '%y = gelu(%x) {{approximate = "tanh"}} : {dt}[4,6]', "{dt}[4,6]"),
+    "softmax_then_dot": _case(
+        "%x: {dt}[4,6] {{range = {r1}}}, %w: {dt}[6,5] {{range = {r2}}}",
+        "%p = softmax(%x) {{axis = 1}} : {dt}[4,6]\n"
+        "%y = dot(%p, %w) {{lhs_batch = [], rhs_batch = [], lhs_contract = [1], "
+        "rhs_contract = [0]}} : {dt}[4,5]",
+        "{dt}[4,5]",
+    ),
+    "layer_norm_then_dot": _case(
+        "%x: {dt}[4,6] {{range = {r1}}}, %g: {dt}[6] {{range = [0.5, 1.5]}}, "
+        "%b: {dt}[6] {{range = [-0.1, 0.1]}}, %w: {dt}[5,6] {{range = {r2}}}",
+        "%h = layer_norm(%x, %g, %b) {{axes = [1], eps = 1e-05}} : {dt}[4,6]\n"
+        "%y = dot(%w, %h) {{lhs_batch = [], rhs_batch = [], lhs_contract = [1], "
+        "rhs_contract = [1]}} : {dt}[5,4]",
+        "{dt}[5,4]",
+    ),
     "int_arith": _case(
         "%x: i32[4,6] {{range = [-1000, 1000]}}, %w: i32[4,6] {{range = [-50, 50]}}",
         "%p = mul(%x, %w) : i32[4,6]\n%s = sub(%p, %x) : i32[4,6]\n"
@@ -215,6 +230,8 @@ OP_OF_CASE = {
     "gelu_tanh": "gelu",
     "int_arith": "add",
     "int_dot_wraps": "dot",
+    "softmax_then_dot": "dot",
+    "layer_norm_then_dot": "dot",
 }
 
 
