@@ -155,7 +155,7 @@ def _layer_norm_closed(
       |y^ - y| <= Ed (1 + sigma) / sqrt(eps) + Y sigma + u (Y + Ed / sqrt(eps))(1 + sigma) + eta
     with |y| <= Y = min(sqrt(n - 1), max|d| / sqrt(eps)) (Samuelson's inequality). The affine
     part (y * gamma) + beta goes through the mul and add rules. None when it does not apply."""
-    from gdv.validate.bounds.elementwise import _add_sub, _assume_ulps, _mul
+    from gdv.validate.bounds.elementwise import _add_sub, _mul, transcendental_error
     from gdv.validate.bounds.model import Err, lin_add, lin_scale, mag, make_tb
 
     x, gamma_tb, beta_tb = args
@@ -169,7 +169,8 @@ def _layer_norm_closed(
         return None
     u, eta = ctx.u(dtype), ctx.eta(dtype)
     us, etas = ctx.u_sym(dtype), ctx.eta_sym(dtype)
-    k = _assume_ulps(ctx, "rsqrt")
+    # rsqrt's relative error (the ulp assumption on the target, then the rounding).
+    _, rsqrt_rel, rsqrt_abs = transcendental_error(ctx, "rsqrt", dtype, 1.0, 1.0)
     ed = d.err.total
     dmax = mag(*d.exact)
     v_max = min(dmax**2, (x.hi - x.lo) ** 2 / 4)  # Popoviciu: a variance is <= (range/2)^2
@@ -186,7 +187,7 @@ def _layer_norm_closed(
     )
     if not rho < 0.5:
         return None
-    theta = 2 * k * u + 2 * k * eta * math.sqrt((v_max + eps_hi) * (1 + rho))
+    theta = rsqrt_rel + rsqrt_abs * math.sqrt((v_max + eps_hi) * (1 + rho))
     sigma = (1 - rho) ** -0.5 * (1 + theta) - 1
     y_max = min(math.sqrt(n - 1), dmax / root)
     total = ed * (1 + sigma) / root + y_max * sigma + u * (y_max + ed / root) * (1 + sigma) + eta
@@ -196,9 +197,10 @@ def _layer_norm_closed(
         s_lin,
         lin_scale(eps.err.lin, 1 / eps_lo),
     )
-    sigma_lin = lin_add(
-        lin_scale(rho_lin, 0.5), {us: 2 * k, etas: 2 * k * math.sqrt(v_max + eps_hi)}
-    )
+    theta_lin, _, _ = transcendental_error(ctx, "rsqrt", dtype, 1.0, 1.0)
+    root_w = math.sqrt(v_max + eps_hi)
+    theta_lin = {s: v * (root_w if s.startswith("eta") else 1.0) for s, v in theta_lin[0].items()}
+    sigma_lin = lin_add(lin_scale(rho_lin, 0.5), theta_lin)
     lin = lin_add(s_lin, lin_scale(sigma_lin, y_max), {us: y_max, etas: 1.0})
     y = make_tb(op.type, (-y_max, y_max), Err.make(lin, total))
     names = [fresh(f"{op.result}.{w}") for w in ("y", "gamma", "beta", "scaled")]

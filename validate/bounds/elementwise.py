@@ -27,14 +27,18 @@ from fractions import Fraction
 import numpy as np
 
 from gdv.ir.core import Op
+from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.elementwise import iter_leaves
 from gdv.validate.bounds.model import (
     EMPTY,
+    ETA,
     TB,
+    UNIT_ROUNDOFF,
     Err,
     down,
+    eta_symbol,
     hull,
     i_add,
     i_mul,
@@ -45,6 +49,7 @@ from gdv.validate.bounds.model import (
     mag,
     make_tb,
     mig,
+    u_symbol,
     up,
 )
 from gdv.validate.bounds.registry import Context, rule
@@ -303,15 +308,33 @@ _BOUNDED = {"tanh": 2.0, "sigmoid": 1.0, "erf": 2.0, "sin": 2.0, "cos": 2.0}
 """Functions with bounded range: name -> the range's width."""
 
 
-def _assume_ulps(ctx: Context, name: str) -> float:
-    """The error of one evaluation of transcendental `name`, in ulps (recorded)."""
+def transcendental_error(
+    ctx: Context, name: str, dtype: DType, m_exact: float, m_pre: float
+) -> tuple[tuple[dict[str, float], float], float, float]:
+    """The error of one evaluation of transcendental `name` on the reference target, for
+    results |f| <= m_exact (exact input) / m_pre (computed input): ((first-order form,
+    rigorous value), relative part, absolute part).
+
+    The assumption (recorded): float64 evaluation within k ulp of the exact value, of the same
+    sign, so |y64 - f| <= 2k u64 |f| + 2k eta64; the reference then rounds once to the dtype
+    (|fl(y64) - y64| <= u |y64| + eta), so f32, f16 and bf16 pay u + 2k u64, not 2k u."""
     k = ctx.ulps
     ctx.assume(
         f"transcendental-ulp:{name}",
         f"{name} returns a value within {k:g} ulp of the exact result, of the same sign "
-        f"(reference target: float64 evaluation rounded once)",
+        f"(reference target: evaluated in float64 within that, then rounded once to the dtype)",
     )
-    return k
+    wide = DType.F64
+    u64, eta64 = UNIT_ROUNDOFF[wide], ETA[wide]
+    lin64 = {u_symbol(wide): 2 * k * m_exact, eta_symbol(wide): 2 * k}
+    if ctx.fmt(dtype) is wide:
+        return (lin64, 2 * k * (u64 * m_pre + eta64)), 2 * k * u64, 2 * k * eta64
+    u, eta = ctx.u(dtype), ctx.eta(dtype)
+    m64 = m_pre * (1 + 2 * k * u64) + 2 * k * eta64
+    total = 2 * k * (u64 * m_pre + eta64) + u * m64 + eta
+    lin = lin_add(lin64, {ctx.u_sym(dtype): m_exact, ctx.eta_sym(dtype): 1.0})
+    rel = u + 2 * k * u64 * (1 + u)
+    return (lin, total), rel, eta + 2 * k * eta64 * (1 + u)
 
 
 def _smooth(op: Op, x: TB, ctx: Context, name: str) -> TB:
@@ -353,12 +376,11 @@ def _smooth(op: Op, x: TB, ctx: Context, name: str) -> TB:
     if name == "sqrt":
         own = one_rounding(ctx, dtype, mag(*exact), mag(*pre))
     else:
-        k = _assume_ulps(ctx, name)
-        lin, total = one_rounding(ctx, dtype, mag(*exact), mag(*pre))
-        own = (lin_scale(lin, 2 * k), 2 * k * total)
+        own, rel, absolute = transcendental_error(ctx, name, dtype, mag(*exact), mag(*pre))
     err = combine(prop, own)
-    k_rel = 1.0 if name == "sqrt" else 2 * ctx.ulps
-    computed = rounded(pre, k_rel * ctx.u(dtype), k_rel * ctx.eta(dtype))
+    if name == "sqrt":
+        rel, absolute = ctx.u(dtype), ctx.eta(dtype)
+    computed = rounded(pre, rel, absolute)
     computed = (max(computed[0], clip[0]), min(computed[1], clip[1]))
     facts = {}
     if name == "exp" and "max0" in x.facts:
@@ -570,9 +592,7 @@ def _pow(op: Op, args: list[TB], ctx: Context) -> TB:
         lin_add(lin_scale(a.err.lin, da), lin_scale(b.err.lin, db)),
         da_b * a.err.total + db_b * b.err.total,
     )
-    k = _assume_ulps(ctx, "pow")
-    lin, total = one_rounding(ctx, op.type.dtype, mag(*exact), mag(*pre))
-    own = (lin_scale(lin, 2 * k), 2 * k * total)
+    own, _, _ = transcendental_error(ctx, "pow", op.type.dtype, mag(*exact), mag(*pre))
     return finish(op, ctx, exact, prop + combine(own), up(mag(*pre) + own[1]), (0.0, math.inf))
 
 
