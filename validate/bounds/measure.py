@@ -7,7 +7,9 @@ a bound is refuted only when measured > bound + ideal bound.
 
 Input families for the search (all within the declared ranges, rounded to the dtype):
 `random` (uniform), `endpoints` (each element at lo or hi), `aligned` (every input at its hi, or
-every at its lo: sums without cancellation reach the interval ends), `constant` (each tensor one
+every at its lo: sums without cancellation reach the interval ends), `upper` (uniform in the top
+quarter of the range: long sums of same-sign, non-representable terms whose partial sums grow
+and round at every step), `constant` (each tensor one
 value plus relative noise 1e-6: near-zero variance for layer_norm, catastrophic cancellation in
 x - mean), `tiny` (values near the dtype's underflow threshold where the range allows them).
 """
@@ -22,7 +24,7 @@ from gdv.ir.core import Function, Module, Param
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import float_to_float
 
-KINDS = ("random", "endpoints", "aligned", "constant", "tiny")
+KINDS = ("random", "endpoints", "aligned", "upper", "constant", "tiny")
 
 _TINY = {
     DType.F64: 2.0**-1020,
@@ -48,6 +50,8 @@ def _floats(
         wide = np.where(rng.random(shape) < 0.5, lo, hi)
     elif kind == "aligned":
         wide = np.full(shape, hi if rng.random() < 0.5 else lo)
+    elif kind == "upper":
+        wide = rng.uniform(lo + 0.75 * (hi - lo), hi, shape)
     elif kind == "constant":
         c = rng.uniform(lo, hi)
         wide = np.clip(c * (1 + 1e-6 * rng.standard_normal(shape)), lo, hi)
