@@ -30,7 +30,6 @@ from gdv.ir.types import TensorType
 NAME_CHARS = string.ascii_letters + string.digits + "_."
 KEY_FIRST = string.ascii_letters + "_"
 KEY_CHARS = KEY_FIRST + string.digits
-KEYWORDS = {"true", "false", "return", "func"}
 
 # --- names -----------------------------------------------------------------------------------
 
@@ -38,13 +37,16 @@ names = st.one_of(
     st.text(NAME_CHARS, min_size=1, max_size=8),
     st.text(NAME_CHARS, min_size=MAX_NAME_LENGTH - 2, max_size=MAX_NAME_LENGTH),
     st.integers(0, 99).map(str),
+    st.sampled_from(["return", "func", "true", "inf", "nan", "f32", "1.5e3", "...", "_", "main"]),
 )
 """Value and function names: `[A-Za-z0-9_.]+`, at most 128 characters."""
 
-attr_keys = (
-    st.text(KEY_FIRST, min_size=1, max_size=1)
-    .flatmap(lambda c: st.text(KEY_CHARS, max_size=10).map(lambda rest: c + rest))
-    .filter(lambda k: k not in KEYWORDS)
+attr_keys = st.one_of(
+    st.text(KEY_FIRST, min_size=1, max_size=1).flatmap(
+        lambda c: st.text(KEY_CHARS, max_size=10).map(lambda rest: c + rest)
+    ),
+    # Words that are tokens elsewhere are still keys here (the lexer is contextual).
+    st.sampled_from(["true", "false", "return", "func", "inf", "nan", "f32", "bf16", "dims"]),
 )
 
 # --- literals --------------------------------------------------------------------------------
