@@ -1,0 +1,226 @@
+"""What a pass is, and the rewrite machinery that most passes share.
+
+A pass is a small frozen dataclass with a `name` and `run(module) -> PassResult`. A rewriting
+pass walks each function's ops in order; a rule looks at one op (and, through `Site.producer`,
+at the ops that define its operands) and may return a `Rewrite`: new ops and the value that
+replaces the op's result. Each rewrite yields one equivalence obligation between the ops it
+matched (`src`) and the ops it emitted (`tgt`), as two small functions over the values they
+read, so a proof failure names the exact rule and place.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from gdv.ir.core import Function, Module, Op, Param
+from gdv.ir.obligation import Obligation
+from gdv.ir.types import TensorType
+
+
+@dataclass
+class PassResult:
+    module: Module
+    obligations: list[Obligation] = field(default_factory=list)
+    changed: bool = False
+
+
+class Pass:
+    """Base of every pass: subclasses are frozen dataclasses with a class-level `name`."""
+
+    name: ClassVar[str] = ""
+    stage_in: ClassVar[str] = "graph"
+    """The stage the pass's input is verified at."""
+
+    def run(self, module: Module) -> PassResult:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Names:
+    """Fresh value names for one function."""
+
+    def __init__(self, fn: Function) -> None:
+        self.taken = {p.name for p in fn.params} | {op.result for op in fn.ops}
+
+    def fresh(self, base: str) -> str:
+        if base not in self.taken:
+            self.taken.add(base)
+            return base
+        for k in itertools.count(1):
+            name = f"{base}.{k}"
+            if name not in self.taken and len(name) <= 128:
+                self.taken.add(name)
+                return name
+        raise AssertionError("unreachable")
+
+
+@dataclass
+class Rewrite:
+    """Replace the matched op's result with `replacement`, computed by `ops` (maybe none, when
+    the replacement is an existing value). `matched` are the ops of the pattern (the root op
+    last) that the obligation's `src` recomputes."""
+
+    rule: str
+    ops: list[Op]
+    replacement: str
+    matched: list[Op]
+    witness: list[Op] | None = None
+    """When the replacement is a value computed outside the pattern (CSE), the ops that
+    recompute it for the obligation's target side; they are not emitted into the module."""
+
+
+@dataclass
+class Site:
+    """What a rule sees: the op, the function's value types and the defining ops so far."""
+
+    op: Op
+    types: dict[str, TensorType]
+    defs: dict[str, Op]
+    names: Names
+    function: str
+
+    def producer(self, i: int) -> Op | None:
+        """The op defining operand `i`, or None for a parameter."""
+        return self.defs.get(self.op.operands[i])
+
+    def type_of(self, i: int) -> TensorType:
+        return self.types[self.op.operands[i]]
+
+    def new_op(self, name: str, operands: list[str], type_: TensorType, **attrs: Any) -> Op:
+        result = self.names.fresh(f"{self.op.result}.{name}")
+        return Op(result, name, list(operands), dict(attrs), type_, self.op.loc)
+
+
+Rule = Callable[[Site], Rewrite | None]
+
+
+def local_obligation(
+    pass_name: str,
+    rewrite: Rewrite,
+    types: dict[str, TensorType],
+    theory: str = "fp",
+    index: int = 0,
+) -> Obligation:
+    """The claim that `rewrite.matched` and `rewrite.ops` compute the same value."""
+    src_ops = rewrite.matched
+    # The target may read values the matched ops define (a rule can keep part of its
+    # pattern); then it recomputes them, so both functions stand alone.
+    src_defs = {o.result: o for o in src_ops}
+    tgt_side = rewrite.ops + (rewrite.witness or [])
+    wanted = {v for o in tgt_side for v in o.operands} | {rewrite.replacement}
+    for o in reversed(src_ops):
+        if o.result in wanted:
+            wanted |= set(o.operands)
+    kept = [o for o in src_ops if o.result in wanted and o.result in src_defs]
+    tgt_ops = kept + rewrite.ops + (rewrite.witness or [])
+    defined = {o.result for o in src_ops} | {o.result for o in tgt_ops}
+    reads: list[str] = []
+    for o in itertools.chain(src_ops, tgt_ops):
+        for v in o.operands:
+            if v not in defined and v not in reads:
+                reads.append(v)
+    if not rewrite.witness and rewrite.replacement not in defined | set(reads):
+        reads.append(rewrite.replacement)
+    params = [Param(v, types[v]) for v in reads]
+    root = src_ops[-1]
+    src = Function("src", params, [root.type], [_copy(o) for o in src_ops], [root.result])
+    tgt_params = [Param(v, types[v]) for v in reads]
+    tgt_result = rewrite.witness[-1].result if rewrite.witness else rewrite.replacement
+    tgt = Function("tgt", tgt_params, [root.type], [_copy(o) for o in tgt_ops], [tgt_result])
+    suffix = f"#{index}" if index else ""
+    return Obligation(
+        id=f"{pass_name}/{rewrite.rule}/equivalence{suffix}",
+        kind="equivalence",
+        theory=theory,
+        src=src,
+        tgt=tgt,
+        claim=f"%{root.result} = {root.name}(...) may be replaced by %{rewrite.replacement}",
+        loc=root.loc,
+    )
+
+
+def _copy(op: Op) -> Op:
+    return Op(op.result, op.name, list(op.operands), dict(op.attrs), op.type, op.loc)
+
+
+class _FunctionRewriter:
+    """Rewrites one function's ops in order; see `rewrite_module`."""
+
+    MAX_DEPTH = 16  # a rule's output is offered to the rules again, this many times at most
+
+    def __init__(
+        self,
+        fn: Function,
+        pass_name: str,
+        rules: list[Rule],
+        theory: str,
+        counts: dict[str, int],
+        obligations: list[Obligation],
+    ) -> None:
+        self.fn = fn
+        self.pass_name, self.rules, self.theory = pass_name, rules, theory
+        self.counts, self.obligations = counts, obligations
+        self.names = Names(fn)
+        self.types = fn.types()
+        self.defs: dict[str, Op] = {}
+        self.rename: dict[str, str] = {}
+        self.out: list[Op] = []
+
+    def emit(self, op: Op, depth: int = 0) -> None:
+        op = _copy(op)
+        op.operands = [self.rename.get(v, v) for v in op.operands]
+        site = Site(op, self.types, self.defs, self.names, self.fn.name)
+        for rule in self.rules if depth < self.MAX_DEPTH else []:
+            rw = rule(site)
+            if rw is None:
+                continue
+            for new in rw.ops:
+                self.types[new.result] = new.type
+            k = self.counts.get(rw.rule, 0)
+            self.counts[rw.rule] = k + 1
+            self.obligations.append(
+                local_obligation(self.pass_name, rw, self.types, self.theory, k)
+            )
+            for new in rw.ops:
+                self.emit(new, depth + 1)
+            self.rename[op.result] = self.rename.get(rw.replacement, rw.replacement)
+            return
+        self.defs[op.result] = op
+        self.out.append(op)
+
+    def run(self) -> Function:
+        for op in self.fn.ops:
+            self.emit(op)
+        fn = self.fn
+        return Function(
+            fn.name,
+            fn.params,
+            fn.results,
+            self.out,
+            [self.rename.get(r, r) for r in fn.returns],
+            fn.attrs,
+            fn.loc,
+            fn.return_loc,
+            fn.return_locs,
+            fn.results_parenthesized,
+        )
+
+
+def rewrite_module(
+    module: Module,
+    pass_name: str,
+    rules: Iterable[Rule],
+    theory: str = "fp",
+) -> PassResult:
+    """Apply `rules` to every op of every function, first match wins; the ops a rule emits are
+    offered to the rules again."""
+    rules = list(rules)
+    obligations: list[Obligation] = []
+    counts: dict[str, int] = {}
+    functions = [
+        _FunctionRewriter(fn, pass_name, rules, theory, counts, obligations).run()
+        for fn in module.functions
+    ]
+    return PassResult(Module(functions, module.filename), obligations, bool(obligations))

@@ -1,0 +1,76 @@
+"""The pass manager: runs a pipeline, verifies the module after every pass, collects the
+obligations, times each pass, and prints IR after passes on request."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gdv.ir.core import Module
+from gdv.ir.diagnostics import IRError
+from gdv.ir.obligation import Obligation
+from gdv.ir.printer import print_module
+from gdv.ir.verifier import verify
+from gdv.passes.base import Pass
+
+
+@dataclass
+class PassRecord:
+    """What one pass did: its obligations, whether it changed the module, its time."""
+
+    name: str
+    obligations: list[Obligation]
+    changed: bool
+    seconds: float
+    stage: str
+
+
+@dataclass
+class PipelineResult:
+    module: Module
+    records: list[PassRecord] = field(default_factory=list)
+    stages: list[tuple[str, Module]] = field(default_factory=list)
+    """(pass name or "input", module after it), for evidence and --print-ir-after-all."""
+
+    @property
+    def obligations(self) -> list[Obligation]:
+        return [o for r in self.records for o in r.obligations]
+
+
+@dataclass
+class PassManager:
+    passes: list[Pass]
+    disabled: frozenset[str] = frozenset()
+    print_after: frozenset[str] = frozenset()
+    print_after_all: bool = False
+    printer: Callable[[str], None] = print
+
+    def run(self, module: Module) -> PipelineResult:
+        known = {p.name for p in self.passes}
+        for name in self.disabled | self.print_after:
+            if name not in known:
+                raise IRError(
+                    f"no pass named '{name}' in this pipeline (passes: {', '.join(known)})"
+                )
+        result = PipelineResult(module, stages=[("input", module)])
+        stage = "graph"
+        for p in self.passes:
+            if p.name in self.disabled:
+                continue
+            start = time.perf_counter()
+            out = p.run(module)
+            seconds = time.perf_counter() - start
+            if p.name == "decompose-composites":
+                stage = "core"
+            try:
+                verify(out.module, stage=stage)
+            except IRError as e:
+                raise IRError(f"internal: pass {p.name} produced invalid IR: {e}") from None
+            module = out.module
+            result.records.append(PassRecord(p.name, out.obligations, out.changed, seconds, stage))
+            result.stages.append((p.name, module))
+            if self.print_after_all or p.name in self.print_after:
+                self.printer(f"// ----- IR after {p.name} -----\n{print_module(module)}")
+        result.module = module
+        return result

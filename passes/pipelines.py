@@ -1,0 +1,39 @@
+"""Named pipelines per target and optimisation level."""
+
+from __future__ import annotations
+
+from gdv.ir.diagnostics import IRError
+from gdv.passes.base import Pass
+from gdv.passes.canonicalize import Canonicalize
+from gdv.passes.decompose_composites import DecomposeComposites
+from gdv.passes.eliminate_common_subexpressions import EliminateCommonSubexpressions
+from gdv.passes.eliminate_dead_code import EliminateDeadCode
+from gdv.passes.fast_math import FastMath
+from gdv.passes.fold_constants import FoldConstants
+from gdv.passes.fold_layout import FoldLayout
+
+LEVELS = (0, 1, 2)
+TARGETS = ("reference",)
+
+
+def pipeline(target: str = "reference", level: int = 2, fast_math: bool = False) -> list[Pass]:
+    """The passes `gdv compile` runs for `target` at `-O{level}`."""
+    if target not in TARGETS:
+        raise IRError(f"unknown target '{target}' (available: {', '.join(TARGETS)})")
+    if level not in LEVELS:
+        raise IRError(f"unknown optimisation level -O{level} (available: -O0, -O1, -O2)")
+    passes: list[Pass] = [DecomposeComposites()]
+    if level >= 1:
+        passes += [Canonicalize()]
+        if fast_math:
+            passes += [FastMath()]
+        passes += [FoldConstants(), EliminateCommonSubexpressions(), EliminateDeadCode()]
+    elif fast_math:
+        passes += [FastMath()]
+    if level >= 2:
+        passes += [FoldLayout()]
+    return passes
+
+
+def pass_names(target: str = "reference", level: int = 2, fast_math: bool = True) -> list[str]:
+    return [p.name for p in pipeline(target, level, fast_math)]
