@@ -9,7 +9,9 @@ Input families for the search (all within the declared ranges, rounded to the dt
 `random` (uniform), `endpoints` (each element at lo or hi), `aligned` (every input at its hi, or
 every at its lo: sums without cancellation reach the interval ends), `upper` (uniform in the top
 quarter of the range: long sums of same-sign, non-representable terms whose partial sums grow
-and round at every step), `constant` (each tensor one
+and round at every step), `flat` (each row along the last axis one value times 1 + noise of a
+per-row scale 1e-9..1e-5: near-zero variance with inexact means, layer_norm's worst case),
+`constant` (each tensor one
 value plus relative noise 1e-6: near-zero variance for layer_norm, catastrophic cancellation in
 x - mean), `tiny` (values near the dtype's underflow threshold where the range allows them).
 """
@@ -24,7 +26,7 @@ from gdv.ir.core import Function, Module, Param
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import float_to_float
 
-KINDS = ("random", "endpoints", "aligned", "upper", "constant", "tiny")
+KINDS = ("random", "endpoints", "aligned", "upper", "constant", "flat", "tiny")
 
 _TINY = {
     DType.F64: 2.0**-1020,
@@ -52,6 +54,11 @@ def _floats(
         wide = np.full(shape, hi if rng.random() < 0.5 else lo)
     elif kind == "upper":
         wide = rng.uniform(lo + 0.75 * (hi - lo), hi, shape)
+    elif kind == "flat" and len(shape) >= 1:
+        rows = shape[:-1] + (1,)
+        c = rng.uniform(lo, hi, rows)
+        scale = 10.0 ** rng.uniform(-9, -5, rows)
+        wide = np.clip(c * (1 + scale * rng.uniform(-1, 1, shape)), lo, hi)
     elif kind == "constant":
         c = rng.uniform(lo, hi)
         wide = np.clip(c * (1 + 1e-6 * rng.standard_normal(shape)), lo, hi)
