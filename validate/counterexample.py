@@ -1,0 +1,165 @@
+"""Counterexamples: decode a Z3 model into concrete inputs, and replay them on the reference.
+
+A model interprets each input function `X(i, j)` as a finite table of entries plus an `else`
+value; the decoder fills a numpy array with the `else` value and then writes the entries that
+fall inside the shape, so decoding costs O(entries + elements) in numpy, never one solver call
+per element. A candidate becomes a counterexample only when the reference backend, run on the
+decoded inputs, really gives different outputs (bit-exact: NaNs equal, +0.0 != -0.0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import z3
+
+from gdv.ir.core import Function
+from gdv.ir.dtypes import DType
+from gdv.ir.numerics import literal_to_array
+from gdv.ir.types import TensorType
+from gdv.validate.semantics.values import fp_to_bits
+
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+_EVAL_LIMIT = 4096
+"""Most elements evaluated one by one when a model's `else` value is not a constant."""
+
+
+@dataclass
+class Counterexample:
+    """Concrete inputs (keyed by A's parameter names) on which the two programs differ."""
+
+    output: int
+    index: tuple[int, ...]
+    value_a: Any
+    value_b: Any
+    inputs: dict[str, np.ndarray]
+    origin: str
+    """Where the inputs came from: "solver model" or "random inputs (seed N)"."""
+
+
+def value_to_numpy(value: z3.ExprRef, dtype: DType) -> Any:
+    """A concrete Z3 value as a numpy scalar of `dtype` (reals are rounded to the dtype)."""
+    if dtype.is_bool:
+        return np.bool_(z3.is_true(value))
+    if dtype.is_int:
+        v = value.as_signed_long() if z3.is_bv_value(value) else 0
+        return np.array(v, dtype=np.int64).astype(dtype.np)[()]
+    if z3.is_rational_value(value):
+        return literal_to_array(Fraction(value.as_fraction()), dtype)[()]
+    if z3.is_algebraic_value(value):
+        approx = value.approx(30)
+        return literal_to_array(Fraction(approx.as_fraction()), dtype)[()]
+    if z3.is_fp_value(value):
+        bits = fp_to_bits(value, dtype)
+        return np.array(bits, dtype=_UINT[dtype.itemsize]).view(dtype.np)[()]
+    return np.zeros((), dtype.np)[()]
+
+
+def _is_constant(value: z3.ExprRef) -> bool:
+    return (
+        z3.is_true(value)
+        or z3.is_false(value)
+        or z3.is_bv_value(value)
+        or z3.is_rational_value(value)
+        or z3.is_algebraic_value(value)
+        or z3.is_fp_value(value)
+    )
+
+
+def decode_input(model: z3.ModelRef, f: z3.FuncDeclRef, type_: TensorType) -> np.ndarray:
+    """The full concrete tensor a model gives input function `f` (zeros where unconstrained)."""
+    dtype = type_.dtype
+    if type_.rank == 0:
+        v = model.eval(f(), model_completion=True)
+        return np.array(value_to_numpy(v, dtype), dtype=dtype.np)
+    out = np.zeros(type_.shape, dtype=dtype.np)
+    interp = model.get_interp(f)
+    if interp is None or out.size == 0:
+        return out
+    else_value = interp.else_value()
+    if else_value is not None and _is_constant(else_value):
+        out[...] = value_to_numpy(else_value, dtype)
+    elif out.size <= _EVAL_LIMIT:
+        for pos in np.ndindex(*type_.shape):
+            v = model.eval(f(*[z3.IntVal(p) for p in pos]), model_completion=True)
+            out[pos] = value_to_numpy(v, dtype)
+        return out
+    for e in range(interp.num_entries()):
+        entry = interp.entry(e)
+        args = [entry.arg_value(a) for a in range(entry.num_args())]
+        if not all(z3.is_int_value(a) for a in args):
+            continue
+        pos = tuple(a.as_long() for a in args)
+        if all(0 <= p < n for p, n in zip(pos, type_.shape, strict=True)):
+            out[pos] = value_to_numpy(entry.value(), dtype)
+    return out
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per element: the same bits, or both NaN (IR_SPEC.md section 5)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
+        u = _UINT[a.dtype.itemsize]
+        wa, wb = a.astype(np.float64), b.astype(np.float64)
+        return (a.view(u) == b.view(u)) | (np.isnan(wa) & np.isnan(wb))
+    return a == b
+
+
+def replay(
+    fa: Function,
+    fb: Function,
+    inputs: dict[str, np.ndarray],
+    theory: str,
+    prefer: tuple[int, tuple[int, ...]] | None = None,
+) -> tuple[int, tuple[int, ...], Any, Any] | None:
+    """Run both programs on the reference backend; the first differing (output, index, a, b),
+    or None when they agree everywhere.
+
+    Under `real`, a difference counts only where the outputs also differ when every float is
+    evaluated in f64 (mode `ideal`): a difference of rounding alone is no real refutation."""
+    from gdv.backends import reference
+
+    inputs_b = {pb.name: inputs[pa.name] for pa, pb in zip(fa.params, fb.params, strict=True)}
+    out_a = reference.run(fa, inputs, mode="exact")
+    out_b = reference.run(fb, inputs_b, mode="exact")
+    masks = [~same_bits(a, b) for a, b in zip(out_a, out_b, strict=True)]
+    if theory == "real":
+        ideal_a = reference.run(fa, inputs, mode="ideal")
+        ideal_b = reference.run(fb, inputs_b, mode="ideal")
+        masks = [m & ~same_bits(a, b) for m, a, b in zip(masks, ideal_a, ideal_b, strict=True)]
+    if prefer is not None:
+        o, idx = prefer
+        if o < len(masks) and bool(masks[o][idx]):
+            return o, idx, out_a[o][idx], out_b[o][idx]
+    for o, m in enumerate(masks):
+        if m.any():
+            idx = tuple(int(k) for k in np.argwhere(m)[0]) if m.shape else ()
+            return o, idx, out_a[o][idx], out_b[o][idx]
+    return None
+
+
+_SPECIAL = {
+    "float": [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 0.5, -2.0, 3.0, 1e-40, 1e30],
+    "int": [0, 1, -1, 2, -2, 127, -128, 3],
+}
+
+
+def special_inputs(fn: Function, seed: int) -> dict[str, np.ndarray]:
+    """Inputs drawn from special values (±0, ±inf, NaN, subnormal, large), seeded."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for p in fn.params:
+        d = p.type.dtype
+        if d.is_bool:
+            out[p.name] = rng.integers(0, 2, size=p.type.shape).astype(bool)
+        elif d.is_int:
+            vals = np.array(_SPECIAL["int"], dtype=np.int64)
+            out[p.name] = rng.choice(vals, size=p.type.shape).astype(d.np)
+        else:
+            vals = np.array(_SPECIAL["float"], dtype=np.float64)
+            with np.errstate(all="ignore"):
+                out[p.name] = rng.choice(vals, size=p.type.shape).astype(d.np)
+    return out

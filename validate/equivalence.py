@@ -1,0 +1,258 @@
+"""Equivalence checking of two functions (IR_SPEC.md section 5), output by output.
+
+For each output the query asks Z3 for an index inside the bounds and inputs on which the two
+sides differ: `unsat` proves that output equal at every index at once. Under `fp` a first,
+cheap query replaces the float primitives by uninterpreted functions (an over-approximation,
+so its `unsat` is a proof too) and only when that fails is the bit-precise query asked. A
+`sat` answer is a candidate: it is decoded into concrete inputs and replayed on the reference
+backend, and the pair is `not-equivalent` only when the replay shows a real difference.
+`unknown` never counts as proved.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import z3
+
+from gdv.ir.core import Function, Module
+from gdv.ir.diagnostics import IRError, Loc
+from gdv.validate.counterexample import (
+    Counterexample,
+    decode_input,
+    replay,
+    special_inputs,
+)
+from gdv.validate.encode import encode, input_function, input_tensor
+from gdv.validate.semantics.index import Idx
+from gdv.validate.semantics.registry import Ctx
+from gdv.validate.semantics.values import THEORIES, Values
+
+VERDICTS = ("equivalent", "not-equivalent", "unknown")
+RANDOM_TRIES = 4
+"""Seeded random and special-value inputs replayed when a model alone does not confirm."""
+
+
+@dataclass
+class QueryStat:
+    """One solver call: which output, which stage (`abstract` or `precise`), its answer."""
+
+    output: int
+    stage: str
+    result: str
+    seconds: float
+
+
+@dataclass
+class EquivalenceResult:
+    """The verdict on a pair, with its reason, counterexample and solver statistics."""
+
+    verdict: str
+    theory: str
+    reason: str = ""
+    counterexample: Counterexample | None = None
+    queries: list[QueryStat] = field(default_factory=list)
+    output_verdicts: list[str] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return sum(q.seconds for q in self.queries)
+
+
+@dataclass
+class Query:
+    """One output's equivalence query: its assertions (lemma instances included), the index
+    constants, and the uninterpreted functions other than inputs it relies on."""
+
+    assertions: list[z3.BoolRef]
+    index: list[z3.ArithRef]
+    uninterpreted: set[str]
+    lemmas: list[tuple[str, z3.BoolRef]]
+    input_functions: list[z3.FuncDeclRef]
+    trivial: bool = False
+    """True when the output has no elements or both sides are the same term."""
+
+    def smt2(self) -> str:
+        """The query as SMT-LIB 2 text, `(set-logic ALL)` first (how obligations are stored)."""
+        s = z3.Solver()
+        s.add(*self.assertions)
+        return "(set-logic ALL)\n" + s.to_smt2()
+
+
+def entry(program: Module | Function) -> Function:
+    if isinstance(program, Function):
+        return program
+    fn = program.entry
+    if fn is None:
+        raise IRError("the module has no entry function", Loc(program.filename, 1, 1))
+    return fn
+
+
+def check_signatures(fa: Function, fb: Function, names: tuple[str, str] = ("A", "B")) -> None:
+    """Same number and types of parameters, same result types; else an input error."""
+    where = Loc(names[1], 1, 1) if fb.loc is None else fb.loc
+    if len(fa.params) != len(fb.params):
+        raise IRError(
+            f"signature mismatch: @{fb.name} in {names[1]} has {len(fb.params)} parameter(s), "
+            f"@{fa.name} in {names[0]} has {len(fa.params)}",
+            where,
+        )
+    for k, (pa, pb) in enumerate(zip(fa.params, fb.params, strict=True)):
+        if pa.type != pb.type:
+            raise IRError(
+                f"signature mismatch: parameter {k + 1} %{pb.name} is {pb.type} in {names[1]}, "
+                f"expected {pa.type} like %{pa.name} in {names[0]}",
+                pb.loc or where,
+            )
+    if fa.results != fb.results:
+        shown_a = ", ".join(map(str, fa.results)) or "()"
+        shown_b = ", ".join(map(str, fb.results)) or "()"
+        raise IRError(
+            f"signature mismatch: @{fb.name} in {names[1]} returns ({shown_b}), expected "
+            f"({shown_a}) like @{fa.name} in {names[0]}",
+            where,
+        )
+
+
+def build_query(
+    fa: Function, fb: Function, output: int, theory: str = "fp", abstract: bool = False
+) -> Query:
+    """The query "some in-bounds index and inputs make output `output` differ"."""
+    from gdv.validate import lemmas
+
+    values = Values(theory, abstract)
+    funcs = [input_function(values, p.name, p.type) for p in fa.params]
+    ins = [input_tensor(values, p.name, p.type) for p in fa.params]
+    ctx = Ctx(values)
+    ta = encode(ctx, fa, ins)[output]
+    tb = encode(ctx, fb, ins)[output]
+    shape = ta.shape
+    index = [z3.Int(f"idx!{d}") for d in range(len(shape))]
+    bounds = [z3.And(i >= 0, i < n) for i, n in zip(index, shape, strict=True)]
+    if 0 in shape:
+        return Query([z3.BoolVal(False)], index, set(), [], funcs, trivial=True)
+    idx = tuple(Idx.var(i, 0, n - 1) for i, n in zip(index, shape, strict=True))
+    va, vb = ta.at(idx), tb.at(idx)
+    found = set(values.uninterpreted)
+    lemma_list = lemmas.instantiate(ctx, [va, vb]) if theory == "real" else []
+    found |= set(values.uninterpreted)
+    # SMT `=`: all NaNs are one value and +0.0 != -0.0 (IR_SPEC.md section 5).
+    differ = z3.Not(va == vb)
+    assertions = [*bounds, *(f for _, f in lemma_list), differ]
+    return Query(assertions, index, found, lemma_list, funcs, trivial=va.eq(vb))
+
+
+def _solve(q: Query, timeout: float) -> tuple[str, z3.ModelRef | None, str, float]:
+    if q.trivial:
+        return "unsat", None, "", 0.0
+    s = z3.Solver()
+    s.set("timeout", max(1, int(timeout * 1000)))
+    s.add(*q.assertions)
+    start = time.perf_counter()
+    r = s.check()
+    elapsed = time.perf_counter() - start
+    if r == z3.unsat:
+        return "unsat", None, "", elapsed
+    if r == z3.sat:
+        return "sat", s.model(), "", elapsed
+    return "unknown", None, s.reason_unknown(), elapsed
+
+
+def check_equivalence(
+    a: Module | Function,
+    b: Module | Function,
+    theory: str = "fp",
+    timeout: float = 10.0,
+    names: tuple[str, str] = ("A", "B"),
+) -> EquivalenceResult:
+    """Is B equivalent to A in `theory` (`fp`: bit-exact; `real`: IR_SPEC.md section 5)?
+
+    `timeout` is in seconds per solver query. Raises IRError when the signatures differ."""
+    assert theory in THEORIES, theory
+    fa, fb = entry(a), entry(b)
+    check_signatures(fa, fb, names)
+    result = EquivalenceResult("equivalent", theory)
+    unknown_reasons: list[str] = []
+    for o in range(len(fa.results)):
+        verdict, reason, cex = _check_output(fa, fb, o, theory, timeout, result.queries)
+        result.output_verdicts.append(verdict)
+        if verdict == "not-equivalent":
+            result.verdict, result.reason, result.counterexample = verdict, reason, cex
+            return result
+        if verdict == "unknown":
+            unknown_reasons.append(f"out{o}: {reason}")
+    if unknown_reasons:
+        result.verdict = "unknown"
+        result.reason = "; ".join(unknown_reasons)
+    return result
+
+
+def _check_output(
+    fa: Function, fb: Function, o: int, theory: str, timeout: float, stats: list[QueryStat]
+) -> tuple[str, str, Counterexample | None]:
+    if theory == "fp":
+        q = build_query(fa, fb, o, theory, abstract=True)
+        r, _, _, t = _solve(q, timeout)
+        stats.append(QueryStat(o, "abstract", r, t))
+        if r == "unsat":
+            return "equivalent", "", None
+    q = build_query(fa, fb, o, theory)
+    r, model, why, t = _solve(q, timeout)
+    stats.append(QueryStat(o, "precise", r, t))
+    if r == "unsat":
+        return "equivalent", "", None
+    if r == "unknown":
+        return "unknown", f"the solver answered unknown ({why or 'no reason given'})", None
+    assert model is not None
+    cex = _confirm(fa, fb, o, theory, q, model)
+    if cex is not None:
+        return "not-equivalent", f"out{o} differs", cex
+    if q.uninterpreted:
+        names = ", ".join(sorted(q.uninterpreted))
+        return (
+            "unknown",
+            f"the solver found a candidate counterexample for out{o} that rests on "
+            f"uninterpreted functions ({names}); replay on the reference backend did not "
+            "confirm it",
+            None,
+        )
+    return (
+        "unknown",
+        f"the solver found a candidate counterexample for out{o} that replay on the reference "
+        "backend did not confirm",
+        None,
+    )
+
+
+def _confirm(
+    fa: Function, fb: Function, o: int, theory: str, q: Query, model: z3.ModelRef
+) -> Counterexample | None:
+    """Replay the model's inputs, then a few seeded ones; the first confirmed difference."""
+    inputs = {
+        p.name: decode_input(model, f, p.type)
+        for p, f in zip(fa.params, q.input_functions, strict=True)
+    }
+    index = tuple(model.eval(i, model_completion=True).as_long() for i in q.index)
+    found = replay(fa, fb, inputs, theory, prefer=(o, index))
+    if found is not None:
+        return Counterexample(found[0], found[1], found[2], found[3], inputs, "solver model")
+    from gdv.backends import reference
+
+    for seed in range(RANDOM_TRIES):
+        for origin, draw in (
+            (f"random inputs (seed {seed})", reference.random_inputs),
+            (f"special values (seed {seed})", special_inputs),
+        ):
+            inputs = draw(fa, seed)
+            found = replay(fa, fb, inputs, theory, prefer=(o, index))
+            if found is not None:
+                return Counterexample(found[0], found[1], found[2], found[3], inputs, origin)
+    return None
+
+
+def query_smt2(
+    a: Module | Function, b: Module | Function, output: int = 0, theory: str = "fp"
+) -> str:
+    """The precise equivalence query for one output as SMT-LIB 2 text with (set-logic ALL)."""
+    return build_query(entry(a), entry(b), output, theory).smt2()

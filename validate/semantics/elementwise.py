@@ -1,0 +1,122 @@
+"""SMT meaning of the elementwise ops, conversions and generators (`constant`, `iota`).
+
+Elementwise ops apply the theory's scalar meaning (`values.py`) at the same index of every
+operand; `constant` is its literal (a splat, or a Z3 array built once for nested lists).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import z3
+
+from gdv.ir.core import Op
+from gdv.ir.numerics import literal_to_array
+from gdv.ir.ops.elementwise import TRANSCENDENTAL, iter_leaves
+from gdv.validate.semantics.index import linearize
+from gdv.validate.semantics.registry import Ctx, Index, Tensor, rule
+
+_UNARY = {
+    "neg": lambda v, d, a: v.neg(d, a),
+    "abs": lambda v, d, a: v.abs(d, a),
+    "sqrt": lambda v, d, a: v.sqrt(d, a),
+    "floor": lambda v, d, a: v.floor(d, a),
+    "relu": lambda v, d, a: v.relu(d, a),
+}
+_BINARY = {
+    "add": lambda v, d, a, b: v.add(d, a, b),
+    "sub": lambda v, d, a, b: v.sub(d, a, b),
+    "mul": lambda v, d, a, b: v.mul(d, a, b),
+    "div": lambda v, d, a, b: v.div(d, a, b),
+    "max": lambda v, d, a, b: v.max(d, a, b),
+    "min": lambda v, d, a, b: v.min(d, a, b),
+}
+
+
+@rule(*_UNARY)
+def unary(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """Pointwise `f(x)`."""
+    (x,), f, v = xs, _UNARY[op.name], ctx.values
+    return Tensor(op.type, lambda i: f(v, x.dtype, x.at(i)))
+
+
+@rule(*_BINARY)
+def binary(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """Pointwise `f(a, b)`."""
+    (a, b), f, v = xs, _BINARY[op.name], ctx.values
+    return Tensor(op.type, lambda i: f(v, a.dtype, a.at(i), b.at(i)))
+
+
+@rule(*sorted(TRANSCENDENTAL))
+def transcendental(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """Uninterpreted per (op, dtype) in `fp`; per op, with named axioms, in `real`."""
+    v, d = ctx.values, xs[0].dtype
+    return Tensor(op.type, lambda i: v.transcendental(op.name, d, *(x.at(i) for x in xs)))
+
+
+@rule("cmp")
+def cmp(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """IEEE comparison, an i1 per element."""
+    (a, b), d = xs, op.attrs["dir"]
+    return Tensor(op.type, lambda i: ctx.values.cmp(d, a.dtype, a.at(i), b.at(i)))
+
+
+@rule("select")
+def select(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """`c ? a : b` elementwise."""
+    c, a, b = xs
+    return Tensor(op.type, lambda i: z3.If(c.at(i), a.at(i), b.at(i)))
+
+
+@rule("convert")
+def convert(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """To the written dtype (values.Values.convert)."""
+    (x,) = xs
+    return Tensor(op.type, lambda i: ctx.values.convert(x.dtype, op.type.dtype, x.at(i)))
+
+
+@rule("iota")
+def iota(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """The index along `axis`, converted from i64."""
+    axis = op.attrs["axis"]
+    return Tensor(op.type, lambda i: ctx.values.from_index(op.type.dtype, i[axis].to_z3()))
+
+
+@rule("constant")
+def constant(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """A splat is its value; a nested list is a Z3 array over the row-major position, built once
+    with the most common value as its default (mostly-zero constants stay small)."""
+    v, t = ctx.values, op.type
+    value = op.attrs["value"]
+    if not isinstance(value, list):
+        c = v.literal(value, t.dtype)
+        return Tensor(t, lambda i: c)
+    leaves = [literal_to_array(x, t.dtype)[()] for x in iter_leaves(value)]
+    terms = [v.scalar(x, t.dtype) for x in leaves]
+    if not terms:
+        return Tensor(t, lambda i: v.zero(t.dtype))
+    keys = [_bits_key(x) for x in leaves]
+    common = Counter(keys).most_common(1)[0][0]
+    default = terms[keys.index(common)]
+    arr = z3.K(z3.IntSort(), default)
+    for pos, (k, term) in enumerate(zip(keys, terms, strict=True)):
+        if k != common:
+            arr = z3.Store(arr, pos, term)
+
+    def at(i: Index) -> z3.ExprRef:
+        flat = linearize(i, t.shape)
+        if flat.is_const:
+            return terms[flat.const]
+        return z3.Select(arr, flat.to_z3())
+
+    return Tensor(t, at)
+
+
+def _bits_key(x: np.generic) -> bytes:
+    """Equal for bit-identical values (and for any two NaNs: SMT has one NaN)."""
+    a = np.asarray(x)
+    if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
+        if np.isnan(a.astype(np.float64)):
+            return b"nan"
+    return a.tobytes()

@@ -1,0 +1,30 @@
+"""SMT meaning of `take`: the table at the clamped index (no wrap-around)."""
+
+from __future__ import annotations
+
+import z3
+
+from gdv.ir.core import Op
+from gdv.validate.semantics.index import Idx
+from gdv.validate.semantics.registry import Ctx, Index, Tensor, rule
+
+
+@rule("take")
+def take(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """out[a..., i..., b...] = table[a..., clamp(idx[i...], 0, size-1), b...]."""
+    table, idx = xs
+    axis = op.attrs["axis"]
+    r = len(idx.shape)
+    size = table.shape[axis]
+    dt = idx.dtype
+
+    def at(i: Index) -> z3.ExprRef:
+        v = idx.at(i[axis : axis + r])
+        if z3.is_bv_value(v):
+            pos = Idx.of(v.as_signed_long())
+        else:
+            pos = Idx.var(z3.BV2Int(v, is_signed=True), dt.int_min, dt.int_max)
+        j = (*i[:axis], pos.clamp(0, size - 1), *i[axis + r :])
+        return table.at(j)
+
+    return Tensor(op.type, at)

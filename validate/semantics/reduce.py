@@ -1,0 +1,42 @@
+"""SMT meaning of the reductions: one fold over the reduced positions, flattened row-major.
+
+`reduce_*` over several axes visits the reduced positions in row-major order of the operand
+(whatever order `axes` lists them in), so they flatten into one fold index k, and each
+operand index is recovered from k by div/mod.
+"""
+
+from __future__ import annotations
+
+import math
+
+import z3
+
+from gdv.ir.core import Op
+from gdv.validate.semantics.index import Idx, delinearize
+from gdv.validate.semantics.registry import Ctx, Index, Tensor, rule
+
+_KIND = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}
+
+
+@rule(*_KIND)
+def reduce(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """fold(kind, n, lambda k. x[kept dims from i, reduced dims from k])."""
+    (x,) = xs
+    axes = sorted(op.attrs["axes"])
+    kept = [d for d in range(len(x.shape)) if d not in axes]
+    red_shape = tuple(x.shape[d] for d in axes)
+    n = math.prod(red_shape)
+    kind = _KIND[op.name]
+
+    def at(i: Index) -> z3.ExprRef:
+        def body(k: Idx) -> z3.ExprRef:
+            j: list[Idx] = [Idx.of(0)] * len(x.shape)
+            for d, v in zip(kept, i, strict=True):
+                j[d] = v
+            for d, v in zip(axes, delinearize(k, red_shape), strict=True):
+                j[d] = v
+            return x.at(tuple(j))
+
+        return ctx.fold(kind, x.dtype, n, body)
+
+    return Tensor(op.type, at)

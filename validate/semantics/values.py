@@ -1,0 +1,368 @@
+"""Element values: the Z3 sort of each dtype per theory, literals, and scalar arithmetic.
+
+Theories (DESIGN.md, "Semantics for proofs"):
+- `fp`: floats are IEEE FPSort values (bf16 is FPSort(8, 8)), rounding to nearest-even;
+  transcendentals are uninterpreted functions per (op, dtype).
+- `real`: floats are reals (IR_SPEC.md section 5): no rounding, `convert` between floats is the
+  identity, transcendentals are uninterpreted functions of a real (axioms in `lemmas.py`).
+In both, integers are bit-vectors of their width (wrapping) and `i1` is a Bool.
+
+`abstract=True` replaces every float (and integer multiply) primitive by an uninterpreted
+function of the same signature. That over-approximates the meaning, so an `unsat` under it is
+a proof for the precise meaning too; it lets Z3 prove structural equalities (layout algebra,
+equal fold bodies) by congruence without bit-blasting floating-point circuits.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import z3
+
+from gdv.ir.dtypes import DType
+from gdv.ir.numerics import literal_to_array
+
+THEORIES = ("fp", "real")
+
+_RNE = z3.RNE()
+_RTZ = z3.RTZ()
+
+
+def fp_sort(dtype: DType) -> z3.FPSortRef:
+    return z3.FPSort(dtype.exponent_bits, dtype.significand_bits)
+
+
+_BITS_NP = {16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+def fp_from_bits(bits: int, dtype: DType) -> z3.FPRef:
+    """The FP value with IEEE bit pattern `bits` in `dtype`'s format."""
+    return z3.simplify(z3.fpBVToFP(z3.BitVecVal(bits, dtype.bits), fp_sort(dtype)))
+
+
+def fp_to_bits(value: z3.ExprRef, dtype: DType) -> int:
+    """The IEEE bits of a concrete FP value (NaN: the dtype's canonical quiet NaN)."""
+    if z3.is_fp_value(value) and value.isNaN():
+        return int(np.array(np.nan, dtype=np.float64).astype(dtype.np).view(_BITS_NP[dtype.bits]))
+    bv = z3.simplify(z3.fpToIEEEBV(value))
+    if not z3.is_bv_value(bv):
+        raise ValueError(f"not a concrete float: {value}")
+    return bv.as_long()
+
+
+class Values:
+    """Scalar meaning of the ops in one theory; every rule builds values through this."""
+
+    def __init__(self, theory: str = "fp", abstract: bool = False) -> None:
+        assert theory in THEORIES, theory
+        self.theory = theory
+        self.abstract = abstract
+        self._funcs: dict[str, z3.FuncDeclRef] = {}
+        self.uninterpreted: set[str] = set()
+        """Names of the uninterpreted functions (other than inputs) the terms so far use."""
+
+    # --- sorts and constants -------------------------------------------------------------
+
+    def sort(self, dtype: DType) -> z3.SortRef:
+        if dtype.is_bool:
+            return z3.BoolSort()
+        if dtype.is_int:
+            return z3.BitVecSort(dtype.bits)
+        if self.theory == "real":
+            return z3.RealSort()
+        return fp_sort(dtype)
+
+    def func(self, name: str, *sorts: z3.SortRef, uninterpreted: bool = True) -> z3.FuncDeclRef:
+        """One Z3 function per name, made once."""
+        f = self._funcs.get(name)
+        if f is None:
+            f = self._funcs[name] = z3.Function(name, *sorts)
+        if uninterpreted:
+            self.uninterpreted.add(name)
+        return f
+
+    def scalar(self, value: Any, dtype: DType) -> z3.ExprRef:
+        """A numpy scalar (already of `dtype`) as a Z3 value."""
+        if dtype.is_bool:
+            return z3.BoolVal(bool(value))
+        if dtype.is_int:
+            return z3.BitVecVal(int(value), dtype.bits)
+        v = np.asarray(value, dtype=dtype.np)
+        if self.theory == "real":
+            f = float(v)
+            if np.isfinite(f):
+                return z3.RealVal(Fraction(f))
+            # Reals have no NaN or infinity (IR_SPEC.md section 5): a program that writes one
+            # gets an unknown real, the same on both sides.
+            name = "real.nan" if np.isnan(f) else ("real.+inf" if f > 0 else "real.-inf")
+            return self.func(name, z3.RealSort())()
+        if np.isnan(v):
+            return z3.fpNaN(fp_sort(dtype))
+        return fp_from_bits(int(v.view(_BITS_NP[dtype.bits])), dtype)
+
+    def literal(self, value: Any, dtype: DType) -> z3.ExprRef:
+        """An IR literal rounded to nearest-even in `dtype` (IR_SPEC.md section 2)."""
+        return self.scalar(literal_to_array(value, dtype)[()], dtype)
+
+    def zero(self, dtype: DType) -> z3.ExprRef:
+        if dtype.is_bool:
+            return z3.BoolVal(False)
+        return self.scalar(np.zeros((), dtype.np), dtype)
+
+    def one(self, dtype: DType) -> z3.ExprRef:
+        return self.scalar(np.ones((), dtype.np), dtype)
+
+    # --- float primitives: precise, or uninterpreted in the abstract mode ------------------
+
+    def _fp(
+        self, name: str, dtype: DType, args: list[z3.ExprRef], result: z3.SortRef, precise
+    ) -> z3.ExprRef:
+        if self.abstract:
+            sorts = [a.sort() for a in args]
+            return self.func(f"abs.{name}.{dtype}", *sorts, result, uninterpreted=False)(*args)
+        return precise(*args)
+
+    def _fbin(self, name: str, dtype: DType, a, b, precise, result=None) -> z3.ExprRef:
+        return self._fp(name, dtype, [a, b], result or self.sort(dtype), precise)
+
+    def _fpred(self, name: str, dtype: DType, a, precise) -> z3.BoolRef:
+        return self._fp(name, dtype, [a], z3.BoolSort(), precise)
+
+    def is_nan(self, dtype: DType, a) -> z3.BoolRef:
+        return self._fpred("isnan", dtype, a, z3.fpIsNaN)
+
+    def _nan(self, dtype: DType) -> z3.ExprRef:
+        return z3.fpNaN(fp_sort(dtype))
+
+    def _pzero(self, dtype: DType) -> z3.ExprRef:
+        return z3.FPVal(0.0, fp_sort(dtype))
+
+    # --- arithmetic ------------------------------------------------------------------------
+
+    def add(self, dtype: DType, a, b) -> z3.ExprRef:
+        if dtype.is_int or self.theory == "real":
+            return a + b
+        return self._fbin("add", dtype, a, b, lambda x, y: z3.fpAdd(_RNE, x, y))
+
+    def sub(self, dtype: DType, a, b) -> z3.ExprRef:
+        if dtype.is_int or self.theory == "real":
+            return a - b
+        return self._fbin("sub", dtype, a, b, lambda x, y: z3.fpSub(_RNE, x, y))
+
+    def mul(self, dtype: DType, a, b) -> z3.ExprRef:
+        if dtype.is_int:
+            if self.abstract:
+                return self.func(f"abs.mul.{dtype}", *[self.sort(dtype)] * 3, uninterpreted=False)(
+                    a, b
+                )
+            return a * b
+        if self.theory == "real":
+            return a * b
+        return self._fbin("mul", dtype, a, b, lambda x, y: z3.fpMul(_RNE, x, y))
+
+    def div(self, dtype: DType, a, b) -> z3.ExprRef:
+        if self.theory == "real":
+            # Reals have no infinity: x / 0 is defined as 0, the same on both sides.
+            return z3.If(b == 0, z3.RealVal(0), a / b)
+        return self._fbin("div", dtype, a, b, lambda x, y: z3.fpDiv(_RNE, x, y))
+
+    def neg(self, dtype: DType, a) -> z3.ExprRef:
+        if self.theory == "real":
+            return -a
+        return self._fp("neg", dtype, [a], self.sort(dtype), z3.fpNeg)
+
+    def abs(self, dtype: DType, a) -> z3.ExprRef:
+        if self.theory == "real":
+            return z3.If(a < 0, -a, a)
+        return self._fp("abs", dtype, [a], self.sort(dtype), z3.fpAbs)
+
+    def sqrt(self, dtype: DType, a) -> z3.ExprRef:
+        if self.theory == "real":
+            return self.func("real.sqrt", z3.RealSort(), z3.RealSort())(a)
+        return self._fp("sqrt", dtype, [a], self.sort(dtype), lambda x: z3.fpSqrt(_RNE, x))
+
+    def floor(self, dtype: DType, a) -> z3.ExprRef:
+        if self.theory == "real":
+            return z3.ToReal(z3.ToInt(a))
+        return self._fp(
+            "floor", dtype, [a], self.sort(dtype), lambda x: z3.fpRoundToIntegral(z3.RTN(), x)
+        )
+
+    def max(self, dtype: DType, a, b) -> z3.ExprRef:
+        """NaN if either is NaN; max(-0.0, +0.0) = +0.0 (IR_SPEC.md section 3)."""
+        if dtype.is_int or self.theory == "real":
+            return z3.If(a >= b, a, b)
+        gt = self._fbin("gt", dtype, a, b, z3.fpGT, z3.BoolSort())
+        lt = self._fbin("lt", dtype, a, b, z3.fpLT, z3.BoolSort())
+        # Equal and not NaN: the same value, or two zeros, where +0.0 wins.
+        neg_a = self._fpred("isneg", dtype, a, z3.fpIsNegative)
+        return z3.If(
+            z3.Or(self.is_nan(dtype, a), self.is_nan(dtype, b)),
+            self._nan(dtype),
+            z3.If(gt, a, z3.If(lt, b, z3.If(neg_a, b, a))),
+        )
+
+    def min(self, dtype: DType, a, b) -> z3.ExprRef:
+        """NaN if either is NaN; min(-0.0, +0.0) = -0.0."""
+        if dtype.is_int or self.theory == "real":
+            return z3.If(a <= b, a, b)
+        gt = self._fbin("gt", dtype, a, b, z3.fpGT, z3.BoolSort())
+        lt = self._fbin("lt", dtype, a, b, z3.fpLT, z3.BoolSort())
+        neg_a = self._fpred("isneg", dtype, a, z3.fpIsNegative)
+        return z3.If(
+            z3.Or(self.is_nan(dtype, a), self.is_nan(dtype, b)),
+            self._nan(dtype),
+            z3.If(lt, a, z3.If(gt, b, z3.If(neg_a, a, b))),
+        )
+
+    def relu(self, dtype: DType, a) -> z3.ExprRef:
+        """max(x, +0.0): relu(-0.0) = +0.0, relu(NaN) = NaN."""
+        if self.theory == "real":
+            return z3.If(a > 0, a, z3.RealVal(0))
+        gt = self._fbin("gt", dtype, a, self._pzero(dtype), z3.fpGT, z3.BoolSort())
+        return z3.If(self.is_nan(dtype, a), self._nan(dtype), z3.If(gt, a, self._pzero(dtype)))
+
+    def cmp(self, direction: str, dtype: DType, a, b) -> z3.BoolRef:
+        """IEEE comparison for floats (NaN compares false except `ne`); false < true on i1."""
+        if dtype.is_bool:
+            return {
+                "lt": lambda: z3.And(z3.Not(a), b),
+                "le": lambda: z3.Or(z3.Not(a), b),
+                "gt": lambda: z3.And(a, z3.Not(b)),
+                "ge": lambda: z3.Or(a, z3.Not(b)),
+                "eq": lambda: a == b,
+                "ne": lambda: a != b,
+            }[direction]()
+        if dtype.is_int or self.theory == "real":
+            return {
+                "lt": lambda: a < b,
+                "le": lambda: a <= b,
+                "gt": lambda: a > b,
+                "ge": lambda: a >= b,
+                "eq": lambda: a == b,
+                "ne": lambda: a != b,
+            }[direction]()
+        precise = {
+            "lt": z3.fpLT,
+            "le": z3.fpLEQ,
+            "gt": z3.fpGT,
+            "ge": z3.fpGEQ,
+            "eq": z3.fpEQ,
+            "ne": lambda x, y: z3.Not(z3.fpEQ(x, y)),
+        }[direction]
+        return self._fbin(direction, dtype, a, b, precise, z3.BoolSort())
+
+    def select(self, c, a, b) -> z3.ExprRef:
+        return z3.If(c, a, b)
+
+    # --- conversions ---------------------------------------------------------------------
+
+    def convert(self, src: DType, dst: DType, x) -> z3.ExprRef:
+        """IR_SPEC.md section 4, `convert`, and section 5 for the real theory."""
+        if src == dst:
+            return x
+        if dst.is_bool:
+            if src.is_float and self.theory == "fp":
+                return z3.Not(self._fpred("iszero", src, x, z3.fpIsZero))  # NaN != 0
+            return x != self.zero(src)
+        if src.is_bool:
+            return z3.If(x, self.one(dst), self.zero(dst))
+        if src.is_int and dst.is_int:
+            if dst.bits > src.bits:
+                return z3.SignExt(dst.bits - src.bits, x)
+            return z3.Extract(dst.bits - 1, 0, x)
+        if self.theory == "real":
+            if dst.is_float:
+                return x if src.is_float else z3.ToReal(z3.BV2Int(x, is_signed=True))
+            return self._real_to_int(x, dst)
+        if src.is_float and dst.is_float:
+            return self._fp(
+                "cvt", src, [x], fp_sort(dst), lambda v: z3.fpFPToFP(_RNE, v, fp_sort(dst))
+            )
+        if src.is_int:
+            return self._fp(
+                f"from.{src}",
+                dst,
+                [x],
+                fp_sort(dst),
+                lambda v: z3.fpSignedToFP(_RNE, v, fp_sort(dst)),
+            )
+        return self._fp_to_int(src, dst, x)
+
+    def _fp_to_int(self, src: DType, dst: DType, x) -> z3.ExprRef:
+        """Truncate toward zero, saturate, NaN -> 0."""
+        sort = fp_sort(src)
+        lo, hi = dst.int_min, dst.int_max
+        # t >= hi exactly iff t >= (hi rounded up into the format): t is in the format.
+        hi_up = z3.simplify(z3.fpToFP(z3.RTP(), z3.RealVal(hi), sort))
+        lo_down = z3.simplify(z3.fpToFP(z3.RTN(), z3.RealVal(lo), sort))
+        if self.abstract:
+            return self.func(
+                f"abs.toint.{src}.{dst}", sort, z3.BitVecSort(dst.bits), uninterpreted=False
+            )(x)
+        t = z3.fpRoundToIntegral(_RTZ, x)
+        bv = z3.BitVecSort(dst.bits)
+        return z3.If(
+            z3.fpIsNaN(x),
+            z3.BitVecVal(0, dst.bits),
+            z3.If(
+                z3.fpGEQ(t, hi_up),
+                z3.BitVecVal(hi, dst.bits),
+                z3.If(z3.fpLEQ(t, lo_down), z3.BitVecVal(lo, dst.bits), z3.fpToSBV(_RTZ, x, bv)),
+            ),
+        )
+
+    def _real_to_int(self, x, dst: DType) -> z3.ExprRef:
+        t = z3.If(x >= 0, z3.ToInt(x), -z3.ToInt(-x))
+        lo, hi = dst.int_min, dst.int_max
+        return z3.If(
+            t >= hi,
+            z3.BitVecVal(hi, dst.bits),
+            z3.If(t <= lo, z3.BitVecVal(lo, dst.bits), z3.Int2BV(t, dst.bits)),
+        )
+
+    def from_index(self, dtype: DType, i: z3.ArithRef) -> z3.ExprRef:
+        """An index (a non-negative Int) converted from i64 as `convert` does (`iota`)."""
+        if dtype.is_int:
+            return z3.Int2BV(i, dtype.bits)
+        if self.theory == "real":
+            return z3.ToReal(i)
+        return self.convert(DType.I64, dtype, z3.Int2BV(i, 64))
+
+    # --- transcendentals -----------------------------------------------------------------
+
+    def transcendental(self, name: str, dtype: DType, *args: z3.ExprRef) -> z3.ExprRef:
+        """Uninterpreted: deterministic, otherwise unknown (IR_SPEC.md section 3)."""
+        if self.theory == "real":
+            if name == "sigmoid":  # the exact function, 1 / (1 + exp(-x))
+                e = self.transcendental("exp", dtype, -args[0])
+                return self.div(dtype, z3.RealVal(1), 1 + e)
+            if name == "rsqrt":
+                return self.div(dtype, z3.RealVal(1), self.sqrt(dtype, args[0]))
+            r = z3.RealSort()
+            return self.func(f"real.{name}", *[r] * (len(args) + 1))(*args)
+        s = fp_sort(dtype)
+        return self.func(f"{name}.{dtype}", *[s] * (len(args) + 1))(*args)
+
+    # --- folds -----------------------------------------------------------------------------
+
+    def fold_identity(self, kind: str, dtype: DType) -> z3.ExprRef:
+        """The value of an empty reduction (IR_SPEC.md section 3)."""
+        if kind == "sum":
+            return self.zero(dtype)
+        if dtype.is_int:
+            return z3.BitVecVal(dtype.int_min if kind == "max" else dtype.int_max, dtype.bits)
+        inf = np.array(-np.inf if kind == "max" else np.inf, dtype=dtype.np)
+        return self.scalar(inf, dtype)
+
+    def fold_step(self, kind: str, dtype: DType, acc, x) -> z3.ExprRef:
+        """One step of the left fold: acc = op(acc, x)."""
+        return {"sum": self.add, "max": self.max, "min": self.min}[kind](dtype, acc, x)
+
+    def fold_function(self, kind: str, dtype: DType) -> z3.FuncDeclRef:
+        """fold(extent, array) -> value: uninterpreted, one per (kind, sort)."""
+        s = self.sort(dtype)
+        tag = "real" if (self.theory == "real" and dtype.is_float) else str(dtype)
+        return self.func(f"fold.{kind}.{tag}", z3.IntSort(), z3.ArraySort(z3.IntSort(), s), s)
