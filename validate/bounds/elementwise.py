@@ -544,14 +544,15 @@ def _max_min(op: Op, args: list[TB], ctx: Context) -> TB:
             return hull(x, y)  # where one side is special (e.g. -inf), the other shows through
         return f(x[0], y[0]), f(x[1], y[1])
 
+    # Where one side is the neutral infinity (-inf for max, +inf for min), the other shows
+    # through unchanged.
+    neutral = "-inf" if op.name == "max" else "+inf"
+    exact, computed = ext(a.exact, b.exact), ext(a.computed, b.computed)
+    for x, y in ((a, b), (b, a)):
+        if neutral in x.specials:
+            exact, computed = hull(exact, y.exact), hull(computed, y.computed)
     # max and min are exact and 1-Lipschitz in each argument.
-    return make_tb(
-        op.type,
-        ext(a.exact, b.exact),
-        a.err.max(b.err),
-        ext(a.computed, b.computed),
-        a.specials | b.specials,
-    )
+    return make_tb(op.type, exact, a.err.max(b.err), computed, a.specials | b.specials)
 
 
 @rule(OPS["pow"])

@@ -183,6 +183,14 @@ CASES: dict[str, tuple] = {
     ),
     "gelu": _case(X1, '%y = gelu(%x) {{approximate = "none"}} : {dt}[4,6]', "{dt}[4,6]"),
     "gelu_tanh": _case(X1, '%y = gelu(%x) {{approximate = "tanh"}} : {dt}[4,6]', "{dt}[4,6]"),
+    "max_with_masked": _case(
+        X2,
+        "%q = iota() {{axis = 0}} : i32[4,6]\n%k = iota() {{axis = 1}} : i32[4,6]\n"
+        '%c = cmp(%k, %q) {{dir = "le"}} : i1[4,6]\n'
+        "%n = constant() {{value = -inf}} : {dt}[4,6]\n"
+        "%m = select(%c, %x, %n) : {dt}[4,6]\n%y = max(%m, %w) : {dt}[4,6]",
+        "{dt}[4,6]",
+    ),
     "softmax_then_dot": _case(
         "%x: {dt}[4,6] {{range = {r1}}}, %w: {dt}[6,5] {{range = {r2}}}",
         "%p = softmax(%x) {{axis = 1}} : {dt}[4,6]\n"
@@ -232,6 +240,7 @@ OP_OF_CASE = {
     "int_dot_wraps": "dot",
     "softmax_then_dot": "dot",
     "layer_norm_then_dot": "dot",
+    "max_with_masked": "max",
 }
 
 
