@@ -173,17 +173,18 @@ def _layer_norm_closed(
     _, rsqrt_rel, rsqrt_abs = transcendental_error(ctx, "rsqrt", dtype, 1.0, 1.0)
     ed = d.err.total
     dmax = mag(*d.exact)
-    v_max = min(dmax**2, (x.hi - x.lo) ** 2 / 4)  # Popoviciu: a variance is <= (range/2)^2
+    half = (x.hi - x.lo) / 2
+    v_max = min(dmax * dmax, half * half)  # Popoviciu: a variance is <= (range/2)^2
     eps_lo, eps_hi, e_eps = eps.lo, eps.hi, eps.err.total
     root = math.sqrt(eps_lo)
     s = ed / root
     g = (n + 1) * u / (1 - (n + 1) * u)
     rho = (
-        g * (1 + s) ** 2
+        g * (1 + s) * (1 + s)
         + s
         + s * s
         + (2 * eta * (1 + g) + e_eps) / eps_lo
-        + u * ((1 + g) * (1 + s) ** 2 + (2 * eta * (1 + g) + eps_hi + e_eps) / eps_lo)
+        + u * ((1 + g) * (1 + s) * (1 + s) + (2 * eta * (1 + g) + eps_hi + e_eps) / eps_lo)
     )
     if not rho < 0.5:
         return None

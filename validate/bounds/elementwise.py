@@ -215,7 +215,7 @@ def _nearest_zero_sup(g: Callable[[float], float]):
 
 
 def _rsqrt_dsup(lo: float, hi: float) -> float:
-    return up(0.5 * lo**-1.5) if lo > 0 else math.inf
+    return up(0.5 / (lo * math.sqrt(lo))) if lo > 0 else math.inf
 
 
 def _sqrt_dsup(lo: float, hi: float) -> float:
@@ -451,7 +451,7 @@ def _add_sub(op: Op, args: list[TB], ctx: Context) -> TB:
 def _square(i: Interval) -> Interval:
     if is_empty(*i):
         return EMPTY
-    return down(mig(*i) ** 2), up(mag(*i) ** 2)
+    return down(mig(*i) * mig(*i)), up(mag(*i) * mag(*i))
 
 
 def _mul_specials(op: Op, a: TB, b: TB) -> tuple[frozenset[str], str | None]:
@@ -525,7 +525,7 @@ def _div(op: Op, args: list[TB], ctx: Context) -> TB:
     mb, mb_both = mig(*b.exact), mig(*b.both)
     # |a^/b^ - a/b| <= ea/|b^| + |a| |b - b^| / (|b| |b^|)
     prop = Err.make(
-        lin_add(lin_scale(a.err.lin, 1 / mb), lin_scale(b.err.lin, A / mb**2)),
+        lin_add(lin_scale(a.err.lin, 1 / mb), lin_scale(b.err.lin, A / (mb * mb))),
         a.err.total / mb_both + A * b.err.total / (mb * mb_both),
     )
     own = one_rounding(ctx, op.type.dtype, mag(*exact), mag(*pre))
