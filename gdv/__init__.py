@@ -1,12 +1,21 @@
 """gdv: a verification-first ML compiler.
 
-Public API: `load`, `parse`, `format_module`, `run` (the reference backend), `IRError`.
+Public API: `load`, `parse`, `format_module`, `compile` (prove and build an executable),
+`run` (the reference backend), `IRError`.
 """
 
 __version__ = "0.1.0"
 
 from gdv.api import format_module, load, parse  # noqa: E402
 from gdv.ir.diagnostics import IRError  # noqa: E402
+
+
+def compile(source, target: str = "reference", **options):
+    """Compile and prove `source` (a path or IR text); returns an executable. See
+    `gdv.driver.compile`."""
+    from gdv.driver import compile as _compile
+
+    return _compile(source, target, **options)
 
 
 def run(module, inputs, *, mode: str = "exact"):
@@ -16,4 +25,4 @@ def run(module, inputs, *, mode: str = "exact"):
     return reference.run(module, inputs, mode=mode)
 
 
-__all__ = ["IRError", "__version__", "format_module", "load", "parse", "run"]
+__all__ = ["IRError", "__version__", "compile", "format_module", "load", "parse", "run"]

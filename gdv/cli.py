@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "gdv.commands.run",
     "gdv.commands.tv",
     "gdv.commands.bounds",
+    "gdv.commands.compile",
 )
 """Each module has `register(subparsers)`, which adds its commands with a `handler`."""
 

@@ -1,0 +1,175 @@
+"""`gdv compile FILE [--target reference] [-O2] [--emit-evidence [DIR]] ...`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from gdv.driver import CompileOptions, compile_module, write_evidence
+
+EXIT_FOR = {"proved": 0, "refuted": 1, "unknown": 2}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "compile",
+        help="run the pass pipeline and prove every obligation (exit 0 proved, 1 refuted, "
+        "2 unknown, 3 input error)",
+    )
+    p.add_argument("file", help="a .gdv file")
+    p.add_argument("--target", default="reference", help="reference (default)")
+    p.add_argument(
+        "-O",
+        dest="level",
+        type=int,
+        choices=(0, 1, 2),
+        default=2,
+        help="optimisation level: -O0, -O1, -O2 (default)",
+    )
+    p.add_argument(
+        "--fast-math",
+        action="store_true",
+        help="allow rewrites that hold only over the reals (each a `real` claim)",
+    )
+    p.add_argument(
+        "--disable-pass",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="skip a pass (repeatable), e.g. to bisect a miscompile",
+    )
+    p.add_argument(
+        "--print-after",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="print the IR after this pass (repeatable)",
+    )
+    p.add_argument(
+        "--print-ir-after-all", action="store_true", help="print the IR after every pass"
+    )
+    p.add_argument(
+        "--external-pass",
+        action="append",
+        default=[],
+        metavar="CMD",
+        help="pipe the module through CMD right after parsing (repeatable, in order);"
+        " its output is proved equivalent",
+    )
+    p.add_argument(
+        "--external-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds an external pass may run (default 60)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="solver worker processes (default: all cores)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds per solver query (default 10)",
+    )
+    p.add_argument(
+        "--memory-limit",
+        type=int,
+        default=4096,
+        metavar="MB",
+        help="memory per solver worker (default 4096)",
+    )
+    p.add_argument("--cache-dir", metavar="DIR", help="proof cache (default ~/.cache/gdv)")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    p.add_argument(
+        "--emit-evidence",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="write an evidence bundle (default DIR: <input stem>.evidence/)",
+    )
+    p.set_defaults(handler=compile_command)
+
+
+def compile_command(args: argparse.Namespace) -> int:
+    options = CompileOptions(
+        target=args.target,
+        level=args.level,
+        fast_math=args.fast_math,
+        disable=tuple(args.disable_pass),
+        print_after=tuple(args.print_after),
+        print_ir_after_all=args.print_ir_after_all,
+        external_passes=tuple(args.external_pass),
+        external_timeout=args.external_timeout,
+        jobs=args.jobs,
+        timeout=args.timeout,
+        memory_mb=args.memory_limit,
+        cache_dir=args.cache_dir,
+        use_cache=not args.no_cache,
+        progress=True,
+    )
+    comp = compile_module(args.file, options)
+    _summary(comp)
+    if args.emit_evidence is not None:
+        stem = os.path.splitext(os.path.basename(args.file))[0]
+        directory = args.emit_evidence or os.path.join(
+            os.path.dirname(args.file), f"{stem}.evidence"
+        )
+        path = write_evidence(comp, directory)
+        print(f"evidence: {path}")
+    return EXIT_FOR[comp.verdict]
+
+
+def _summary(comp) -> None:
+    by_pass: dict[str, dict[str, int]] = {}
+    seconds: dict[str, float] = {}
+    for r in comp.records:
+        by_pass.setdefault(r.name, {"proved": 0, "refuted": 0, "unknown": 0})
+        seconds[r.name] = r.seconds
+    for out in comp.outcomes:
+        counts = by_pass[out.obligation.pass_name]
+        counts[out.status] += 1
+        seconds[out.obligation.pass_name] += out.seconds
+    width = max(len(n) for n in by_pass) if by_pass else 4
+    print(f"{'pass':<{width}}  proved  refuted  unknown  seconds")
+    for name, c in by_pass.items():
+        print(
+            f"{name:<{width}}  {c['proved']:>6}  {c['refuted']:>7}  {c['unknown']:>7}  "
+            f"{seconds[name]:>7.2f}"
+        )
+    cached = sum(1 for o in comp.outcomes if o.cached)
+    shared = sum(1 for o in comp.outcomes if o.shared_with)
+    print(
+        f"{len(comp.outcomes)} obligation(s), {cached} from the cache, {shared} sharing a "
+        f"query with another; compile and prove "
+        f"{comp.seconds:.2f} s; verdict: {comp.verdict}"
+    )
+    for out in comp.outcomes:
+        if out.status == "proved":
+            continue
+        ob = out.obligation
+        where = f"{ob.loc}: " if ob.loc else ""
+        print(f"{where}{out.status}: {ob.id} ({ob.claim}): {out.reason}", file=sys.stderr)
+        cex = out.counterexample
+        if cex is not None:
+            print(
+                f"  example: output {cex.output} at index {list(cex.index)}: src gives "
+                f"{cex.value_a}, tgt gives {cex.value_b} ({cex.origin})",
+                file=sys.stderr,
+            )
+            for name, arr in cex.inputs.items():
+                print(f"    %{name} = {_short(arr)}", file=sys.stderr)
+
+
+def _short(arr) -> str:
+    import numpy as np
+
+    with np.printoptions(threshold=8, edgeitems=2, linewidth=100):
+        return " ".join(str(np.asarray(arr)).split())

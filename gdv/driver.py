@@ -1,0 +1,287 @@
+"""The compile driver: parse, external passes, the pipeline, discharge, evidence, executable."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gdv import __version__
+from gdv.api import parse
+from gdv.external import run_external_pass
+from gdv.ir.core import Module
+from gdv.ir.diagnostics import IRError, Loc, printable
+from gdv.ir.obligation import Obligation
+from gdv.ir.parser import parse_file
+from gdv.ir.printer import print_module
+from gdv.ir.verifier import verify
+from gdv.passes.manager import PassManager, PassRecord
+from gdv.passes.pipelines import pipeline
+
+EVIDENCE_SCHEMA_VERSION = "0.1"
+
+
+@dataclass
+class CompileOptions:
+    """Everything `gdv compile` and `gdv.compile` accept besides the source."""
+
+    target: str = "reference"
+    level: int = 2
+    fast_math: bool = False
+    disable: tuple[str, ...] = ()
+    print_after: tuple[str, ...] = ()
+    print_ir_after_all: bool = False
+    external_passes: tuple[str, ...] = ()
+    external_timeout: float = 60.0
+    jobs: int | None = None
+    timeout: float = 10.0
+    memory_mb: int = 4096
+    cache_dir: str | None = None
+    use_cache: bool = True
+    emit_evidence: str | None = None
+    progress: bool = False
+
+
+@dataclass
+class Compilation:
+    """What a compile produced: the final module, every pass's record and outcome."""
+
+    source: Module
+    source_text: bytes
+    module: Module
+    options: CompileOptions
+    records: list[PassRecord]
+    stages: list[tuple[str, Module]]
+    outcomes: list = field(default_factory=list)
+    seconds: float = 0.0
+    prove_seconds: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        """`proved` when every obligation is, else `refuted` or `unknown` (refuted wins)."""
+        statuses = {o.status for o in self.outcomes}
+        if "refuted" in statuses:
+            return "refuted"
+        if "unknown" in statuses:
+            return "unknown"
+        return "proved"
+
+    def __call__(self, **inputs: np.ndarray) -> list[np.ndarray]:
+        """Run the compiled program on keyword inputs (parameter names without `%`)."""
+        if self.verdict != "proved":
+            raise IRError(
+                f"refusing to run a compile whose obligations are {self.verdict}",
+                Loc(self.source.filename, 1, 1),
+            )
+        from gdv.backends import reference
+
+        return reference.run(self.module, inputs)
+
+
+def _load(source: str | os.PathLike) -> tuple[Module, bytes]:
+    if isinstance(source, os.PathLike) or (
+        isinstance(source, str) and "\n" not in source and "{" not in source
+    ):
+        path = os.fspath(source)
+        module = verify(parse_file(path))
+        with open(path, "rb") as f:
+            return module, f.read()
+    text = source if isinstance(source, str) else str(source)
+    return parse(text, "<string>"), text.encode()
+
+
+def compile_module(
+    source: str | os.PathLike, options: CompileOptions | None = None, log=None
+) -> Compilation:
+    """Compile and prove; raises IRError on input errors. Check `.verdict` for the proof."""
+    options = options or CompileOptions()
+    start = time.perf_counter()
+    module, text = _load(source)
+    external: list[PassRecord] = []
+    stages: list[tuple[str, Module]] = [("input", module)]
+    for k, command in enumerate(options.external_passes, start=1):
+        t = time.perf_counter()
+        module, obligations = run_external_pass(module, command, k, options.external_timeout)
+        name = f"external-{k}"
+        external.append(PassRecord(name, obligations, True, time.perf_counter() - t, "graph"))
+        stages.append((name, module))
+    manager = PassManager(
+        pipeline(options.target, options.level, options.fast_math),
+        disabled=frozenset(options.disable),
+        print_after=frozenset(options.print_after),
+        print_after_all=options.print_ir_after_all,
+        printer=log or print,
+    )
+    result = manager.run(module)
+    records = external + result.records
+    stages += result.stages[1:]
+    comp = Compilation(stages[0][1], text, result.module, options, records, stages)
+    from gdv.validate.discharge import discharge
+
+    obligations = [o for r in records for o in r.obligations]
+    t = time.perf_counter()
+    comp.outcomes = discharge(
+        obligations,
+        jobs=options.jobs,
+        timeout=options.timeout,
+        memory_mb=options.memory_mb,
+        cache_dir=Path(options.cache_dir) if options.cache_dir else None,
+        use_cache=options.use_cache,
+        progress=_progress_printer() if options.progress else None,
+    )
+    comp.prove_seconds = time.perf_counter() - t
+    comp.seconds = time.perf_counter() - start
+    return comp
+
+
+def compile(source: str | os.PathLike, target: str = "reference", **options) -> Compilation:
+    """`gdv.compile(path_or_text, target=...)`: compile, prove every obligation, and return an
+    executable (call it with numpy inputs as keyword arguments). Raises IRError when an
+    obligation is refuted or unknown, naming it."""
+    comp = compile_module(source, CompileOptions(target=target, **options))
+    if comp.verdict != "proved":
+        bad = next(o for o in comp.outcomes if o.status != "proved")
+        raise IRError(
+            f"obligation {bad.obligation.id} is {bad.status}: {bad.reason}",
+            bad.obligation.loc or Loc(comp.source.filename, 1, 1),
+        )
+    return comp
+
+
+def _progress_printer():
+    if not sys.stderr.isatty():
+        return None
+    last = [0.0]
+
+    def show(done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done == total or now - last[0] > 0.2:
+            last[0] = now
+            end = "\n" if done == total else ""
+            print(f"\r[gdv] obligations {done}/{total}", end=end, file=sys.stderr, flush=True)
+
+    return show
+
+
+# --- evidence -------------------------------------------------------------------------------
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:80]
+
+
+def write_evidence(comp: Compilation, directory: str) -> Path:
+    """Write the bundle: stage IRs, each obligation's queries as SMT-LIB, `manifest.json`
+    (deterministic) and `timings.json` (the only file that changes between runs)."""
+    target = Path(directory)
+    if target.exists() and not (target / "manifest.json").is_file():
+        raise IRError(
+            f"{printable(str(target), 200)} exists and is not an evidence bundle; not "
+            "overwriting it",
+            Loc(str(target), 1, 1),
+        )
+    parent = target.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".gdv-evidence-", dir=parent))
+    try:
+        manifest = _write_bundle(comp, tmp)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        timings = {
+            "compile_seconds": comp.seconds,
+            "prove_seconds": comp.prove_seconds,
+            "passes": {r.name: r.seconds for r in comp.records},
+            "obligations": {o.obligation.id: o.seconds for o in comp.outcomes},
+        }
+        (tmp / "timings.json").write_text(json.dumps(timings, indent=2, sort_keys=True) + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _write_bundle(comp: Compilation, root: Path) -> dict:
+    import z3
+
+    (root / "ir").mkdir()
+    (root / "obligations").mkdir()
+    stages = []
+    for n, (name, module) in enumerate(comp.stages):
+        text = print_module(module).encode()
+        rel = f"ir/{n:02d}-{_slug(name)}.gdv"
+        (root / rel).write_bytes(text)
+        stages.append({"pass": name, "file": rel, "sha256": _sha256(text)})
+    obligations = []
+    for n, out in enumerate(comp.outcomes):
+        ob: Obligation = out.obligation
+        files = []
+        for k, q in enumerate(out.smt2):
+            rel = f"obligations/{n:04d}-{_slug(ob.id)}-out{k}.smt2"
+            (root / rel).write_text(q)
+            files.append({"file": rel, "sha256": _sha256(q.encode())})
+        entry = {
+            "id": ob.id,
+            "pass": ob.pass_name,
+            "rule": ob.rule,
+            "kind": ob.kind,
+            "theory": ob.theory,
+            "claim": ob.claim,
+            "assumptions": list(ob.assumptions),
+            "location": str(ob.loc) if ob.loc else None,
+            "queries": files,
+            "cache_key": out.key,
+            "status": out.status,
+            "reason": out.reason,
+            "solver": {"name": "z3", "version": z3.get_version_string()},
+        }
+        if out.counterexample is not None:
+            cex = out.counterexample
+            entry["counterexample"] = {
+                "output": cex.output,
+                "index": list(cex.index),
+                "src": repr(cex.value_a),
+                "tgt": repr(cex.value_b),
+                "origin": cex.origin,
+            }
+        obligations.append(entry)
+    opts = comp.options
+    return {
+        "schema_version": EVIDENCE_SCHEMA_VERSION,
+        "source": {
+            "file": os.path.basename(comp.source.filename),
+            "sha256": _sha256(comp.source_text),
+        },
+        "target": opts.target,
+        "pipeline": {
+            "level": opts.level,
+            "fast_math": opts.fast_math,
+            "disabled": sorted(opts.disable),
+            "external_passes": list(opts.external_passes),
+            "passes": [r.name for r in comp.records],
+        },
+        "stages": stages,
+        "obligations": obligations,
+        "tools": {
+            "gdv": __version__,
+            "python": platform.python_version(),
+            "z3": z3.get_version_string(),
+            "numpy": np.__version__,
+        },
+        "verdict": comp.verdict,
+    }

@@ -1,0 +1,273 @@
+"""Discharging obligations: a content-addressed cache, worker processes, per-obligation
+timeouts and memory limits (DESIGN.md, "Obligations and their discharge").
+
+The cache key is the SHA-256 of the obligation's queries as canonical SMT-LIB text: comments
+dropped and every declared symbol renamed in order of first declaration, so the same claim
+about differently named values (twelve identical layers) is solved once. Only proofs are
+cached; `unknown` is never `proved`, and a refutation is recomputed so that its
+counterexample is replayed again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import resource
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gdv.ir.obligation import Obligation
+from gdv.validate.counterexample import Counterexample
+from gdv.validate.equivalence import check_equivalence, query_smt2
+
+STATUSES = ("proved", "refuted", "unknown")
+_VERDICT_STATUS = {"equivalent": "proved", "not-equivalent": "refuted", "unknown": "unknown"}
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_MEMORY_MB = 4096
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gdv"
+
+
+@dataclass
+class Outcome:
+    """The result of discharging one obligation."""
+
+    obligation: Obligation
+    status: str
+    seconds: float
+    reason: str = ""
+    counterexample: Counterexample | None = None
+    cached: bool = False
+    """Proved by an earlier run (the cache), not solved now."""
+    shared_with: str = ""
+    """The id of an obligation with the same query, solved once for both."""
+    key: str = ""
+    smt2: list[str] = field(default_factory=list)
+    """The queries (one per output) as SMT-LIB 2 text, `(set-logic ALL)` first."""
+
+
+_DECL = re.compile(r"\((?:declare-fun|declare-const|define-fun)\s+(\|[^|]*\||[^\s()]+)")
+
+
+_LET_VAR = re.compile(r"(?<![\w.!|])([?$]x\d+)(?![\w.!|])")
+
+
+def canonical_smt2(text: str) -> str:
+    """`text` without comments, its declared symbols renamed `s0, s1, ...` and Z3's let
+    variables (`?x35`, `$x10`, named after internal term ids) `?l0, ...`, in order."""
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith(";")]
+    body = "\n".join(lines)
+    lets: dict[str, str] = {}
+    body = _LET_VAR.sub(lambda m: lets.setdefault(m.group(1), f"{m.group(1)[0]}l{len(lets)}"), body)
+    names: dict[str, str] = {}
+    for m in _DECL.finditer(body):
+        names.setdefault(m.group(1), f"s{len(names)}")
+    if not names:
+        return body
+    pattern = re.compile(
+        r"(?<![\w.!|$@%^&*+\-/<>=?~])("
+        + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+        + r")(?![\w.!|$@%^&*+\-/<>=?~])"
+    )
+    return pattern.sub(lambda m: names[m.group(1)], body)
+
+
+def obligation_queries(ob: Obligation) -> list[str]:
+    """The obligation's queries as SMT-LIB 2 text, one per output."""
+    return [query_smt2(ob.src, ob.tgt, o, ob.theory) for o in range(len(ob.src.results))]
+
+
+def cache_key(ob: Obligation, queries: list[str]) -> str:
+    h = hashlib.sha256()
+    h.update(f"gdv-obligation-v1 {ob.kind} {ob.theory}\n".encode())
+    for q in queries:
+        h.update(canonical_smt2(q).encode())
+        h.update(b"\n;;\n")
+    return h.hexdigest()
+
+
+class Cache:
+    """Proved obligations, one small JSON file per key under `root/obligations/`."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = None if root is None else Path(root) / "obligations"
+
+    def _path(self, key: str) -> Path:
+        assert self.root is not None
+        return self.root / key[:2] / f"{key}.json"
+
+    def proved(self, key: str) -> bool:
+        if self.root is None:
+            return False
+        try:
+            return json.loads(self._path(key).read_text()).get("status") == "proved"
+        except (OSError, ValueError):
+            return False
+
+    def store(self, key: str, outcome: Outcome) -> None:
+        if self.root is None or outcome.status != "proved":
+            return
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump(
+                    {
+                        "status": "proved",
+                        "id": outcome.obligation.id,
+                        "theory": outcome.obligation.theory,
+                    },
+                    f,
+                )
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a cache that cannot be written only costs time
+
+
+def _limit_memory(megabytes: int) -> None:
+    try:
+        limit = megabytes * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (ValueError, OSError):
+        pass
+
+
+QUICK_REFUTE_ELEMENTS = 1 << 20
+"""Obligations whose tensors hold fewer elements than this are first run on a few random and
+special inputs: a bit-exact difference refutes at once, with a replayed counterexample, where
+the solver could spend its whole timeout."""
+
+
+def _quick_refute(ob: Obligation) -> Counterexample | None:
+    from gdv.backends import reference
+    from gdv.validate.counterexample import replay, special_inputs
+
+    size = sum(p.type.num_elements for p in ob.src.params)
+    size += sum(o.type.num_elements for f in (ob.src, ob.tgt) for o in f.ops)
+    if ob.theory != "fp" or size > QUICK_REFUTE_ELEMENTS:
+        return None
+    for seed in range(2):
+        for origin, draw in (
+            ("random inputs", reference.random_inputs),
+            ("special values", special_inputs),
+        ):
+            inputs = draw(ob.src, seed)
+            found = replay(ob.src, ob.tgt, inputs, "fp")
+            if found is not None:
+                return Counterexample(*found, inputs, f"{origin} (seed {seed})")
+    return None
+
+
+def _solve(ob: Obligation, timeout: float) -> tuple[str, float, str, Counterexample | None]:
+    start = time.perf_counter()
+    cex = _quick_refute(ob)
+    if cex is not None:
+        return "refuted", time.perf_counter() - start, f"out{cex.output} differs", cex
+    try:
+        r = check_equivalence(ob.src, ob.tgt, ob.theory, timeout, names=("src", "tgt"))
+    except MemoryError:
+        return "unknown", time.perf_counter() - start, "out of memory", None
+    status = _VERDICT_STATUS[r.verdict]
+    return status, time.perf_counter() - start, r.reason, r.counterexample
+
+
+def discharge(
+    obligations: list[Obligation],
+    *,
+    jobs: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    memory_mb: int = DEFAULT_MEMORY_MB,
+    cache_dir: Path | None = None,
+    use_cache: bool = True,
+    progress=None,
+) -> list[Outcome]:
+    """Discharge every obligation; the outcomes come back in the obligations' order.
+
+    `timeout` is seconds per solver query; `jobs` worker processes (default: all cores; 1
+    solves in this process). `progress(done, total)` is called as outcomes arrive."""
+    cache = Cache((cache_dir or default_cache_dir()) if use_cache else None)
+    outcomes: list[Outcome | None] = [None] * len(obligations)
+    todo: list[int] = []
+    seen_keys: dict[str, int] = {}
+    duplicates: list[tuple[int, int]] = []
+    for i, ob in enumerate(obligations):
+        queries = obligation_queries(ob)
+        key = cache_key(ob, queries)
+        if cache.proved(key):
+            outcomes[i] = Outcome(
+                ob, "proved", 0.0, "proved before (cache)", None, True, key=key, smt2=queries
+            )
+        elif key in seen_keys:
+            duplicates.append((i, seen_keys[key]))
+            outcomes[i] = Outcome(ob, "unknown", 0.0, "", None, key=key, smt2=queries)
+        else:
+            seen_keys[key] = i
+            outcomes[i] = Outcome(ob, "unknown", 0.0, "", None, key=key, smt2=queries)
+            todo.append(i)
+    total, done = len(obligations), len(obligations) - len(todo) - len(duplicates)
+    if progress:
+        progress(done, total)
+    jobs = jobs or os.cpu_count() or 1
+
+    def record(i: int, result: tuple[str, float, str, Counterexample | None]) -> None:
+        nonlocal done
+        out = outcomes[i]
+        assert out is not None
+        out.status, out.seconds, out.reason, out.counterexample = result
+        cache.store(out.key, out)
+        done += 1
+        if progress:
+            progress(done, total)
+
+    if jobs == 1 or len(todo) <= 1:
+        for i in todo:
+            record(i, _solve(obligations[i], timeout))
+    else:
+        _solve_in_workers(obligations, todo, jobs, timeout, memory_mb, record)
+    for i, j in duplicates:
+        twin = outcomes[j]
+        out = outcomes[i]
+        assert twin is not None and out is not None
+        out.status, out.reason, out.counterexample = twin.status, twin.reason, twin.counterexample
+        out.shared_with = twin.obligation.id
+        done += 1
+        if progress:
+            progress(done, total)
+    return [o for o in outcomes if o is not None]
+
+
+def _solve_in_workers(obligations, todo, jobs, timeout, memory_mb, record) -> None:
+    pool = concurrent.futures.ProcessPoolExecutor(
+        max_workers=min(jobs, len(todo)), initializer=_limit_memory, initargs=(memory_mb,)
+    )
+    try:
+        futures = {pool.submit(_solve, obligations[i], timeout): i for i in todo}
+        # z3 honours its own timeout per query; this wall-clock guard catches a worker that
+        # does not return at all (each obligation asks at most two queries per output).
+        per = max(len(obligations[i].src.results) for i in todo)
+        guard = (2 * per * timeout + 30) * max(1, len(todo) / min(jobs, len(todo)))
+        try:
+            for fut in concurrent.futures.as_completed(futures, timeout=guard):
+                i = futures[fut]
+                try:
+                    record(i, fut.result())
+                except concurrent.futures.process.BrokenProcessPool:
+                    record(i, ("unknown", 0.0, "the solver process died (memory limit?)", None))
+        except concurrent.futures.TimeoutError:
+            for fut, i in futures.items():
+                if not fut.done():
+                    record(i, ("unknown", guard, "the solver did not return in time", None))
+    finally:
+        for p in getattr(pool, "_processes", {}).values():
+            if p.is_alive():
+                p.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
