@@ -30,7 +30,11 @@ def concrete_tensor(values: Values, array: np.ndarray, type_: TensorType) -> Ten
 
     def at(i: Index) -> z3.ExprRef:
         assert all(k.is_const for k in i), "concrete tensors are read at concrete indices"
-        return values.scalar(array[tuple(k.const for k in i)], type_.dtype)
+        pos = tuple(k.const for k in i)
+        if not all(0 <= p < n for p, n in zip(pos, type_.shape, strict=True)):
+            # Read only under a false guard (pad, concat); input functions are total too.
+            return values.zero(type_.dtype)
+        return values.scalar(array[pos], type_.dtype)
 
     return Tensor(type_, at)
 

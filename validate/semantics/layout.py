@@ -74,21 +74,20 @@ def concat(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
 
     def at(i: Index) -> z3.ExprRef:
         k = i[axis]
-        term: z3.ExprRef | None = None
-        # From the last part back, so that the first part whose range holds k wins.
-        for off, x in reversed(parts):
+        live = []
+        for off, x in parts:
+            cond = k.in_range(off, off + x.shape[axis])
+            if z3.is_false(cond):
+                continue
             j = list(i)
             j[axis] = k - off
-            here = x.at(tuple(j))
-            if term is None:
-                term = here
-                continue
-            cond = k.in_range(off, off + x.shape[axis])
             if z3.is_true(cond):
-                term = here
-            elif not z3.is_false(cond):
-                term = z3.If(cond, here, term)
-        assert term is not None
+                return x.at(tuple(j))
+            live.append((cond, x.at(tuple(j))))
+        # The last part that may hold k is the default: the index is in bounds.
+        term = live[-1][1]
+        for cond, here in reversed(live[:-1]):
+            term = z3.If(cond, here, term)
         return term
 
     return Tensor(op.type, at)

@@ -125,7 +125,9 @@ class Values:
         return precise(*args)
 
     def _fbin(self, name: str, dtype: DType, a, b, precise, result=None) -> z3.ExprRef:
-        return self._fp(name, dtype, [a, b], result or self.sort(dtype), precise)
+        return self._fp(
+            name, dtype, [a, b], self.sort(dtype) if result is None else result, precise
+        )
 
     def _fpred(self, name: str, dtype: DType, a, precise) -> z3.BoolRef:
         return self._fp(name, dtype, [a], z3.BoolSort(), precise)
