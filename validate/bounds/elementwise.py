@@ -738,10 +738,12 @@ def _constant(op: Op, args: list[TB], ctx: Context) -> TB:
         if dtype.is_float:
             stored = literal_to_array(leaf, ctx.fmt(dtype))
             v = float(np.asarray(stored, dtype=np.float64))
-            if not math.isfinite(v):
-                specials.add("+inf" if v > 0 else "-inf")
-                ctx.note(f"%{op.result} = constant: a literal overflows {ctx.fmt(dtype)}")
-                continue
+            if not math.isfinite(v):  # the exact literal is finite, the stored one is not
+                return make_tb(
+                    op.type,
+                    (-math.inf, math.inf),
+                    Err.infinite(f"constant: a literal overflows {ctx.fmt(dtype)} to infinity"),
+                )
             d = abs(Fraction(v) - exact)
             if d > worst:
                 worst, worst_mag = d, abs(float(exact))
