@@ -112,3 +112,54 @@ def sequential_sum(
 def combine(*parts: tuple[Lin, float]) -> Err:
     """The sum of (first-order form, rigorous value) parts as an `Err`."""
     return Err.make(lin_add(*(p[0] for p in parts)), math.fsum(p[1] for p in parts))
+
+
+ORDERS = ("sequential", "blocked", "pairwise", "split-k")
+"""Reduction orders a schedule may fix (IR_SPEC.md's own order is `sequential`)."""
+
+
+def order_depth(order: str, n: int, block: int = 1) -> int:
+    """The most additions any term goes through on its way to the result: `sequential`
+    n - 1; `blocked` (sequential sums of `block` terms, then of the ceil(n/block) block sums)
+    block - 1 + ceil(n/block) - 1; `pairwise` ceil(log2 n); `split-k` (`block` sequential
+    partial sums of ceil(n/block) terms, then summed sequentially) ceil(n/block) - 1 + block - 1.
+    """
+    if n <= 1:
+        return 0
+    if order == "sequential":
+        return n - 1
+    if order == "pairwise":
+        return math.ceil(math.log2(n))
+    if block < 1:
+        raise ValueError(f"{order} needs a block size >= 1, got {block}")
+    if order == "blocked":
+        return min(block, n) - 1 + math.ceil(n / block) - 1
+    if order == "split-k":
+        parts = min(block, n)
+        return math.ceil(n / parts) - 1 + parts - 1
+    raise ValueError(f"unknown reduction order {order!r} (one of {', '.join(ORDERS)})")
+
+
+def ordered_sum(
+    ctx: Context,
+    order: str,
+    n: int,
+    dtype: DType,
+    p_exact: float,
+    p_computed: float,
+    elements: int,
+    block: int = 1,
+) -> tuple[dict[str, float], float]:
+    """The rounding error of summing n terms |t| <= P in `order` (see `order_depth`):
+    every term is multiplied by at most d factors (1 + delta), so |error| <= gamma_d n P
+    (Higham 2002, section 4.2), first order d n P u. For `sequential` the sharper
+    `sequential_sum` applies. This is what a pass that reorders a reduction under a `real`
+    claim reports as the bound's change."""
+    if order == "sequential":
+        return sequential_sum(ctx, n, dtype, p_exact, p_computed, elements)
+    d = order_depth(order, n, block)
+    if d == 0:
+        return {}, 0.0
+    u = ctx.u(dtype)
+    g = gamma(d, u)
+    return {ctx.u_sym(dtype): d * n * p_exact}, g * n * p_computed
