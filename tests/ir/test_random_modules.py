@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from gdv.ir import ops as op_registry
 from gdv.ir.core import Function, Module, Op
+from gdv.ir.dtypes import ALL_DTYPES, DType
+from gdv.ir.ops import OpTypeError
 from gdv.ir.parser import parse
 from gdv.ir.printer import print_module
 from gdv.ir.verifier import verify
@@ -118,3 +120,38 @@ def test_whitespace_and_comments_between_tokens_are_free(module: Module, rnd) ->
     assert not _TOKEN.sub("", text).strip(), "the tokenizer missed part of the text"
     spaced = "".join(t + rnd.choice(_SEPARATORS) for t in tokens)
     assert parse(spaced, "<spaced>") == module
+
+
+def _key_operand(name: str) -> int:
+    return 1 if name == "select" else 0  # select's data operands follow the i1 condition
+
+
+@pytest.mark.parametrize("name", sorted(op_registry.REGISTRY))
+@settings(max_examples=3)
+@given(data=st.data())
+def test_generators_cover_every_dtype_the_rule_accepts(name: str, data) -> None:
+    # Ask the generator for each dtype in turn and probe the type rule with each instance
+    # re-typed to every dtype: whatever dtype the rule accepts, the generator must produce.
+    spec = op_registry.REGISTRY[name]
+    produced: set[DType] = set()
+    accepted: set[DType] = set()
+    try:
+        for forced in ALL_DTYPES:
+            S.FORCED_DTYPE[0] = forced
+            operand_types, attrs, written = S.OP_GENERATORS[name](data.draw)
+            written = written or spec.infer(operand_types, attrs, operand_types[0])
+            key = operand_types[_key_operand(name)].dtype if operand_types else written.dtype
+            produced.add(key)
+            for d in ALL_DTYPES:
+                retyped = [t.with_dtype(d) if t.dtype == key else t for t in operand_types]
+                w = written.with_dtype(d) if written.dtype == key else written
+                try:
+                    spec.infer(retyped, attrs, w)
+                except OpTypeError:
+                    continue
+                accepted.add(d)
+    finally:
+        S.FORCED_DTYPE[0] = None
+    assert accepted, f"{name}: no dtype accepted at all"
+    missing = sorted(d.value for d in accepted - produced)
+    assert not missing, f"{name}: the rule accepts {missing} but the generator never makes them"
