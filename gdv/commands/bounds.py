@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="lam",
         type=float,
         default=None,
-        help="lambda of the probabilistic companion (default 6)",
+        help="lambda of the probabilistic companion (default 7)",
     )
     p.set_defaults(handler=bounds)
 

@@ -19,7 +19,7 @@ cos, pow and rsqrt return a value within this many ulps of the exact one, of the
 The reference backend evaluates them in float64 and rounds once, so for f32, f16 and bf16 it
 does far better (tests/validate/bounds/test_transcendental_ulps.py measures it)."""
 
-DEFAULT_LAMBDA = 6.0
+DEFAULT_LAMBDA = 7.0
 """The probabilistic companion's lambda: each rounding error bound holds with probability
 1 - 2 exp(-lambda^2 (1-u)^2 / 2) (Higham and Mary 2019, Theorem 2.4)."""
 
