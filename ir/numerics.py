@@ -157,3 +157,24 @@ def literal_to_array(value: int | bool | FloatLiteral, dtype: DType) -> np.ndarr
             return np.array(_fraction_to_f64(value), dtype=np.float64)
         return float_to_float(np.array(_fraction_to_f64_round_to_odd(value)), dtype)
     return float_to_float(np.array(float(value), dtype=np.float64), dtype)
+
+
+_NARROW_FORMATS = ((24, -126), (11, -14), (8, -126))  # (precision, emin) of f32, f16, bf16
+
+
+def is_narrow_midpoint(f: float) -> bool:
+    """Whether the f64 value `f` lies exactly halfway between two neighbours in f32, f16 or
+    bf16. Only then can rounding a literal first to f64 and then to a narrower dtype differ
+    from rounding it once; elsewhere the nearest f64 stands for the literal in every dtype."""
+    import math
+
+    if not math.isfinite(f) or f == 0.0:
+        return False
+    _, exp = math.frexp(f)  # f = m * 2^exp, 0.5 <= |m| < 1
+    q = Fraction(f)
+    for precision, emin in _NARROW_FORMATS:
+        ulp = Fraction(2) ** (max(exp - 1, emin) - precision + 1)
+        twice = q * 2 / ulp
+        if twice.denominator == 1 and twice.numerator % 2 == 1:
+            return True
+    return False

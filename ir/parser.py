@@ -19,6 +19,7 @@ from lark import Lark, Token, Tree
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.dtypes import DType
+from gdv.ir.numerics import is_narrow_midpoint
 from gdv.ir.types import TensorType
 
 MAX_SOURCE_BYTES = 64 * 1024 * 1024
@@ -345,7 +346,9 @@ class _Builder:
 
 
 def float_literal(text: str) -> float | Fraction:
-    """The value of a float literal: a float when exactly an f64, else the exact Fraction."""
+    """The value of a float literal: the nearest f64, except where that f64 is halfway between
+    two f32, f16 or bf16 values and the literal is not exactly it; then the exact Fraction,
+    so that the literal is still rounded once in every dtype (`ir.numerics`)."""
     body = text.lstrip("+-")
     negative = text.startswith("-")
     if body in ("inf", "nan"):
@@ -367,4 +370,5 @@ def float_literal(text: str) -> float | Fraction:
         f = float(q)  # correctly rounded; OverflowError exactly when that rounding gives +-inf
     except OverflowError:  # so every dtype rounds the literal to +-inf too
         return -math.inf if negative else math.inf
-    return f if Fraction(f) == q else q
+    # Keep the exact value only where rounding through f64 could differ from rounding once.
+    return f if Fraction(f) == q or not is_narrow_midpoint(f) else q

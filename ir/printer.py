@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import math
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
 from gdv.ir import ops as op_registry
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.dtypes import DType
+from gdv.ir.numerics import is_narrow_midpoint
 from gdv.ir.types import TensorType
 
 
@@ -87,12 +87,11 @@ def format_value(v: Any) -> str:
 def format_float(f: float) -> str:
     if math.isnan(f):
         return "nan"
-    text = repr(f)  # shortest round-trip: 1.0, -0.0, 0.5, inf, -inf
-    if math.isinf(f) or Fraction(Decimal(text)) == Fraction(f):
-        return text
-    # The parser reads a literal as its exact decimal value (0.1 is not the f64 nearest 0.1),
-    # so a float whose shortest form is not exact prints as its exact expansion.
-    return _exact_decimal(Fraction(f))
+    if is_narrow_midpoint(f):
+        # The parser keeps the exact value of such a literal (so that it rounds once in every
+        # dtype); only the exact expansion reads back as this f64.
+        return _exact_decimal(Fraction(f))
+    return repr(f)  # shortest round-trip: 1.0, -0.0, 0.1, 1e-05, inf, -inf
 
 
 def _exact_decimal(q: Fraction) -> str:

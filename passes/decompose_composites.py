@@ -15,9 +15,15 @@ def _expand(site: Site) -> Rewrite | None:
     spec = ops.get(site.op.name)
     if spec is None or not spec.is_composite:
         return None
-    expansion = spec.decompose(site.op, site.names.fresh)
+    given: list[str] = []
+
+    def fresh(hint: str) -> str:
+        given.append(site.names.fresh(hint))
+        return given[-1]
+
+    expansion = spec.decompose(site.op, fresh)
     last = expansion[-1]
-    last.result = site.names.fresh(f"{site.op.result}.{last.name}")
+    last.result = given[-1]  # decompose named it after the composite; give it its own name
     return Rewrite(f"expand-{spec.name}", expansion, last.result, [site.op])
 
 

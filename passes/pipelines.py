@@ -12,6 +12,20 @@ from gdv.passes.fast_math import FastMath
 from gdv.passes.fold_constants import FoldConstants
 from gdv.passes.fold_layout import FoldLayout
 
+PASSES: dict[str, type[Pass]] = {
+    p.name: p
+    for p in (
+        DecomposeComposites,
+        Canonicalize,
+        FastMath,
+        FoldConstants,
+        EliminateCommonSubexpressions,
+        EliminateDeadCode,
+        FoldLayout,
+    )
+}
+"""Every pass by name."""
+
 LEVELS = (0, 1, 2)
 TARGETS = ("reference",)
 
