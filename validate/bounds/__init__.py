@@ -5,6 +5,13 @@ a rigorous bound on |computed - exact| (the exact program being its `real` readi
 section 5) as a number and as a sympy expression over the unit roundoffs, a relative bound when
 the interval excludes 0, and the Higham-Mary probabilistic companion. Rules live in one file
 per op family, registered against the op specs in `registry.RULES`.
+
+- `model`: the per-tensor abstract value `TB` (exact and computed intervals, error `Err`,
+  agreed special values, relational facts) and interval arithmetic with outward rounding;
+- `rounding`: one rounding, Higham's recursive summation, other reduction orders, overflow;
+- `elementwise`, `layout`, `reduce`, `contract`, `conv`, `gather`, `composite`: the rules;
+- `program`: `analyze`, the whole-program propagation; `measure`: measured errors and
+  adversarial input families for tests and benchmarks.
 """
 
 from gdv.validate.bounds import (  # noqa: F401  (importing the families fills RULES)
