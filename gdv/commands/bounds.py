@@ -43,6 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="lambda of the probabilistic companion (default 7)",
     )
+    p.add_argument(
+        "--values",
+        action="store_true",
+        help="also print every value of @main (interval and error bound), to see which op "
+        "dominates",
+    )
     p.set_defaults(handler=bounds)
 
 
@@ -103,4 +109,11 @@ def bounds(args: argparse.Namespace) -> int:
         print(f"  - {a}")
     for n in result.notes:
         print(f"note: {n}")
+    if args.values:
+        print("values:")
+        fn = module.entry
+        for name in [p.name for p in fn.params] + [op.result for op in fn.ops]:
+            tb = result.values[name]
+            bound = f"{_num(tb.err.value)} = {tb.err.sympy()}" if tb.err.finite else "inf"
+            print(f"  %{name}: {tb.type} in [{_num(tb.lo)}, {_num(tb.hi)}], error <= {bound}")
     return 0

@@ -74,3 +74,10 @@ def test_unbounded_output_is_null_with_a_reason(
     assert main(["bounds", str(f), "--json"]) == 0
     (out,) = json.loads(capsys.readouterr().out)["outputs"]
     assert out["abs"] is None and "may hold 0" in out["reason"]
+
+
+def test_values_lists_every_value(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bounds", str(ROOT / "examples" / "mlp.gdv"), "--values"]) == 0
+    text = capsys.readouterr().out.split("values:")[1]
+    assert "%x: f32[8,784] in [-1, 1], error <= 0" in text
+    assert "%0: f32[8,128] in [-39.2, 39.2], error <= " in text
