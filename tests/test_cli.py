@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -609,3 +610,27 @@ def test_run_output_to_unwritable_place(capsys, tmp_path) -> None:
     code, out, err = gdv_main(capsys, "run", ROOT / "examples" / "mlp.gdv", "--output", target)
     assert code == 3
     assert_input_error(err, target, 1, 1, "cannot write")
+
+
+def test_run_bf16_outputs_feed_back_as_inputs(capsys, tmp_path) -> None:
+    # np.savez keeps bf16 only as raw 2-byte voids; gdv run reads them back as bf16.
+    prog = tmp_path / "bf.gdv"
+    prog.write_text(
+        "func @main(%x: bf16[3] {range = [1.0, 2.0]}) -> (bf16[3], i1[3]) {\n"
+        "  %y = neg(%x) : bf16[3]\n"
+        '  %c = cmp(%x, %y) {dir = "gt"} : i1[3]\n'
+        "  return %y, %c\n}\n"
+    )
+    first, second = tmp_path / "first.npz", tmp_path / "second.npz"
+    assert gdv_main(capsys, "run", prog, "--seed", "2", "--output", first)[0] == 0
+    out = _load_npz(first)
+    assert out["out0"].dtype.itemsize == 2 and out["out1"].dtype == np.bool_
+    assert out["out1"].all()
+    fed = tmp_path / "fed.npz"
+    np.savez(fed, x=out["out0"])
+    code, _, err = gdv_main(capsys, "run", prog, "--inputs", fed, "--output", second)
+    assert (code, err) == (0, "")
+    again = _load_npz(second)
+    y = out["out0"].view(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(again["out0"].view(ml_dtypes.bfloat16), -y)
+    assert not again["out1"].any()
