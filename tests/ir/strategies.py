@@ -97,7 +97,9 @@ scalar_attr_values = st.one_of(
     float_values,
     st.booleans(),
     st.text(max_size=12),
-    st.sampled_from(["", "\x1b[31m", "\\", '"', "\n\t\r", "\u00e9\u4e2d\U0001f600", "\x00"]),
+    st.sampled_from(
+        ["", "\x1b[31m", "\\", '"', "\n\t\r", "\u00e9\u4e2d\U0001f600", "\x00", "\ud800"]
+    ),
     st.sampled_from(ALL_DTYPES),
 )
 attr_values = st.recursive(
