@@ -118,27 +118,40 @@ def replay(
     """Run both programs on the reference backend; the first differing (output, index, a, b),
     or None when they agree everywhere.
 
-    Under `real`, a difference counts only where the outputs also differ when every float is
-    evaluated in f64 (mode `ideal`): a difference of rounding alone is no real refutation."""
+    Under `real`, a bit-exact difference counts only where the two outputs also differ when
+    evaluated exactly over the reals on the same inputs (`evaluate.real_difference`): a
+    difference of rounding alone is no real refutation."""
     from gdv.backends import reference
+    from gdv.validate.evaluate import real_difference
 
     inputs_b = {pb.name: inputs[pa.name] for pa, pb in zip(fa.params, fb.params, strict=True)}
     out_a = reference.run(fa, inputs, mode="exact")
     out_b = reference.run(fb, inputs_b, mode="exact")
     masks = [~same_bits(a, b) for a, b in zip(out_a, out_b, strict=True)]
-    if theory == "real":
-        ideal_a = reference.run(fa, inputs, mode="ideal")
-        ideal_b = reference.run(fb, inputs_b, mode="ideal")
-        masks = [m & ~same_bits(a, b) for m, a, b in zip(masks, ideal_a, ideal_b, strict=True)]
-    if prefer is not None:
-        o, idx = prefer
-        if o < len(masks) and bool(masks[o][idx]):
-            return o, idx, out_a[o][idx], out_b[o][idx]
-    for o, m in enumerate(masks):
-        if m.any():
-            idx = tuple(int(k) for k in np.argwhere(m)[0]) if m.shape else ()
-            return o, idx, out_a[o][idx], out_b[o][idx]
+    order = list(range(len(masks)))
+    if prefer is not None and prefer[0] < len(masks):
+        order.remove(prefer[0])
+        order.insert(0, prefer[0])
+    for o in order:
+        m = masks[o]
+        if not m.any():
+            continue
+        positions = [tuple(int(k) for k in p) for p in np.argwhere(m)] if m.shape else [()]
+        if prefer is not None and prefer[0] == o and prefer[1] in positions:
+            positions.remove(prefer[1])
+            positions.insert(0, prefer[1])
+        if theory == "real":
+            pos = real_difference(fa, fb, inputs, o, positions[:REAL_CHECKS])
+            if pos is None:
+                continue
+        else:
+            pos = positions[0]
+        return o, pos, out_a[o][pos], out_b[o][pos]
     return None
+
+
+REAL_CHECKS = 16
+"""Positions checked for an exact real difference per replay."""
 
 
 _SPECIAL = {

@@ -1,9 +1,9 @@
 """Discharging obligations: a content-addressed cache, worker processes, per-obligation
 timeouts and memory limits (DESIGN.md, "Obligations and their discharge").
 
-The cache key is the SHA-256 of the obligation's queries as canonical SMT-LIB text: comments
-dropped and every declared symbol renamed in order of first declaration, so the same claim
-about differently named values (twelve identical layers) is solved once. Only proofs are
+The cache key is the SHA-256 of the claim with every value renamed in order (`cache_key`), so
+the same claim about differently named values (twelve identical layers) is solved once; the
+queries stored with an obligation are SMT-LIB text made stable from run to run. Only proofs are
 cached; `unknown` is never `proved`, and a refutation is recomputed so that its
 counterexample is replayed again.
 """
@@ -21,7 +21,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gdv.ir.core import Function, Op, Param
 from gdv.ir.obligation import Obligation
+from gdv.ir.printer import print_function
 from gdv.validate.counterexample import Counterexample
 from gdv.validate.equivalence import check_equivalence, query_smt2
 
@@ -54,44 +56,68 @@ class Outcome:
     """The queries (one per output) as SMT-LIB 2 text, `(set-logic ALL)` first."""
 
 
-_DECL = re.compile(r"\((?:declare-fun|declare-const|define-fun)\s+(\|[^|]*\||[^\s()]+)")
-
-
 _LET_VAR = re.compile(r"(?<![\w.!|])([?$]x\d+)(?![\w.!|])")
 
 
-def canonical_smt2(text: str) -> str:
-    """`text` without comments, its declared symbols renamed `s0, s1, ...` and Z3's let
-    variables (`?x35`, `$x10`, named after internal term ids) `?l0, ...`, in order."""
+def stable_smt2(text: str) -> str:
+    """`text` without comments and with Z3's let variables (`?x35`, `$x10`, named after
+    internal term ids that change from run to run) renamed `?l0`, `$l1`, ... in order of first
+    occurrence: the same query always gives the same text (evidence is byte-identical)."""
     lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith(";")]
-    body = "\n".join(lines)
+    body = "\n".join(lines) + "\n"
     lets: dict[str, str] = {}
-    body = _LET_VAR.sub(lambda m: lets.setdefault(m.group(1), f"{m.group(1)[0]}l{len(lets)}"), body)
-    names: dict[str, str] = {}
-    for m in _DECL.finditer(body):
-        names.setdefault(m.group(1), f"s{len(names)}")
-    if not names:
-        return body
-    pattern = re.compile(
-        r"(?<![\w.!|$@%^&*+\-/<>=?~])("
-        + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-        + r")(?![\w.!|$@%^&*+\-/<>=?~])"
-    )
-    return pattern.sub(lambda m: names[m.group(1)], body)
+    return _LET_VAR.sub(lambda m: lets.setdefault(m.group(1), f"{m.group(1)[0]}l{len(lets)}"), body)
 
 
 def obligation_queries(ob: Obligation) -> list[str]:
     """The obligation's queries as SMT-LIB 2 text, one per output."""
-    return [query_smt2(ob.src, ob.tgt, o, ob.theory) for o in range(len(ob.src.results))]
+    return [
+        stable_smt2(query_smt2(ob.src, ob.tgt, o, ob.theory)) for o in range(len(ob.src.results))
+    ]
 
 
-def cache_key(ob: Obligation, queries: list[str]) -> str:
-    h = hashlib.sha256()
-    h.update(f"gdv-obligation-v1 {ob.kind} {ob.theory}\n".encode())
-    for q in queries:
-        h.update(canonical_smt2(q).encode())
-        h.update(b"\n;;\n")
-    return h.hexdigest()
+SEMANTICS_VERSION = "1"
+"""Bump when the SMT meaning of any op changes: cached proofs of the old meaning then miss."""
+
+
+def _renamed(fn: Function, names: dict[str, str]) -> Function:
+    """`fn` with its values renamed through `names` (params first, then op results)."""
+    for p in fn.params:
+        names.setdefault(p.name, f"p{len(names)}")
+    ops = []
+    for op in fn.ops:
+        names[op.result] = f"v{len(names)}"
+        ops.append(
+            Op(names[op.result], op.name, [names[o] for o in op.operands], dict(op.attrs), op.type)
+        )
+    params = [Param(names[p.name], p.type) for p in fn.params]
+    return Function("f", params, fn.results, ops, [names[r] for r in fn.returns])
+
+
+def cache_key(ob: Obligation) -> str:
+    """The SHA-256 of the claim itself: kind, theory, assumptions and both functions with
+    every value renamed in order. The queries are a deterministic function of these (and of
+    the semantics version), so equal keys mean equal queries, while Z3's printed text can
+    differ for equal queries (its let-bindings follow internal term ids)."""
+    src_names: dict[str, str] = {}
+    src = _renamed(ob.src, src_names)
+    tgt = _renamed(
+        ob.tgt,
+        {
+            p.name: src_names[p.name]
+            for p in ob.src.params
+            if p.name in {q.name for q in ob.tgt.params}
+        },
+    )
+    text = "\n".join(
+        [
+            f"gdv-obligation semantics={SEMANTICS_VERSION} kind={ob.kind} theory={ob.theory}",
+            *ob.assumptions,
+            print_function(src),
+            print_function(tgt),
+        ]
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class Cache:
@@ -201,7 +227,7 @@ def discharge(
     duplicates: list[tuple[int, int]] = []
     for i, ob in enumerate(obligations):
         queries = obligation_queries(ob)
-        key = cache_key(ob, queries)
+        key = cache_key(ob)
         if cache.proved(key):
             outcomes[i] = Outcome(
                 ob, "proved", 0.0, "proved before (cache)", None, True, key=key, smt2=queries

@@ -48,3 +48,28 @@ def _is_value(t: z3.ExprRef) -> bool:
         or z3.is_rational_value(t)
         or z3.is_fp_value(t)
     )
+
+
+def real_difference(
+    fa: Function,
+    fb: Function,
+    inputs: dict[str, np.ndarray],
+    output: int,
+    positions: list[tuple[int, ...]],
+) -> tuple[int, ...] | None:
+    """The first of `positions` where output `output` of the two functions differs over the
+    reals on `inputs` (exact rationals, folds unrolled); None when none does or when a value
+    is not concrete (an uninterpreted transcendental)."""
+    values = Values("real")
+    ctx = Ctx(values, unroll=True)
+    ins = [concrete_tensor(values, inputs[p.name], p.type) for p in fa.params]
+    ta = encode(ctx, fa, ins)[output]
+    tb = encode(ctx, fb, ins)[output]
+    for pos in positions:
+        idx = tuple(Idx.of(p) for p in pos)
+        va, vb = z3.simplify(ta.at(idx)), z3.simplify(tb.at(idx))
+        if not (_is_value(va) and _is_value(vb)):
+            continue
+        if not z3.is_true(z3.simplify(va == vb)):
+            return pos
+    return None

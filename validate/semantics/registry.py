@@ -54,10 +54,14 @@ class SumRecord:
     """A real-valued sum fold built during encoding: the lemmas in `lemmas.py` rewrite these."""
 
     n: int
+    dtype: DType
     var: z3.ArithRef
     body: z3.ExprRef
+    """The body with `var` free (before the range guard)."""
+    body_fn: Callable[[Idx], z3.ExprRef]
     term: z3.ExprRef
     depth: int
+    """The nesting depth the fold was built at: 0 means no enclosing fold variable."""
 
 
 @dataclass
@@ -106,11 +110,18 @@ class Ctx:
             b = body(Idx.var(var, 0, n - 1))
         finally:
             self.depth -= 1
-        guarded = z3.If(z3.And(var >= 0, var < n), b, v.zero(dtype))
-        term = v.fold_function(kind, dtype)(z3.IntVal(n), z3.Lambda([var], guarded))
+        term = self.fold_term(kind, dtype, n, var, b)
         if kind == "sum" and self.theory == "real" and dtype.is_float:
-            self.sums.append(SumRecord(n, var, b, term, self.depth))
+            self.sums.append(SumRecord(n, dtype, var, b, body, term, self.depth))
         return term
+
+    def fold_term(
+        self, kind: str, dtype: DType, n: int, var: z3.ArithRef, body: z3.ExprRef
+    ) -> z3.ExprRef:
+        """fold(n, lambda var. body guarded to [0, n)): the one normal form of a fold."""
+        v = self.values
+        guarded = z3.If(z3.And(var >= 0, var < n), body, v.zero(dtype))
+        return v.fold_function(kind, dtype)(z3.IntVal(n), z3.Lambda([var], guarded))
 
 
 Rule = Callable[[Ctx, Op, list[Tensor]], Tensor]
