@@ -205,6 +205,8 @@ def write_evidence(comp: Compilation, directory: str) -> Path:
             "prove_seconds": comp.prove_seconds,
             "passes": {r.name: r.seconds for r in comp.records},
             "obligations": {o.obligation.id: o.seconds for o in comp.outcomes},
+            # Whether a proof came from the cache changes from run to run: it lives here.
+            "from_cache": sorted(o.obligation.id for o in comp.outcomes if o.cached),
         }
         (tmp / "timings.json").write_text(json.dumps(timings, indent=2, sort_keys=True) + "\n")
         if target.exists():
