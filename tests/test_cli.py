@@ -559,6 +559,14 @@ def test_run_corrupt_npz(capsys, tmp_path, content: bytes) -> None:
     assert_input_error(err, bad, 1, 1, "cannot read inputs")
 
 
+def test_run_npz_with_pickled_objects_is_refused(capsys, tmp_path) -> None:
+    bad = tmp_path / "pickled.npz"
+    np.savez(bad, x=np.array([{"a": 1}, None], dtype=object))
+    code, out, err = gdv_main(capsys, "run", ROOT / "examples" / "mlp.gdv", "--inputs", bad)
+    assert (code, out) == (3, "")
+    assert_input_error(err, bad, 1, 1, "cannot read inputs")
+
+
 def test_run_missing_npz(capsys, tmp_path) -> None:
     missing = tmp_path / "missing.npz"
     code, _, err = gdv_main(capsys, "run", ROOT / "examples" / "mlp.gdv", "--inputs", missing)
