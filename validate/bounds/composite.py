@@ -133,9 +133,57 @@ def _layer_norm(op: Op, args: list[TB], ctx: Context) -> TB:
     steps = run_decomposition(op, ctx)
     through = steps[-1][1]
     closed = _layer_norm_closed(op, args, steps, ctx)
-    if closed is None or closed.err.total >= through.err.total:
-        return through
-    return closed
+    best = through if closed is None or closed.err.total >= through.err.total else closed
+    capped = _layer_norm_cap(op, args, steps, ctx)
+    if capped is not None and capped.err.total < best.err.total:
+        best = capped
+    n = math.prod(op.type.shape[a] for a in op.attrs["axes"])
+    if len(op.attrs["axes"]) == 1 and best.err.finite:
+        # sum y_i^2 = n v / (v + eps) <= n, so sum |y_i| <= n and each row of
+        # y * gamma + beta has l1 norm <= n (max|gamma| + max|beta|).
+        _, gamma_tb, beta_tb = args
+        l1 = n * (max(abs(gamma_tb.lo), abs(gamma_tb.hi)) + max(abs(beta_tb.lo), abs(beta_tb.hi)))
+        best = best.with_(facts={"l1": {op.attrs["axes"][0]: (l1, best.err.scale(n))}})
+    return best
+
+
+def _layer_norm_cap(op: Op, args: list[TB], steps: list[tuple[Op, TB]], ctx: Context) -> TB | None:
+    """Whatever the input's error, layer_norm's output is bounded on both sides, so the error is
+    at most the two bounds added: exact |y| <= sqrt(n-1) (Samuelson), so |out| <= sqrt(n-1) G
+    + B (G, B the largest |gamma|, |beta|); computed, with the sums of squares of nonnegative
+    terms rounding down by at most (1-u)^(n+1) and w^ = fl(v^ + eps^) >= (v^ + eps^)(1-u),
+    |d^_i| r^ <= sqrt(n) (1 + theta) / (1-u)^((n+2)/2) (theta: rsqrt's relative error), and
+    the affine part adds two roundings. It keeps layer norms from compounding upstream errors
+    in deep programs. None when it does not apply (eps^ <= 2 eta, n u >= 1/2)."""
+    from gdv.validate.bounds.elementwise import transcendental_error
+    from gdv.validate.bounds.model import MAX_FINITE, Err, mag, make_tb
+
+    x, gamma_tb, beta_tb = args
+    dtype = op.type.dtype
+    n = math.prod(x.type.shape[a] for a in op.attrs["axes"])
+    eps = steps[8][1]
+    u, eta = ctx.u(dtype), ctx.eta(dtype)
+    if n < 1 or n * u >= 0.5 or eps.clo <= 2 * eta:
+        return None
+    _, rel, absolute = transcendental_error(ctx, "rsqrt", dtype, 1.0, 1.0)
+    g, b = mag(*gamma_tb.computed), mag(*beta_tb.computed)
+    # rsqrt's absolute part, relative to r >= 1/sqrt(w^) with w^ <= the largest finite value.
+    theta = rel + absolute * math.sqrt(MAX_FINITE[ctx.fmt(dtype)])
+    y_c = math.sqrt(n) * (1 + theta) * (1 + u) / (1 - u) ** ((n + 2) / 2)
+    computed_max = ((y_c * g) * (1 + u) + eta + b) * (1 + u)
+    exact_max = math.sqrt(max(n - 1, 0)) * mag(*gamma_tb.exact) + mag(*beta_tb.exact)
+    if not math.isfinite(computed_max):
+        return None
+    cap = exact_max + computed_max
+    # A row holding a special value has an infinite or NaN mean, so it is NaN on both sides.
+    specials = x.specials | gamma_tb.specials | beta_tb.specials
+    return make_tb(
+        op.type,
+        (-exact_max, exact_max),
+        Err.make({}, cap),
+        (-computed_max, computed_max),
+        frozenset({"nan"}) if specials else frozenset(),
+    )
 
 
 def _layer_norm_closed(
@@ -208,10 +256,4 @@ def _layer_norm_closed(
     g_tb = gamma_tb.with_(type=op.type, facts={})
     b_tb = beta_tb.with_(type=op.type, facts={})
     scaled = _mul(Op(names[3], "mul", names[:2], {}, op.type), [y, g_tb], ctx)
-    out = _add_sub(Op(op.result, "add", [names[3], names[2]], {}, op.type), [scaled, b_tb], ctx)
-    if len(op.attrs["axes"]) == 1 and out.err.finite:
-        # sum y_i^2 = n v / (v + eps) <= n, so sum |y_i| <= n and each row of
-        # y * gamma + beta has l1 norm <= n (max|gamma| + max|beta|).
-        l1 = n * (mag(*gamma_tb.exact) + mag(*beta_tb.exact))
-        out = out.with_(facts={"l1": {op.attrs["axes"][0]: (l1, out.err.scale(n))}})
-    return out
+    return _add_sub(Op(op.result, "add", [names[3], names[2]], {}, op.type), [scaled, b_tb], ctx)

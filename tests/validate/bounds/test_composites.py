@@ -77,3 +77,18 @@ def test_closed_forms_beat_the_plain_decompositions() -> None:
     # softmax's decomposition is already tight (max subtraction facts); never worse.
     sm = "%y = softmax(%x) {axis = 1} : f32[16,64]"
     assert _bound(sm) <= _decomposed(sm)
+
+
+def test_layer_norm_output_bound_caps_any_input_error() -> None:
+    """However inexact the input, the output's error is at most its two sides' bounds."""
+    module = parse(
+        "func @main(%x: bf16[4,64,16] {range = [-100.0, 100.0]}, %g: bf16[64] "
+        "{range = [0.5, 1.5]}, %b: bf16[64] {range = [-0.1, 0.1]}) -> bf16[4,64] {\n"
+        "  %s = reduce_sum(%x) {axes = [2]} : bf16[4,64]\n"
+        "  %y = layer_norm(%s, %g, %b) {axes = [1], eps = 1e-05} : bf16[4,64]\n"
+        "  return %y\n}\n"
+    )
+    result = analyze(module)
+    assert result.values["s"].err.total > 10  # the input is far from exact
+    side = 63**0.5 * 1.5 + 0.1
+    assert result.outputs[0].abs <= 2 * side * 1.15  # bf16: (1 - 2^-8)^-33 and two roundings

@@ -181,6 +181,13 @@ CASES: dict[str, tuple] = {
         "%y = layer_norm(%x, %g, %b) {{axes = [1], eps = 1e-05}} : {dt}[4,6]",
         "{dt}[4,6]",
     ),
+    "layer_norm_of_inexact": _case(
+        "%x: {dt}[4,6,8] {{range = {r1}}}, %g: {dt}[6] {{range = [0.5, 1.5]}}, "
+        "%b: {dt}[6] {{range = {r2}}}",
+        "%s = reduce_sum(%x) {{axes = [2]}} : {dt}[4,6]\n"
+        "%y = layer_norm(%s, %g, %b) {{axes = [1], eps = 0.001}} : {dt}[4,6]",
+        "{dt}[4,6]",
+    ),
     "gelu": _case(X1, '%y = gelu(%x) {{approximate = "none"}} : {dt}[4,6]', "{dt}[4,6]"),
     "gelu_tanh": _case(X1, '%y = gelu(%x) {{approximate = "tanh"}} : {dt}[4,6]', "{dt}[4,6]"),
     "max_with_masked": _case(
@@ -241,6 +248,7 @@ OP_OF_CASE = {
     "softmax_then_dot": "dot",
     "layer_norm_then_dot": "dot",
     "max_with_masked": "max",
+    "layer_norm_of_inexact": "layer_norm",
 }
 
 
