@@ -202,6 +202,15 @@ def test_nesting_within_the_limit_is_fine(capsys, tmp_path) -> None:
     assert code == 0, err
 
 
+def test_brackets_in_strings_and_comments_do_not_nest(capsys, tmp_path) -> None:
+    src = (
+        "// " + "[" * 1000 + "\n"
+        'func @main(%x: f32[2] {s = "' + "(" * 1000 + '\\"{{"}) -> () {\n  return\n}\n'
+    )
+    code, _, err, _ = check_file(capsys, tmp_path, src)
+    assert code == 0, err
+
+
 def test_very_long_line_comment_is_fine(capsys, tmp_path) -> None:
     src = OK_PROGRAM + "// " + "x" * 20_000_000 + "\n"
     code, _, err, _ = check_file(capsys, tmp_path, src)
