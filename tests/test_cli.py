@@ -410,6 +410,12 @@ def test_no_command_and_unknown_command(capsys) -> None:
 # --- gdv fmt -------------------------------------------------------------------------------
 
 
+def test_examples_are_listed_in_their_readme() -> None:
+    readme = (ROOT / "examples" / "README.md").read_text()
+    assert len(EXAMPLES) >= 5
+    assert [p.name for p in EXAMPLES if f"`{p.name}`" not in readme] == []
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=EXAMPLE_IDS)
 def test_examples_check(capsys, example: Path) -> None:
     code, out, err = gdv_main(capsys, "check", example)
