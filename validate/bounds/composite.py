@@ -169,7 +169,8 @@ def _layer_norm_cap(op: Op, args: list[TB], steps: list[tuple[Op, TB]], ctx: Con
     g, b = mag(*gamma_tb.computed), mag(*beta_tb.computed)
     # rsqrt's absolute part, relative to r >= 1/sqrt(w^) with w^ <= the largest finite value.
     theta = rel + absolute * math.sqrt(MAX_FINITE[ctx.fmt(dtype)])
-    y_c = math.sqrt(n) * (1 + theta) * (1 + u) / (1 - u) ** ((n + 2) / 2)
+    # One more (1 - u)^(1/2) than the text above: n itself rounds to the dtype when n > 2^p.
+    y_c = math.sqrt(n) * (1 + theta) * (1 + u) / (1 - u) ** ((n + 3) / 2)
     computed_max = ((y_c * g) * (1 + u) + eta + b) * (1 + u)
     exact_max = math.sqrt(max(n - 1, 0)) * mag(*gamma_tb.exact) + mag(*beta_tb.exact)
     if not math.isfinite(computed_max):
