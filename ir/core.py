@@ -129,6 +129,7 @@ class Function:
     loc: Loc | None = None
     return_loc: Loc | None = None
     return_locs: list[Loc] = field(default_factory=list)
+    result_locs: list[Loc] = field(default_factory=list)
     results_parenthesized: bool = False
 
     def __eq__(self, other: object) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from functools import cache
@@ -128,32 +129,24 @@ def _only_comments(text: str) -> bool:
     return all(not ln.strip() or ln.strip().startswith("//") for ln in text.splitlines())
 
 
+_NESTING_TOKENS = re.compile(r'//[^\n]*|"(?:[^"\\\n]|\\.)*"?|[(\[{]|[)\]}]')
+"""Comments and strings (skipped whole) and brackets: the only text the nesting scan visits."""
+
+
 def _check_nesting(text: str, filename: str) -> None:
     """Refuse absurd bracket nesting before Lark (and our recursive tree walk) sees it."""
     depth = 0
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "/" and text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] not in '"\n':
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
-            continue
+    for m in _NESTING_TOKENS.finditer(text):
+        c = m.group()
         if c in "([{":
             depth += 1
             if depth > MAX_NESTING:
-                line, col = _line_col(text, i)
+                line, col = _line_col(text, m.start())
                 raise IRError(
                     f"brackets nest deeper than {MAX_NESTING} levels", Loc(filename, line, col)
                 )
         elif c in ")]}":
             depth = max(0, depth - 1)
-        i += 1
 
 
 def _syntax_error(e: lark.exceptions.UnexpectedInput, text: str, filename: str) -> IRError:
@@ -247,6 +240,7 @@ class _Builder:
             return_loc=self.loc(ret.children[0]),
             return_locs=[self.loc(t) for t in ret_names],
             results_parenthesized=results_tree.data == "result_list",
+            result_locs=[self.loc(t) for t in results_tree.children if t is not None],
         )
 
     def param(self, tree: Tree) -> Param:

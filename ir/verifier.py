@@ -66,8 +66,8 @@ def verify_function(fn: Function, stage: str = "graph", filename: str = "<input>
         defined[p.name] = p.loc
         _check_type(p.type, where(p.loc))
         _check_param_attrs(p, where)
-    for t in fn.results:
-        _check_type(t, where(fn.loc))
+    for k, t in enumerate(fn.results):
+        _check_type(t, where(fn.result_locs[k] if k < len(fn.result_locs) else fn.loc))
     types = {p.name: p.type for p in fn.params}
     for op in fn.ops:
         for i, name in enumerate(op.operands):
