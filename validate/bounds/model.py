@@ -162,21 +162,32 @@ class Err:
         return Err.make(lin_max(self.lin, other.lin), max(self.total, other.total))
 
     def sympy(self) -> sympy.Expr:
-        """The bound as an expression over the unit roundoffs; `rest` as a number."""
+        """The bound as an expression over the unit roundoffs; `rest` as a number. Each
+        coefficient is shown to 6 significant digits, rounded up, so the expression is still
+        an upper bound."""
         if not self.finite:
             return sympy.oo
         terms = [
-            sympy.Float(v * SAFETY, 6) * sympy.Symbol(k, positive=True)
+            _decimal_up(v * SAFETY) * sympy.Symbol(k, positive=True)
             for k, v in sorted(self.lin.items())
         ]
         if self.rest > 0:
-            terms.append(sympy.Float(self.rest * SAFETY, 6))
+            terms.append(_decimal_up(self.rest * SAFETY))
         return sympy.Add(*terms) if terms else sympy.Integer(0)
 
     @property
     def value(self) -> float:
         """The rigorous bound, with the allowance for the bound arithmetic's own rounding."""
         return self.total * SAFETY
+
+
+def _decimal_up(x: float, digits: int = 6) -> sympy.Float:
+    """x >= 0 rounded up to `digits` significant decimal digits."""
+    if x == 0:
+        return sympy.Float(0)
+    exponent = math.floor(math.log10(x)) - (digits - 1)
+    mantissa = math.ceil(x / 10.0**exponent * (1 + 1e-15))
+    return sympy.Float(f"{mantissa}e{exponent}", digits + 2)
 
 
 # --- intervals --------------------------------------------------------------------------------

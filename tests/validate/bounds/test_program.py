@@ -105,7 +105,7 @@ def test_expression_evaluates_to_the_number() -> None:
     for name in ("mlp", "bf16_matmul", "conv_block"):
         (out,) = analyze(load(str(ROOT / "examples" / f"{name}.gdv"))).outputs
         value = float(out.expr.subs({s: SYMBOL_VALUES[s.name] for s in out.expr.free_symbols}))
-        assert value == pytest.approx(out.abs, rel=1e-5)
+        assert out.abs <= value <= out.abs * (1 + 1e-5)  # shown rounded up: still a bound
 
 
 def test_probabilistic_companion_is_labeled_and_smaller_for_long_sums() -> None:
