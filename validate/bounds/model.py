@@ -281,7 +281,8 @@ class TB:
     facts: Mapping[str, Any] = field(default_factory=dict)
     """Relational facts that intervals cannot hold, used by later rules: `max0` (axes along
     which the maximum, exact and computed, is 0), `max1` (axes along which some element is 1
-    exactly and at least 1 - `max1_slack` computed)."""
+    exactly and at least 1 - `max1_slack` computed), `l1` ({axis: (L, Le)}: every fiber along
+    the axis has sum |x| <= L and sum |x^ - x| <= Le, an `Err`)."""
 
     @property
     def exact(self) -> tuple[float, float]:
