@@ -7,6 +7,7 @@ whose ideal mode is themselves, are checked against 200-bit mpmath evaluation in
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 
 import mpmath
 import numpy as np
@@ -343,18 +344,37 @@ _MP = {
 def _mp_eval(module, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """The entry function's result at 200 bits, for the ops the f64 cases use."""
     fn = module.entry
+    names = iter(range(10**9))
+    ops = []
+    for op in fn.ops:  # composites by their decomposition (IR_SPEC.md section 4)
+        spec = REGISTRY[op.name]
+        ops += spec.decompose(op, lambda b: f"{b}#{next(names)}") if spec.is_composite else [op]
     with mpmath.workprec(200):
         env = {
             k: np.vectorize(mpmath.mpf, otypes=[object])(v.astype(np.float64))
             for k, v in inputs.items()
         }
-        for op in fn.ops:
+        for op in ops:
             args = [env[n] for n in op.operands]
+            if op.name == "constant":
+                v = Fraction(op.attrs["value"])
+                env[op.result] = np.full(op.type.shape, mpmath.mpf(v.numerator) / v.denominator)
+                continue
+            if op.name == "broadcast":
+                shape = [1] * op.type.rank
+                for i, d in enumerate(op.attrs["dims"]):
+                    shape[d] = args[0].shape[i]
+                env[op.result] = np.broadcast_to(args[0].reshape(shape), op.type.shape).copy()
+                continue
+            if op.name == "reduce_max":
+                env[op.result] = np.max(args[0], axis=tuple(op.attrs["axes"]))
+                continue
             if op.name in _MP:
                 env[op.result] = np.vectorize(_MP[op.name], otypes=[object])(args[0])
             elif op.name in ("add", "sub", "mul", "div"):
                 a, b = args
-                env[op.result] = {"add": a + b, "sub": a - b, "mul": a * b, "div": a / b}[op.name]
+                arith = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+                env[op.result] = arith[op.name](a, b)
             elif op.name == "reduce_sum":
                 env[op.result] = np.sum(args[0], axis=tuple(op.attrs["axes"]))
             elif op.name == "dot":
@@ -365,6 +385,11 @@ def _mp_eval(module, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 
 F64_CASES = [
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "gelu",
+    "gelu_tanh",
     "exp",
     "log",
     "sqrt",
