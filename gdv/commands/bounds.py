@@ -81,7 +81,7 @@ def bounds(args: argparse.Namespace) -> int:
     if args.json:
         data = result.to_json()
         data["target"] = args.target
-        print(json.dumps(data, indent=2))
+        print(json.dumps(data, indent=2, allow_nan=False))  # strict JSON: unbounded is null
         return 0
     for i, o in enumerate(result.outputs):
         print(
