@@ -60,8 +60,9 @@ def _lipschitz_composite(op: Op, args: list[TB], ctx: Context) -> TB:
 
 def _softmax_l1(op: Op, x: TB, p: TB, ctx: Context) -> TB:
     """Record softmax's rows' l1 facts: sum p = 1 exactly; sum |p^ - p| is at most n times
-    p's elementwise bound, and never more than sum p^ + sum p <= (1+u)/(1-gamma_{n-1}) + 1
-    (p^_i <= e^_i / s^ (1+u) and the computed sum s^ >= sum e^ (1 - gamma_{n-1}))."""
+    p's elementwise bound, and never more than sum p^ + sum p <= (1+u)/(1-gamma_{n-1}) + n eta
+    + 1 (p^_i <= e^_i / s^ (1+u) + eta, and the computed sum of the nonnegative e^ is
+    s^ >= sum e^ (1 - gamma_{n-1}))."""
     from gdv.validate.bounds.model import Err
     from gdv.validate.bounds.rounding import gamma
 
@@ -71,7 +72,7 @@ def _softmax_l1(op: Op, x: TB, p: TB, ctx: Context) -> TB:
     g = gamma(n - 1, u)
     if not p.err.finite or g >= 1:
         return p
-    cap = 1 + (1 + u) / (1 - g) + 1e-12
+    cap = 1 + (1 + u) / (1 - g) + n * ctx.eta(op.type.dtype) + 1e-12  # + eta per division
     spread = p.err.scale(n)  # sum of n errors, each within p's bound
     le = spread if spread.total < cap else Err.make({}, cap)
     err = p.err if p.err.total <= le.total else le
