@@ -171,4 +171,4 @@ def _iota(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
         [shape[axis] if d == axis else 1 for d in range(len(shape))]
     )
     value = convert_array(index, DType.I64, ctx.storage(op.type.dtype))
-    return np.ascontiguousarray(np.broadcast_to(value, shape))
+    return np.array(np.broadcast_to(value, shape), order="C")

@@ -1,7 +1,8 @@
 """Kernels of the layout family: broadcast, reshape, transpose, slice, concat, pad.
 
 They move values without arithmetic, so they are the same in every dtype and mode (pad's
-literal excepted, which is rounded to the value's storage dtype)."""
+literal excepted, which is rounded to the value's storage dtype). Results are copied with
+`np.array(..., order="C")`, not `np.ascontiguousarray`, which turns a rank-0 array into rank 1."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def _broadcast(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
     placed = [1] * len(shape)
     for i, d in enumerate(op.attrs["dims"]):
         placed[d] = x.shape[i]  # 1 or the result's size (the type rule checked it)
-    return np.ascontiguousarray(np.broadcast_to(x.reshape(placed), shape))
+    return np.array(np.broadcast_to(x.reshape(placed), shape), order="C")
 
 
 @kernel(OPS["reshape"])
@@ -31,7 +32,7 @@ def _reshape(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
 @kernel(OPS["transpose"])
 def _transpose(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
     # numpy's axes argument has the IR's meaning: result dim i is operand dim perm[i].
-    return np.ascontiguousarray(np.transpose(args[0], op.attrs["perm"]))
+    return np.array(np.transpose(args[0], op.attrs["perm"]), order="C")
 
 
 @kernel(OPS["slice"])
@@ -40,7 +41,7 @@ def _slice(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
     index = tuple(
         slice(s, lim, st) for s, lim, st in zip(a["start"], a["limit"], a["stride"], strict=True)
     )
-    return np.ascontiguousarray(args[0][index])
+    return np.array(args[0][index], order="C")
 
 
 @kernel(OPS["concat"])

@@ -116,3 +116,12 @@ def test_take_along_an_inner_axis() -> None:
     check(
         apply("take", [booleans, np.array([1, 5], np.int32)], {"axis": 0}), np.array([False, False])
     )
+
+
+def test_layout_ops_keep_rank_zero() -> None:
+    """A rank-0 operand stays rank 0 (numpy's ascontiguousarray would make it [1])."""
+    from gdv.backends.reference import apply
+
+    x = np.array(2.5, dtype=np.float32)
+    assert apply("transpose", [x], {"perm": []}).shape == ()
+    assert apply("slice", [x], {"start": [], "limit": [], "stride": []}).shape == ()
