@@ -125,6 +125,7 @@ def compile_module(
     result = manager.run(module)
     records = external + result.records
     stages += result.stages[1:]
+    _record_bound_changes(records, stages)
     comp = Compilation(stages[0][1], text, result.module, options, records, stages)
     from gdv.validate.discharge import discharge
 
@@ -142,6 +143,26 @@ def compile_module(
     comp.prove_seconds = time.perf_counter() - t
     comp.seconds = time.perf_counter() - start
     return comp
+
+
+def _record_bound_changes(records: list[PassRecord], stages: list[tuple[str, Module]]) -> None:
+    """A pass that made `real` claims changed the program's float error; record the rigorous
+    bound of every output before and after it (IR_SPEC.md section 5)."""
+    from gdv.validate.bounds import analyze
+
+    after = dict(stages)
+    order = [name for name, _ in stages]
+    for r in records:
+        if not any(o.theory == "real" for o in r.obligations) or r.name not in after:
+            continue
+        before = dict(stages)[order[order.index(r.name) - 1]]
+        try:
+            old = [o.abs for o in analyze(before).outputs]
+            new = [o.abs for o in analyze(after[r.name]).outputs]
+        except IRError as e:
+            r.bound_change = {"unavailable": e.message}
+            continue
+        r.bound_change = {"before": old, "after": new}
 
 
 def compile(source: str | os.PathLike, target: str = "reference", **options) -> Compilation:

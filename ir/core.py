@@ -129,8 +129,8 @@ class Function:
     loc: Loc | None = None
     return_loc: Loc | None = None
     return_locs: list[Loc] = field(default_factory=list)
-    result_locs: list[Loc] = field(default_factory=list)
     results_parenthesized: bool = False
+    result_locs: list[Loc] = field(default_factory=list)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Function):

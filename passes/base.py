@@ -10,6 +10,7 @@ read, so a proof failure names the exact rule and place.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -193,19 +194,8 @@ class _FunctionRewriter:
     def run(self) -> Function:
         for op in self.fn.ops:
             self.emit(op)
-        fn = self.fn
-        return Function(
-            fn.name,
-            fn.params,
-            fn.results,
-            self.out,
-            [self.rename.get(r, r) for r in fn.returns],
-            fn.attrs,
-            fn.loc,
-            fn.return_loc,
-            fn.return_locs,
-            fn.results_parenthesized,
-        )
+        returns = [self.rename.get(r, r) for r in self.fn.returns]
+        return dataclasses.replace(self.fn, ops=self.out, returns=returns)
 
 
 def rewrite_module(

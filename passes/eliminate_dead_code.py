@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gdv.ir.core import Function, Module
@@ -18,18 +19,7 @@ def live_ops(fn: Function) -> Function:
             kept.append(op)
             needed.update(op.operands)
     kept.reverse()
-    return Function(
-        fn.name,
-        fn.params,
-        fn.results,
-        kept,
-        fn.returns,
-        fn.attrs,
-        fn.loc,
-        fn.return_loc,
-        fn.return_locs,
-        fn.results_parenthesized,
-    )
+    return dataclasses.replace(fn, ops=kept)
 
 
 @dataclass(frozen=True)

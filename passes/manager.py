@@ -24,6 +24,9 @@ class PassRecord:
     changed: bool
     seconds: float
     stage: str
+    bound_change: dict | None = None
+    """For passes that made `real` claims: each output's rigorous error bound before and after
+    (`{"before": [...], "after": [...]}`), or `{"unavailable": reason}`."""
 
 
 @dataclass

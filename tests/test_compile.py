@@ -264,3 +264,24 @@ def test_parallel_discharge_agrees_with_serial(tmp_path) -> None:
     serial = compile_module(path, CompileOptions(jobs=1, use_cache=False))
     parallel = compile_module(path, CompileOptions(jobs=2, use_cache=False))
     assert [o.status for o in serial.outcomes] == [o.status for o in parallel.outcomes]
+
+
+def test_fast_math_records_its_error_bound_change(tmp_path) -> None:
+    src = """func @main(%x: f32[4] {range = [-1.0, 1.0]}, %y: f32[4] {range = [-1.0, 1.0]}) -> f32[4] {
+  %a = constant() {value = 0.1} : f32[4]
+  %b = constant() {value = 0.2} : f32[4]
+  %s = add(%x, %a) : f32[4]
+  %t = add(%s, %b) : f32[4]
+  %v = mul(%t, %y) : f32[4]
+  return %v
+}
+"""
+    comp = compile_module(src, CompileOptions(fast_math=True, jobs=1, cache_dir=str(tmp_path)))
+    assert comp.verdict == "proved"
+    (fm,) = [r for r in comp.records if r.name == "fast-math"]
+    assert [o.theory for o in fm.obligations] == ["real"]
+    before, after = fm.bound_change["before"][0], fm.bound_change["after"][0]
+    # (x + 0.1) + 0.2 rounds twice before the product, x + 0.3 once: the bound shrinks.
+    assert 0 < after < before
+    plain = compile_module(src, CompileOptions(jobs=1, cache_dir=str(tmp_path)))
+    assert all(r.bound_change is None for r in plain.records)

@@ -151,6 +151,18 @@ def _summary(comp) -> None:
         f"query with another; compile and prove "
         f"{comp.seconds:.2f} s; verdict: {comp.verdict}"
     )
+    for r in comp.records:
+        change = r.bound_change
+        if change is None:
+            continue
+        if "unavailable" in change:
+            print(f"{r.name}: error bound change unavailable: {change['unavailable']}")
+        else:
+            pairs = ", ".join(
+                f"out{k}: {a:.3g} -> {b:.3g}"
+                for k, (a, b) in enumerate(zip(change["before"], change["after"], strict=True))
+            )
+            print(f"{r.name} (real claims): rigorous error bound {pairs}")
     for out in comp.outcomes:
         if out.status == "proved":
             continue
