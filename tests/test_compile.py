@@ -267,7 +267,8 @@ def test_parallel_discharge_agrees_with_serial(tmp_path) -> None:
 
 
 def test_fast_math_records_its_error_bound_change(tmp_path) -> None:
-    src = """func @main(%x: f32[4] {range = [-1.0, 1.0]}, %y: f32[4] {range = [-1.0, 1.0]}) -> f32[4] {
+    src = """func @main(%x: f32[4] {range = [-1.0, 1.0]},
+           %y: f32[4] {range = [-1.0, 1.0]}) -> f32[4] {
   %a = constant() {value = 0.1} : f32[4]
   %b = constant() {value = 0.2} : f32[4]
   %s = add(%x, %a) : f32[4]
