@@ -281,7 +281,7 @@ class Values:
             return self._real_to_int(x, dst)
         if src.is_float and dst.is_float:
             return self._fp(
-                "cvt", src, [x], fp_sort(dst), lambda v: z3.fpFPToFP(_RNE, v, fp_sort(dst))
+                f"cvt.{dst}", src, [x], fp_sort(dst), lambda v: z3.fpFPToFP(_RNE, v, fp_sort(dst))
             )
         if src.is_int:
             return self._fp(
