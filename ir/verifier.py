@@ -15,15 +15,17 @@ from gdv.ir import ops as op_registry
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.ops import OpTypeError
+from gdv.ir.ops.kernel import check_kernel_bodies
 from gdv.ir.types import MAX_ELEMENTS, TensorType
 
-STAGES = ("graph", "core")
+STAGES = ("graph", "core", "loop")
+"""`loop` is `core` where kernels are checked against their bodies too."""
 
 
 def verify(module: Module, stage: str = "graph") -> Module:
     """Check `module`; return it unchanged, or raise the first `IRError` found.
 
-    At the `core` stage, composite ops (`graph`-stage only) are rejected too."""
+    At the `core` and `loop` stages, composite ops (`graph`-stage only) are rejected too."""
     assert stage in STAGES, stage
     seen: dict[str, Function] = {}
     for fn in module.functions:
@@ -40,6 +42,8 @@ def verify(module: Module, stage: str = "graph") -> Module:
             "has no entry function",
             _at(module.functions[0].loc, module),
         )
+    if stage == "loop":
+        check_kernel_bodies(module)
     return module
 
 
@@ -114,9 +118,9 @@ def verify_op(op: Op, operand_types: list[TensorType], stage: str, where) -> Non
         close = difflib.get_close_matches(op.name, list(op_registry.REGISTRY), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise IRError(f"unknown op '{printable(op.name)}'{hint}", name_loc)
-    if stage == "core" and spec.is_composite:
+    if stage != "graph" and spec.is_composite:
         raise IRError(
-            f"{op.name} is a graph-stage op and cannot appear at the core stage", name_loc
+            f"{op.name} is a graph-stage op and cannot appear at the {stage} stage", name_loc
         )
     n = len(op.operands)
     lo, hi = spec.min_operands, spec.max_operands

@@ -13,6 +13,7 @@ from gdv.backends.reference import (  # noqa: F401  (importing the families fill
     conv,
     elementwise,
     gather,
+    kernel,
     layout,
     reduce,
 )

@@ -15,6 +15,7 @@ from gdv.ir.diagnostics import IRError
 from gdv.ir.dtypes import from_numpy
 from gdv.ir.ops import OpTypeError
 from gdv.ir.ops import get as get_spec
+from gdv.ir.ops.kernel import kernel_bodies
 from gdv.ir.types import TensorType
 from gdv.ir.verifier import verify_function
 
@@ -103,7 +104,10 @@ def run(
     check_function(function, program.filename if isinstance(program, Module) else "<input>")
     check_memory(function, mode=mode)
     env = check_inputs(function, inputs, ctx)
-    values = evaluate_ops(function.ops, env, ctx, keep=function.returns)
+    # A module's other functions are the bodies its kernels name.
+    bodies = program.functions if isinstance(program, Module) else []
+    with kernel_bodies(bodies):
+        values = evaluate_ops(function.ops, env, ctx, keep=function.returns)
     # Copies: a returned parameter or a view must not alias the caller's or another output.
     return [np.array(values[name], copy=True) for name in function.returns]
 

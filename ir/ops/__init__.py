@@ -18,7 +18,9 @@ from gdv.ir.diagnostics import printable
 from gdv.ir.dtypes import DType
 from gdv.ir.types import TensorType
 
-FAMILIES = ("elementwise", "layout", "reduce", "contract", "conv", "gather", "composite")
+FAMILIES = (
+    "elementwise", "layout", "reduce", "contract", "conv", "gather", "composite", "kernel"
+)
 
 
 class OpTypeError(Exception):
@@ -186,6 +188,7 @@ from gdv.ir.ops import (  # noqa: E402, F401
     conv,
     elementwise,
     gather,
+    kernel,
     layout,
     reduce,
 )

@@ -373,6 +373,46 @@ def _gelu(draw) -> Drawn:
     )
 
 
+def _kernel(draw) -> Drawn:
+    """A loop-stage kernel whose affine maps stay inside its operands for the whole space."""
+    dtype = draw(dtype_choice(ALL_DTYPES))
+    space = draw(st.lists(dims, max_size=3))
+    loops = list(range(len(space)))
+    reduce = (
+        [] if dtype.is_bool else sorted(draw(st.sets(st.sampled_from(loops or [0]))) & set(loops))
+    )
+    out = list(draw(st.permutations([d for d in loops if d not in reduce])))
+    combiner = draw(st.sampled_from(["add", "max", "min"])) if reduce else "none"
+    operand_types, maps = [], []
+    for _ in range(draw(st.integers(0, 2))):
+        rows, shape = [], []
+        for _ in range(draw(st.integers(0, 2))):
+            coefs = [draw(st.integers(-1, 2)) for _ in space]
+            lo = sum(min(0, c * (n - 1)) for c, n in zip(coefs, space, strict=True))
+            hi = sum(max(0, c * (n - 1)) for c, n in zip(coefs, space, strict=True))
+            if 0 in space:  # nothing is read: any map will do
+                lo, hi = 0, draw(st.integers(0, 2))
+            rows.append([*coefs, -lo + draw(st.integers(0, 1))])
+            shape.append(hi - lo + 2)
+        maps.append(rows)
+        operand_types.append(TensorType(dtype, tuple(shape)))
+    attrs: dict[str, Any] = {
+        "body": draw(st.sampled_from(["main.k0", "k1", "f"])),
+        "space": space,
+        "maps": maps,
+        "out": out,
+        "reduce": reduce,
+        "combiner": combiner,
+    }
+    if draw(st.booleans()):
+        attrs["tile"] = [draw(st.integers(1, 4)) for _ in space]
+        attrs["order"] = list(draw(st.permutations(loops)))
+        attrs["vector"] = draw(st.integers(1, 8))
+        attrs["parallel"] = out[: draw(st.integers(0, len(out)))]
+        attrs["accumulators"] = draw(st.integers(1, 2))
+    return operand_types, attrs, TensorType(dtype, ())
+
+
 OP_GENERATORS: dict[str, Generator] = {
     **{name: _unary_float for name in UNARY_FLOAT_DOCS},
     **{name: _binary(name) for name in BINARY_DOCS},
@@ -396,6 +436,7 @@ OP_GENERATORS: dict[str, Generator] = {
     "log_softmax": _axis_float,
     "layer_norm": _layer_norm,
     "gelu": _gelu,
+    "kernel": _kernel,
 }
 
 

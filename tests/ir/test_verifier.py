@@ -133,6 +133,15 @@ OP_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         prog("%a: f32[2,3]", "%r = reduce_min(%a) {^axes = [1, 1]} : f32[2]", "f32[2]"),
         ("axes [1, 1] repeats an axis",),
     ),
+    "kernel": (
+        prog(
+            "%x: f32[4]",
+            '%r = kernel(%x) {body = "k", space = [5], ^maps = [[[1, 0]]], out = [0], '
+            'reduce = [], combiner = "none"} : f32[5]',
+            "f32[5]",
+        ),
+        ("map 0 row 0 reads indices 0..4 of operand 1 (f32[4])", "has size 4"),
+    ),
     "dot": (
         prog(
             "%a: f32[2,3], %b: f32[4,5]",

@@ -20,6 +20,7 @@ from gdv.validate.bounds import (  # noqa: F401  (importing the families fills R
     conv,
     elementwise,
     gather,
+    kernel,
     layout,
     reduce,
 )

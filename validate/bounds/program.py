@@ -13,6 +13,7 @@ import sympy
 
 from gdv.ir.core import Function, Module, Param
 from gdv.ir.diagnostics import IRError
+from gdv.ir.ops.kernel import kernel_bodies
 from gdv.ir.types import TensorType
 from gdv.validate.bounds.model import SAFETY, SYMBOL_VALUES, TB, Err, down, make_tb, up
 from gdv.validate.bounds.registry import DEFAULT_LAMBDA, DEFAULT_ULPS, Context, apply_op
@@ -153,9 +154,10 @@ def analyze(
     params = {p.name: _param_bound(p, default_range, filename) for p in fn.params}
     rigorous = Context(ideal=ideal, ulps=ulps)
     rigorous.assume("inputs", INPUT_ASSUMPTION)
-    outs = _run(fn, params, rigorous)
     prob = Context(ideal=ideal, ulps=ulps, lam=lam)
-    pouts = _run(fn, params, prob)
+    with kernel_bodies(module.functions if isinstance(module, Module) else []):
+        outs = _run(fn, params, rigorous)
+        pouts = _run(fn, params, prob)
     outputs = []
     for name, tb, ptb in zip(fn.returns, outs, pouts, strict=True):
         err = tb.err

@@ -19,6 +19,7 @@ def load_all() -> None:
         conv,
         elementwise,
         gather,
+        kernel,
         layout,
         reduce,
     )

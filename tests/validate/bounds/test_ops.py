@@ -227,7 +227,20 @@ CASES: dict[str, tuple] = {
         "rhs_contract = [0]}} : i8[4,5]\n%y = convert(%d) : {dt}[4,5]",
         "{dt}[4,5]",
     ),
+    "kernel_dot_like": _case(
+        "%x: {dt}[4,6] {{range = {r1}}}, %w: {dt}[6,5] {{range = {r2}}}",
+        '%y = kernel(%x, %w) {{body = "kbody", space = [4, 5, 6], '
+        "maps = [[[1, 0, 0, 0], [0, 0, 1, 0]], [[0, 0, 1, 0], [0, 1, 0, 0]]], out = [0, 1], "
+        'reduce = [2], combiner = "add"}} : {dt}[4,5]',
+        "{dt}[4,5]",
+    ),
 }
+
+KERNEL_BODY = (
+    "func @kbody(%a: {dt}[], %b: {dt}[]) -> {dt}[] {{\n  %p = mul(%a, %b) : {dt}[]\n"
+    "  %r = add(%p, %a) : {dt}[]\n  return %r\n}}\n"
+)
+"""The body of the kernel cases (`x * w + x` per reduced position)."""
 
 OP_OF_CASE = {
     "sqrt_of_sum": "sqrt",
@@ -250,6 +263,7 @@ OP_OF_CASE = {
     "layer_norm_then_dot": "dot",
     "max_with_masked": "max",
     "layer_norm_of_inexact": "layer_norm",
+    "kernel_dot_like": "kernel",
 }
 
 
@@ -271,6 +285,8 @@ def _program(case: str, dt: str, r1: str, r2: str):
     fill = {"dt": dt, "r1": r1, "r2": r2}
     text = "func @main(" + params.format(**fill) + ") -> " + result.format(**fill) + " {\n  "
     text += body.format(**fill) + "\n  return %y\n}\n"
+    if "kernel(" in body:
+        text += KERNEL_BODY.format(**fill)
     module = parse(text, f"<{case}>")
     return module, analyze(module), analyze(module, ideal=True)
 

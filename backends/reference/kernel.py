@@ -1,0 +1,94 @@
+"""The reference meaning of `kernel` (ir/ops/kernel.py), vectorised over the iteration space.
+
+Each operand is gathered through its affine map at every point of (a chunk of) the space, the
+scalar body runs elementwise on those arrays through the ordinary op kernels, and the reduced
+positions are folded in row-major order by the reduce family's own kernels, continuing chunk
+after chunk from the running value: the same left fold as reduce_sum / reduce_max / dot.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gdv.backends.reference.evaluate import evaluate_ops
+from gdv.backends.reference.registry import KERNELS, Context, kernel
+from gdv.ir.core import Function, Op
+from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops.kernel import body_of
+from gdv.ir.types import TensorType
+
+CHUNK_ELEMENTS = 1 << 22
+"""About how many points of the space one body evaluation covers (bounds scratch memory)."""
+
+_FOLD = {"add": "reduce_sum", "max": "reduce_max", "min": "reduce_min"}
+
+
+def _gather(x: np.ndarray, rows: list[list[int]], loop: list[np.ndarray], shape) -> np.ndarray:
+    """x read at `row . loop + const` for each of its dims, broadcast to `shape`."""
+    index = []
+    for row in rows:
+        at: np.ndarray | int = row[-1]
+        for c, i in zip(row[:-1], loop, strict=True):
+            if c:
+                at = at + c * i
+        index.append(at)
+    return np.broadcast_to(x[tuple(index)], shape)
+
+
+def _body_values(
+    body: Function, args: list[np.ndarray], maps, loop, shape, ctx: Context
+) -> np.ndarray:
+    """The body at every point of `loop` (index arrays broadcasting to `shape`)."""
+    env = {
+        p.name: _gather(a, m, loop, shape) for p, a, m in zip(body.params, args, maps, strict=True)
+    }
+    # The body is rank-0 elementwise ops: the same ops on arrays of `shape` compute it at every
+    # point at once.
+    ops = [
+        Op(o.result, o.name, o.operands, o.attrs, TensorType(o.type.dtype, tuple(shape)))
+        for o in body.ops
+    ]
+    (name,) = body.returns
+    out = evaluate_ops(ops, env, ctx, keep=[name])[name]
+    return np.ascontiguousarray(np.broadcast_to(out, shape))
+
+
+def _fold_last(op: Op, values: np.ndarray, ctx: Context) -> np.ndarray:
+    """Left fold over the last axis with the kernel's combiner (the reduce kernels' fold)."""
+    name = _FOLD[op.attrs["combiner"]]
+    red = Op("acc", name, ["x"], {"axes": [values.ndim - 1]}, op.type)
+    return KERNELS[OPS[name]](red, [values], ctx)
+
+
+@kernel(OPS["kernel"])
+def _kernel(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    body = body_of(op.attrs)
+    space, maps = op.attrs["space"], op.attrs["maps"]
+    out, red = op.attrs["out"], op.attrs["reduce"]
+    out_shape = tuple(space[d] for d in out)
+    red_shape = tuple(space[d] for d in red)
+    grids = np.indices(out_shape, sparse=True) if out_shape else ()
+    loop: list[np.ndarray] = [np.zeros((), np.int64)] * len(space)
+    if op.attrs["combiner"] == "none":
+        for d, g in zip(out, grids, strict=True):
+            loop[d] = g.astype(np.int64)
+        return _body_values(body, args, maps, loop, out_shape, ctx)
+    count = math.prod(red_shape)
+    # The reduced positions ride on one trailing axis, in row-major order of `reduce`.
+    for d, g in zip(out, grids, strict=True):
+        loop[d] = g.astype(np.int64)[..., None]
+    step = max(1, CHUNK_ELEMENTS // max(1, math.prod(out_shape)))
+    acc: np.ndarray | None = None
+    for start in range(0, count, step):
+        pos = np.arange(start, min(count, start + step), dtype=np.int64)
+        for d, i in zip(red, np.unravel_index(pos, red_shape), strict=True):
+            loop[d] = i.astype(np.int64).reshape((1,) * len(out_shape) + (-1,))
+        values = _body_values(body, args, maps, loop, (*out_shape, len(pos)), ctx)
+        if acc is not None:  # continue the fold from the running value
+            values = np.concatenate([acc[..., None], values], axis=-1)
+        acc = _fold_last(op, values, ctx)
+    if acc is None:  # empty reduction: the combiner's identity
+        acc = _fold_last(op, np.empty((*out_shape, 0), ctx.storage(op.type.dtype).np), ctx)
+    return acc

@@ -1,0 +1,264 @@
+"""The loop stage's one op: `kernel`, an affine loop nest with a scalar body (DESIGN.md, "Stages").
+
+`%y = kernel(%x, %w) {body = "main.k0", space = [8, 128, 784], maps = [...], out = [0, 1],
+reduce = [2], combiner = "add"} : f32[8,128]` means, for every point of the iteration space
+with its `out` dims fixed to the result index:
+
+    result[i_out] = fold(combiner, [body(x_0[M_0 i], ..., x_n[M_n i]) for i_reduce in row-major])
+
+`maps[k]` has one row per dim of operand k; a row holds one coefficient per loop dim followed
+by a constant, so operand k is read at `M_k i + c_k`. The reduced positions are visited in
+row-major order of the `reduce` dims as listed (acc = body(first); acc = combine(acc,
+body(next))), exactly the left fold of IR_SPEC.md section 3; an empty reduction gives the
+combiner's identity like `reduce_*`. `combiner` is "none" when `reduce` is empty.
+
+`body` names a function of the module with one rank-0 parameter per operand (its dtype) and one
+rank-0 result of the kernel's dtype, made of elementwise ops and scalar constants. The schedule
+attributes (`tile`, `order`, `vector`, `parallel`, `accumulators`) say how a backend runs the
+nest; they never change the meaning above, and a schedule that would (more than one
+accumulator, reduce dims reordered) is claimed under the `real` theory by the pass choosing it.
+
+Obligations and interpreters see functions, not modules, so the bodies a kernel names are put
+in scope with `kernel_bodies(...)` by whoever runs or encodes a program (the reference `run`
+of a module, the discharger for an obligation's `functions`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from gdv.ir.core import Function, Module
+from gdv.ir.diagnostics import IRError, Loc
+from gdv.ir.ops import (
+    AttrSpec,
+    OpSpec,
+    OpTypeError,
+    describe,
+    kind_choice,
+    kind_int,
+    kind_int_list,
+    register,
+)
+from gdv.ir.types import TensorType
+
+COMBINERS = ("add", "max", "min", "none")
+COMBINER_OP = {"add": "add", "max": "max", "min": "min"}
+"""The elementwise op each combiner folds with (so it rounds and treats NaN and -0.0 alike)."""
+FOLD_KIND = {"add": "sum", "max": "max", "min": "min"}
+"""The `Ctx.fold` kind of each combiner: the same fold as reduce_sum / dot / reduce_max."""
+BODY_OPS = frozenset(
+    (
+        "neg abs exp log sqrt rsqrt tanh sigmoid erf sin cos floor relu add sub mul div max min "
+        "pow cmp select convert constant"
+    ).split()
+)
+"""Ops a body may use: scalar elementwise ops and scalar constants."""
+
+
+def kind_maps(v: Any) -> list[list[list[int]]]:
+    """A list (per operand) of lists (per operand dim) of integer rows."""
+    ok = isinstance(v, list) and all(
+        isinstance(m, list)
+        and all(
+            isinstance(r, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+            for r in m
+        )
+        for m in v
+    )
+    if not ok:
+        raise ValueError(
+            f"expected a list of affine maps (lists of integer rows), got {describe(v)}"
+        )
+    return v
+
+
+def kind_string(v: Any) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"expected a string, got {describe(v)}")
+    return v
+
+
+def affine_range(row: list[int], space: list[int]) -> tuple[int, int]:
+    """The least and greatest value of `row . i + const` over the box 0 <= i < space."""
+    lo = hi = row[-1]
+    for c, n in zip(row[:-1], space, strict=True):
+        lo += min(0, c * (n - 1))
+        hi += max(0, c * (n - 1))
+    return lo, hi
+
+
+def _infer_kernel(
+    types: list[TensorType], attrs: dict[str, Any], written: TensorType
+) -> TensorType:
+    space, maps = attrs["space"], attrs["maps"]
+    out, reduce, combiner = attrs["out"], attrs["reduce"], attrs["combiner"]
+    n = len(space)
+    if any(s < 0 for s in space):
+        raise OpTypeError(f"space {space} has a negative extent", attr="space")
+    if sorted(out + reduce) != list(range(n)):
+        raise OpTypeError(
+            f"out {out} and reduce {reduce} must split the {n} loop dims, each dim once",
+            attr="out",
+        )
+    if (combiner == "none") != (not reduce):
+        raise OpTypeError(
+            f'combiner "{combiner}" does not fit reduce {reduce} ("none" exactly when nothing '
+            "is reduced)",
+            attr="combiner",
+        )
+    if len(maps) != len(types):
+        raise OpTypeError(
+            f"maps has {len(maps)} maps, expected one per operand ({len(types)})", attr="maps"
+        )
+    empty = 0 in space
+    for k, (m, t) in enumerate(zip(maps, types, strict=True)):
+        if len(m) != t.rank:
+            raise OpTypeError(
+                f"map {k} has {len(m)} rows, expected one per dim of operand {k + 1} ({t})",
+                attr="maps",
+            )
+        for d, row in enumerate(m):
+            if len(row) != n + 1:
+                raise OpTypeError(
+                    f"map {k} row {d} has {len(row)} entries, expected {n} coefficients and a "
+                    "constant",
+                    attr="maps",
+                )
+            lo, hi = affine_range(row, space)
+            if not empty and (lo < 0 or hi >= t.shape[d]):
+                raise OpTypeError(
+                    f"map {k} row {d} reads indices {lo}..{hi} of operand {k + 1} ({t}), whose "
+                    f"dim {d} has size {t.shape[d]}",
+                    attr="maps",
+                )
+    _check_schedule(attrs, n, out)
+    if combiner != "none" and written.dtype.is_bool:
+        raise OpTypeError(
+            f'combiner "{combiner}" needs a float or integer result, not i1', attr="combiner"
+        )
+    return TensorType(written.dtype, tuple(space[d] for d in out))
+
+
+def _check_schedule(attrs: dict[str, Any], n: int, out: list[int]) -> None:
+    tile = attrs.get("tile")
+    if tile is not None and (len(tile) != n or any(t < 1 for t in tile)):
+        raise OpTypeError(
+            f"tile {tile} must give a size >= 1 for each of the {n} loop dims", attr="tile"
+        )
+    order = attrs.get("order")
+    if order is not None and sorted(order) != list(range(n)):
+        raise OpTypeError(f"order {order} must be a permutation of the {n} loop dims", attr="order")
+    for key in ("vector", "accumulators"):
+        if key in attrs and attrs[key] < 1:
+            raise OpTypeError(f"{key} must be >= 1, got {attrs[key]}", attr=key)
+    parallel = attrs.get("parallel", [])
+    if any(d not in out for d in parallel) or len(set(parallel)) != len(parallel):
+        raise OpTypeError(f"parallel {parallel} must list distinct out dims {out}", attr="parallel")
+
+
+KERNEL = register(
+    OpSpec(
+        "kernel",
+        "kernel",
+        0,
+        None,
+        (
+            AttrSpec("body", kind_string),
+            AttrSpec("space", kind_int_list),
+            AttrSpec("maps", kind_maps),
+            AttrSpec("out", kind_int_list),
+            AttrSpec("reduce", kind_int_list),
+            AttrSpec("combiner", kind_choice(*COMBINERS)),
+            AttrSpec("tile", kind_int_list, required=False),
+            AttrSpec("order", kind_int_list, required=False),
+            AttrSpec("vector", kind_int, required=False),
+            AttrSpec("parallel", kind_int_list, required=False),
+            AttrSpec("accumulators", kind_int, required=False),
+        ),
+        _infer_kernel,
+        "result[i_out] = fold(combiner, body(x_k[maps[k] . i + c_k] for each operand k)) over "
+        "the reduce dims in row-major order (acc = first; acc = combine(acc, next)); empty "
+        "reduction: the combiner's identity. Schedule attributes never change the meaning.",
+        stage="loop",
+    )
+)
+
+
+# --- bodies in scope ------------------------------------------------------------------------
+
+_SCOPE: contextvars.ContextVar[dict[str, Function] | None] = contextvars.ContextVar(
+    "gdv_kernel_bodies", default=None
+)
+
+
+@contextlib.contextmanager
+def kernel_bodies(functions: Iterable[Function]) -> Iterator[None]:
+    """Make `functions` resolvable as kernel bodies (by name) while the block runs; inner
+    scopes shadow outer ones."""
+    scope = dict(_SCOPE.get() or {})
+    scope.update((f.name, f) for f in functions)
+    token = _SCOPE.set(scope)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def body_of(op_attrs: dict[str, Any]) -> Function:
+    """The body function a kernel names; an IRError when no scope provides it."""
+    name = op_attrs["body"]
+    fn = (_SCOPE.get() or {}).get(name)
+    if fn is None:
+        raise IRError(f"kernel body @{name} is not in scope (run or encode the whole module)")
+    return fn
+
+
+def bodies_used(functions: Iterable[Function]) -> set[str]:
+    """Names of the bodies the kernels of `functions` call."""
+    return {op.attrs["body"] for f in functions for op in f.ops if op.name == "kernel"}
+
+
+def check_kernel_bodies(module: Module) -> None:
+    """Every kernel's body exists, takes one rank-0 parameter per operand with the operand's
+    dtype, returns one rank-0 value of the kernel's dtype, and uses only scalar elementwise ops
+    (so it can be applied elementwise to whole arrays)."""
+    for fn in module.functions:
+        types = fn.types()
+        for op in fn.ops:
+            if op.name != "kernel":
+                continue
+            where = op.attr_locs.get("body", op.loc) or Loc(module.filename, 1, 1)
+            body = module.function(op.attrs["body"])
+            if body is None:
+                raise IRError(
+                    f"kernel body @{op.attrs['body']} is not a function of the module", where
+                )
+            if body.name == fn.name:
+                raise IRError(f"kernel body @{body.name} is the function that calls it", where)
+            want = [types[o].dtype for o in op.operands]
+            got = [p.type for p in body.params]
+            if len(got) != len(want) or any(
+                t.rank != 0 or t.dtype != d for t, d in zip(got, want, strict=False)
+            ):
+                shown = ", ".join(f"{d}[]" for d in want) or "none"
+                raise IRError(
+                    f"kernel body @{body.name} takes ({', '.join(map(str, got))}), expected "
+                    f"({shown}) like the kernel's operands",
+                    where,
+                )
+            if len(body.results) != 1 or body.results[0] != TensorType(op.type.dtype, ()):
+                raise IRError(
+                    f"kernel body @{body.name} returns ({', '.join(map(str, body.results))}), "
+                    f"expected {op.type.dtype}[] like the kernel's result",
+                    where,
+                )
+            for b in body.ops:
+                if b.name not in BODY_OPS or b.type.rank != 0:
+                    raise IRError(
+                        f"kernel body @{body.name} uses {b.name} : {b.type}; a body holds only "
+                        "scalar elementwise ops and scalar constants",
+                        b.loc or where,
+                    )

@@ -1,0 +1,49 @@
+"""Bound rule of `kernel`: its body's rules on the gathered operands, then its fold.
+
+A kernel computes body(operands at affine positions) at every point of its space and folds the
+reduce dims like reduce_sum / reduce_max / reduce_min. Every gathered operand element is an
+element of that operand, so the operand's bound (interval, error, specials) bounds it; its
+relational facts speak of particular axes and are dropped. The body's ops are bounded by their
+own rules on tensors shaped like the space (reduced positions flattened into one trailing axis,
+so per-element event counts stay right), and the fold by the reduce rule over that axis.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gdv.ir.core import Op
+from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops.kernel import body_of
+from gdv.ir.types import TensorType
+from gdv.validate.bounds.model import TB
+from gdv.validate.bounds.registry import RULES, Context, rule
+
+_FOLD = {"add": "reduce_sum", "max": "reduce_max", "min": "reduce_min"}
+
+
+@rule(OPS["kernel"])
+def _kernel(op: Op, args: list[TB], ctx: Context) -> TB:
+    body = body_of(op.attrs)
+    space, out, red = op.attrs["space"], op.attrs["out"], op.attrs["reduce"]
+    out_shape = tuple(space[d] for d in out)
+    n = math.prod(space[d] for d in red)
+    shape = (*out_shape, n) if red else out_shape
+    # A context of its own: body value names must not meet the caller's, nor its producers'
+    # facts; the rounding model, assumptions and event counts are shared.
+    sub = Context(ctx.ideal, ctx.ulps, ctx.lam, ctx.assumptions, ctx.notes)
+    for p, a in zip(body.params, args, strict=True):
+        sub.values[p.name] = a.with_(type=TensorType(a.dtype, shape), facts={})
+    for b in body.ops:
+        retyped = Op(b.result, b.name, b.operands, b.attrs, TensorType(b.type.dtype, shape))
+        spec = OPS[b.name]
+        result = RULES[spec](retyped, [sub.values[o] for o in b.operands], sub)
+        sub.values[b.result] = result.with_(facts={})
+    value = sub.values[body.returns[0]]
+    if red:
+        name = _FOLD[op.attrs["combiner"]]
+        fold = Op(op.result, name, ["x"], {"axes": [len(out_shape)]}, op.type)
+        value = RULES[OPS[name]](fold, [value], sub)
+    ctx.prob_events += sub.prob_events
+    ctx.max_u = max(ctx.max_u, sub.max_u)
+    return value.with_(type=op.type, facts={})
