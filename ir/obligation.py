@@ -31,6 +31,11 @@ class Obligation:
     claim: str
     assumptions: list[str] = field(default_factory=list)
     loc: Loc | None = None
+    functions: list[Function] = field(default_factory=list)
+    """Functions `src` and `tgt` call (kernel bodies), in scope while the claim is encoded."""
+    formula: str | None = None
+    """For claims that are no equivalence (`coverage`, `memory-safety`): SMT-LIB 2 text whose
+    unsatisfiability is the claim (it asserts a violation); `src`/`tgt` then only say where."""
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gdv.ir.core import Function, Op, Param
 from gdv.ir.obligation import Obligation
+from gdv.ir.ops.kernel import kernel_bodies
 from gdv.ir.printer import print_function
 from gdv.validate.counterexample import Counterexample
 from gdv.validate.equivalence import check_equivalence, query_smt2
@@ -70,26 +71,36 @@ def stable_smt2(text: str) -> str:
 
 
 def obligation_queries(ob: Obligation) -> list[str]:
-    """The obligation's queries as SMT-LIB 2 text, one per output."""
-    return [
-        stable_smt2(query_smt2(ob.src, ob.tgt, o, ob.theory)) for o in range(len(ob.src.results))
-    ]
+    """The obligation's queries as SMT-LIB 2 text, one per output (a formula claim: its own)."""
+    if ob.formula is not None:
+        return [ob.formula]
+    with kernel_bodies(ob.functions):
+        return [
+            stable_smt2(query_smt2(ob.src, ob.tgt, o, ob.theory))
+            for o in range(len(ob.src.results))
+        ]
 
 
 SEMANTICS_VERSION = "1"
 """Bump when the SMT meaning of any op changes: cached proofs of the old meaning then miss."""
 
 
-def _renamed(fn: Function, names: dict[str, str]) -> Function:
-    """`fn` with its values renamed through `names` (params first, then op results)."""
+def _renamed(
+    fn: Function, names: dict[str, str], bodies: dict[str, Function] | None = None
+) -> Function:
+    """`fn` with its values renamed through `names` (params first, then op results), and each
+    kernel's body name replaced by the hash of the body's renamed text: the claim depends on
+    what a body computes, not on what it is called."""
     for p in fn.params:
         names.setdefault(p.name, f"p{len(names)}")
     ops = []
     for op in fn.ops:
         names[op.result] = f"v{len(names)}"
-        ops.append(
-            Op(names[op.result], op.name, [names[o] for o in op.operands], dict(op.attrs), op.type)
-        )
+        attrs = dict(op.attrs)
+        if op.name == "kernel" and bodies and attrs["body"] in bodies:
+            body = print_function(_renamed(bodies[attrs["body"]], {}))
+            attrs["body"] = "b" + hashlib.sha256(body.encode()).hexdigest()[:32]
+        ops.append(Op(names[op.result], op.name, [names[o] for o in op.operands], attrs, op.type))
     params = [Param(names[p.name], p.type) for p in fn.params]
     return Function("f", params, fn.results, ops, [names[r] for r in fn.returns])
 
@@ -99,8 +110,12 @@ def cache_key(ob: Obligation) -> str:
     every value renamed in order. The queries are a deterministic function of these (and of
     the semantics version), so equal keys mean equal queries, while Z3's printed text can
     differ for equal queries (its let-bindings follow internal term ids)."""
+    if ob.formula is not None:
+        text = f"gdv-obligation kind={ob.kind} theory={ob.theory}\n{ob.formula}"
+        return hashlib.sha256(text.encode()).hexdigest()
+    bodies = {f.name: f for f in ob.functions}
     src_names: dict[str, str] = {}
-    src = _renamed(ob.src, src_names)
+    src = _renamed(ob.src, src_names, bodies)
     tgt = _renamed(
         ob.tgt,
         {
@@ -108,6 +123,7 @@ def cache_key(ob: Obligation) -> str:
             for p in ob.src.params
             if p.name in {q.name for q in ob.tgt.params}
         },
+        bodies,
     )
     text = "\n".join(
         [
@@ -179,7 +195,7 @@ def _quick_refute(ob: Obligation) -> Counterexample | None:
 
     size = sum(p.type.num_elements for p in ob.src.params)
     size += sum(o.type.num_elements for f in (ob.src, ob.tgt) for o in f.ops)
-    if ob.theory != "fp" or size > QUICK_REFUTE_ELEMENTS:
+    if ob.theory != "fp" or size > QUICK_REFUTE_ELEMENTS or ob.formula is not None:
         return None
     for seed in range(2):
         for origin, draw in (
@@ -193,7 +209,36 @@ def _quick_refute(ob: Obligation) -> Counterexample | None:
     return None
 
 
+def _solve_formula(ob: Obligation, timeout: float) -> tuple[str, float, str, None]:
+    """A formula claim asserts a violation: unsat proves the claim, a model refutes it."""
+    import z3
+
+    assert ob.formula is not None
+    start = time.perf_counter()
+    s = z3.Solver()
+    s.set("timeout", max(1, int(timeout * 1000)))
+    s.from_string(ob.formula)
+    r = s.check()
+    seconds = time.perf_counter() - start
+    if r == z3.unsat:
+        return "proved", seconds, "", None
+    if r == z3.sat:
+        m = s.model()
+        shown = ", ".join(f"{d.name()} = {m[d]}" for d in sorted(m.decls(), key=str)[:12])
+        return "refuted", seconds, f"violated at {shown}", None
+    return "unknown", seconds, f"the solver answered unknown ({s.reason_unknown()})", None
+
+
 def _solve(ob: Obligation, timeout: float) -> tuple[str, float, str, Counterexample | None]:
+    if ob.formula is not None:
+        return _solve_formula(ob, timeout)
+    with kernel_bodies(ob.functions):
+        return _solve_equivalence(ob, timeout)
+
+
+def _solve_equivalence(
+    ob: Obligation, timeout: float
+) -> tuple[str, float, str, Counterexample | None]:
     start = time.perf_counter()
     cex = _quick_refute(ob)
     if cex is not None:

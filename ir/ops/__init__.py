@@ -18,9 +18,7 @@ from gdv.ir.diagnostics import printable
 from gdv.ir.dtypes import DType
 from gdv.ir.types import TensorType
 
-FAMILIES = (
-    "elementwise", "layout", "reduce", "contract", "conv", "gather", "composite", "kernel"
-)
+FAMILIES = ("elementwise", "layout", "reduce", "contract", "conv", "gather", "composite", "kernel")
 
 
 class OpTypeError(Exception):
