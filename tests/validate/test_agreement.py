@@ -37,31 +37,23 @@ _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def _uses_transcendental(name: str) -> bool:
-    """A composite whose decomposition applies a transcendental op."""
+    """A transcendental op, or a composite whose decomposition applies one."""
+    if name in TRANSCENDENTAL:
+        return True
     spec = REGISTRY[name]
     if spec.decompose is None:
-        return name in TRANSCENDENTAL
-    t = TensorType(DType.F32, (2, 3))
+        return False
     attrs = {
         "softmax": {"axis": 1},
         "log_softmax": {"axis": 1},
         "layer_norm": {"axes": [1], "eps": 1e-5},
         "gelu": {"approximate": "none"},
-        "matmul": {},
-    }[name]
+    }.get(name, {})
     operands = ["x", "g", "b"][: spec.min_operands]
-    n = [0]
-
-    def fresh(h: str) -> str:
-        n[0] += 1
-        return f"{h}.{n[0]}"
-
-    ops = spec.decompose(Op("r", name, operands, attrs, t), fresh)
-    return any(
-        o.name in TRANSCENDENTAL or _uses_transcendental(o.name)
-        for o in ops
-        if REGISTRY[o.name].decompose is not None or o.name in TRANSCENDENTAL
-    )
+    counter = iter(range(1_000_000))
+    op = Op("r", name, operands, attrs, TensorType(DType.F32, (2, 3)))
+    ops = spec.decompose(op, lambda h: f"{h}.{next(counter)}")
+    return any(_uses_transcendental(o.name) for o in ops)
 
 
 CHECKED = sorted(n for n in REGISTRY if not _uses_transcendental(n))
@@ -75,16 +67,12 @@ def _specials(dtype: DType) -> list[float]:
     tiny = float(fi.smallest_subnormal)
     vals = [0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5, math.inf, -math.inf, math.nan]
     vals += [tiny, -tiny, float(fi.max), -float(fi.max), float(fi.tiny), 3 * tiny]
-    # Halfway between neighbours of the narrow formats: rounding ties when converted.
-    for narrow in (DType.F16, DType.BF16):
-        if dtype.bits > narrow.bits or (dtype is DType.F32):
+    if dtype in (DType.F32, DType.F64):
+        # Halfway between neighbours of f16 and bf16: rounding ties when converted.
+        for narrow in (DType.F16, DType.BF16):
             base = np.array([1.0, 3.0, 1000.0, 0.1, -7.0], dtype=narrow.np)
-            nxt = np.nextafter(base.astype(np.float32), np.float32(np.inf)).astype(narrow.np)
-            # nextafter in the narrow format: step one ulp of the narrow dtype.
-            ulp = (base.astype(np.float64) * 0 + 1) * _ulp(narrow, base)
-            mids = base.astype(np.float64) + ulp / 2
+            mids = base.astype(np.float64) + _ulp(narrow, base) / 2
             vals += [float(m) for m in mids]
-            del nxt
     return vals
 
 
