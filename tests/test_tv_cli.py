@@ -119,3 +119,33 @@ def test_bf16_counterexample_is_stored_as_raw_uint16(files, tmp_path):
     assert main(["tv", files("a.gdv", src), files("b.gdv", tgt), "--cex", str(cex)]) == 1
     with np.load(cex) as data:
         assert data["x"].dtype == np.uint16
+
+
+KERNEL_SUM = """func @main(%x: f32[4,8]) -> f32[4] {
+  %r = kernel(%x) {body = "k0", space = [4, 8], maps = [[[1, 0, 0], [0, 1, 0]]], out = [0],
+    reduce = [1], combiner = "add"} : f32[4]
+  return %r
+}
+func @k0(%a: f32[]) -> f32[] {
+  return %a
+}
+"""
+REDUCE_SUM = """func @main(%x: f32[4,8]) -> f32[4] {
+  %r = reduce_sum(%x) {axes = [1]} : f32[4]
+  return %r
+}
+"""
+
+
+def test_kernel_bodies_of_the_modules_are_in_scope(files):
+    a, b = files("a.gdv", REDUCE_SUM), files("b.gdv", KERNEL_SUM)
+    assert main(["tv", a, b]) == 0
+    reversed_ = files("c.gdv", KERNEL_SUM.replace("[0, 1, 0]", "[0, -1, 7]"))
+    assert main(["tv", a, reversed_]) == 1
+    assert main(["tv", a, reversed_, "--real"]) == 0
+
+
+def test_clashing_kernel_bodies_are_an_input_error(files, capsys):
+    other = KERNEL_SUM.replace("return %a", "%n = neg(%a) : f32[]\n  return %n")
+    assert main(["tv", files("a.gdv", KERNEL_SUM), files("b.gdv", other)]) == 3
+    assert "kernel bodies are shared by name" in capsys.readouterr().err

@@ -19,6 +19,7 @@ import z3
 
 from gdv.ir.core import Function, Module
 from gdv.ir.diagnostics import IRError, Loc
+from gdv.ir.ops.kernel import kernel_bodies
 from gdv.validate.counterexample import (
     Counterexample,
     decode_input,
@@ -187,6 +188,31 @@ def check_equivalence(
     assert theory in THEORIES, theory
     fa, fb = entry(a), entry(b)
     check_signatures(fa, fb, names)
+    with kernel_bodies(_bodies(a, b, names)):
+        return _check(fa, fb, theory, timeout)
+
+
+def _bodies(a: Module | Function, b: Module | Function, names: tuple[str, str]) -> list[Function]:
+    """The non-entry functions of both modules (kernel bodies), which must not disagree."""
+    found: dict[str, Function] = {}
+    for program, name in ((a, names[0]), (b, names[1])):
+        if not isinstance(program, Module):
+            continue
+        for fn in program.functions:
+            if fn is program.entry:
+                continue
+            other = found.get(fn.name)
+            if other is not None and other != fn:
+                raise IRError(
+                    f"function @{fn.name} in {name} differs from the one of that name in "
+                    f"{names[0]}: kernel bodies are shared by name",
+                    fn.loc or Loc(name, 1, 1),
+                )
+            found[fn.name] = fn
+    return list(found.values())
+
+
+def _check(fa: Function, fb: Function, theory: str, timeout: float) -> EquivalenceResult:
     result = EquivalenceResult("equivalent", theory)
     unknown_reasons: list[str] = []
     for o in range(len(fa.results)):
@@ -335,4 +361,5 @@ def query_smt2(
     a: Module | Function, b: Module | Function, output: int = 0, theory: str = "fp"
 ) -> str:
     """The precise equivalence query for one output as SMT-LIB 2 text with (set-logic ALL)."""
-    return build_query(entry(a), entry(b), output, theory).smt2()
+    with kernel_bodies(_bodies(a, b, ("A", "B"))):
+        return build_query(entry(a), entry(b), output, theory).smt2()

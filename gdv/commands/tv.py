@@ -91,9 +91,10 @@ def _tv(args: argparse.Namespace) -> int:
 
     if not args.timeout > 0:
         raise IRError("--timeout must be a positive number of seconds", Loc("<command line>", 1, 1))
-    fa, fb = entry(load_arg(args.a)), entry(load_arg(args.b))
+    ma, mb = load_arg(args.a), load_arg(args.b)
+    fa, fb = entry(ma), entry(mb)
     theory = "real" if args.real else "fp"
-    result = check_equivalence(fa, fb, theory, args.timeout, names=(args.a, args.b))
+    result = check_equivalence(ma, mb, theory, args.timeout, names=(args.a, args.b))
     cex = result.counterexample
     if cex is not None and args.cex:
         _write_cex(args.cex, cex.inputs)
