@@ -14,6 +14,9 @@ from gdv.ir.printer import print_module
 from gdv.ir.verifier import verify
 from gdv.passes.base import Pass
 
+STAGE_AFTER = {"decompose-composites": "core", "lower-to-kernels": "loop"}
+"""The stage a module is at (and verified at) after these passes."""
+
 
 @dataclass
 class PassRecord:
@@ -64,8 +67,7 @@ class PassManager:
             start = time.perf_counter()
             out = p.run(module)
             seconds = time.perf_counter() - start
-            if p.name == "decompose-composites":
-                stage = "core"
+            stage = STAGE_AFTER.get(p.name, stage)
             try:
                 verify(out.module, stage=stage)
             except IRError as e:

@@ -11,6 +11,7 @@ from gdv.passes.eliminate_dead_code import EliminateDeadCode
 from gdv.passes.fast_math import FastMath
 from gdv.passes.fold_constants import FoldConstants
 from gdv.passes.fold_layout import FoldLayout
+from gdv.passes.lower_to_kernels import LowerToKernels
 
 PASSES: dict[str, type[Pass]] = {
     p.name: p
@@ -22,6 +23,7 @@ PASSES: dict[str, type[Pass]] = {
         EliminateCommonSubexpressions,
         EliminateDeadCode,
         FoldLayout,
+        LowerToKernels,
     )
 }
 """Every pass by name."""
@@ -46,6 +48,8 @@ def pipeline(target: str = "reference", level: int = 2, fast_math: bool = False)
         passes += [FastMath()]
     if level >= 2:
         passes += [FoldLayout()]
+    if level >= 1:
+        passes += [LowerToKernels()]
     return passes
 
 

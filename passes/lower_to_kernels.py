@@ -1,0 +1,308 @@
+"""`lower-to-kernels`: core -> loop. Each affine op becomes one `kernel` (ir/ops/kernel.py) whose
+body is a new scalar function of the module:
+
+    f(x, y)                 -> kernel over f's shape, identity maps, body f       (elementwise)
+    broadcast(x) / transpose(x) -> copy kernel: the layout change lives in the map
+    reduce_*(x) {axes}      -> kernel over x's shape, reduce = sorted axes, body x
+    dot(a, b)               -> kernel over (batch, a free, b free, contract), body
+                               convert(a) * convert(b) in acc, then a convert kernel to the
+                               result dtype when acc differs
+
+Ops that are not affine in their indices (reshape, slice, concat, pad, take, iota, constant,
+conv2d) stay ops at the loop stage. Each rewrite carries an exact (`fp`) equivalence
+obligation between the op and its kernels, with the new bodies in scope; the kernel's SMT
+meaning folds exactly as reduce_* and dot do, so these prove by congruence.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from gdv.ir.core import Function, Module, Op, Param
+from gdv.ir.obligation import Obligation
+from gdv.ir.ops.contract import dot_dims
+from gdv.ir.types import TensorType
+from gdv.passes.base import Names, Pass, PassResult
+
+ELEMENTWISE = frozenset(
+    (
+        "neg abs exp log sqrt rsqrt tanh sigmoid erf sin cos floor relu add sub mul div max min "
+        "pow cmp select convert"
+    ).split()
+)
+_COMBINER = {"reduce_sum": "add", "reduce_max": "max", "reduce_min": "min"}
+
+
+def identity_map(rank: int, n: int) -> list[list[int]]:
+    """Operand dim d read at loop dim d (of n loop dims)."""
+    return [[1 if c == d else 0 for c in range(n)] + [0] for d in range(rank)]
+
+
+def _row(n: int, dim: int | None, const: int = 0) -> list[int]:
+    """A map row reading loop dim `dim` (None: a constant index)."""
+    return [1 if c == dim else 0 for c in range(n)] + [const]
+
+
+class Bodies:
+    """Fresh body functions for one module, named `<function>.k<N>`."""
+
+    def __init__(self, module: Module) -> None:
+        self.taken = {f.name for f in module.functions}
+        self.made: list[Function] = []
+
+    def new(self, owner: str, params: list[TensorType], ops: list[Op], result: str) -> str:
+        for k in itertools.count():
+            name = f"{owner}.k{k}"
+            if name not in self.taken and len(name) <= 128:
+                break
+        self.taken.add(name)
+        scalars = [Param(f"a{i}", TensorType(t.dtype, ())) for i, t in enumerate(params)]
+        out_type = next((o.type for o in ops if o.result == result), None)
+        if out_type is None:
+            out_type = scalars[int(result[1:])].type
+        self.made.append(Function(name, scalars, [out_type], ops, [result]))
+        return name
+
+
+def _kernel(
+    site_op: Op,
+    result: str,
+    operands: list[str],
+    dtype,
+    body: str,
+    space: list[int],
+    maps: list[list[list[int]]],
+    out: list[int],
+    reduce: list[int] | None = None,
+    combiner: str = "none",
+) -> Op:
+    attrs = {
+        "body": body,
+        "space": list(space),
+        "maps": maps,
+        "out": out,
+        "reduce": reduce or [],
+        "combiner": combiner,
+    }
+    shape = tuple(space[d] for d in out)
+    return Op(result, "kernel", operands, attrs, TensorType(dtype, shape), site_op.loc)
+
+
+def lower_op(
+    op: Op, types: dict[str, TensorType], names: Names, bodies: Bodies, owner: str
+) -> tuple[str, list[Op]] | None:
+    """(rule, kernels) computing `op`'s value, the last one defining `op.result`; None to keep
+    the op."""
+    ts = [types[o] for o in op.operands]
+    if op.name in ELEMENTWISE:
+        n = op.type.rank
+        scalar = Op(
+            "r",
+            op.name,
+            [f"a{i}" for i in range(len(ts))],
+            dict(op.attrs),
+            TensorType(op.type.dtype, ()),
+        )
+        body = bodies.new(owner, ts, [scalar], "r")
+        maps = [identity_map(n, n) for _ in ts]
+        k = _kernel(
+            op,
+            op.result,
+            op.operands,
+            op.type.dtype,
+            body,
+            list(op.type.shape),
+            maps,
+            list(range(n)),
+        )
+        return f"elementwise-{op.name}", [k]
+    if op.name in ("broadcast", "transpose"):
+        n, (x,) = op.type.rank, ts
+        if op.name == "broadcast":
+            rows = [
+                _row(n, d if x.shape[i] == op.type.shape[d] else None)
+                for i, d in enumerate(op.attrs["dims"])
+            ]
+        else:
+            perm = op.attrs["perm"]
+            rows = [_row(n, perm.index(j)) for j in range(x.rank)]
+        body = bodies.new(owner, ts, [], "a0")
+        k = _kernel(
+            op,
+            op.result,
+            op.operands,
+            op.type.dtype,
+            body,
+            list(op.type.shape),
+            [rows],
+            list(range(n)),
+        )
+        return f"copy-{op.name}", [k]
+    if op.name in _COMBINER:
+        (x,) = ts
+        axes = sorted(op.attrs["axes"])
+        kept = [d for d in range(x.rank) if d not in axes]
+        body = bodies.new(owner, ts, [], "a0")
+        k = _kernel(
+            op,
+            op.result,
+            op.operands,
+            op.type.dtype,
+            body,
+            list(x.shape),
+            [identity_map(x.rank, x.rank)],
+            kept,
+            axes,
+            _COMBINER[op.name],
+        )
+        return op.name, [k]
+    if op.name == "dot":
+        return "dot", _lower_dot(op, ts, names, bodies, owner)
+    return None
+
+
+def _lower_dot(op: Op, ts: list[TensorType], names: Names, bodies: Bodies, owner: str) -> list[Op]:
+    a, b = ts
+    lb, rb = op.attrs["lhs_batch"], op.attrs["rhs_batch"]
+    lc, rc = op.attrs["lhs_contract"], op.attrs["rhs_contract"]
+    a_free, b_free = dot_dims(a, b, op.attrs)
+    res = op.type.dtype
+    acc = a.dtype if a.dtype.is_int else (op.attrs.get("acc") or res)
+    # Loop dims: batch, A's free, B's free (the result's dims, in order), then the contraction.
+    nb, na, nf = len(lb), len(a_free), len(b_free)
+    space = (
+        [a.shape[d] for d in lb]
+        + [a.shape[d] for d in a_free]
+        + [b.shape[d] for d in b_free]
+        + [a.shape[d] for d in lc]
+    )
+    n = len(space)
+    a_loop = {d: p for p, d in enumerate(lb)} | {d: nb + p for p, d in enumerate(a_free)}
+    a_loop |= {d: nb + na + nf + p for p, d in enumerate(lc)}
+    b_loop = {d: p for p, d in enumerate(rb)} | {d: nb + na + p for p, d in enumerate(b_free)}
+    b_loop |= {d: nb + na + nf + p for p, d in enumerate(rc)}
+    maps = [
+        [_row(n, a_loop[d]) for d in range(a.rank)],
+        [_row(n, b_loop[d]) for d in range(b.rank)],
+    ]
+    scalar = TensorType(acc, ())
+    body_ops: list[Op] = []
+    reads = []
+    for i, t in enumerate(ts):
+        if t.dtype == acc:
+            reads.append(f"a{i}")
+        else:
+            body_ops.append(Op(f"c{i}", "convert", [f"a{i}"], {}, scalar))
+            reads.append(f"c{i}")
+    body_ops.append(Op("p", "mul", reads, {}, scalar))
+    body = bodies.new(owner, ts, body_ops, "p")
+    out = list(range(nb + na + nf))
+    reduce = list(range(nb + na + nf, n))
+    if acc == res:
+        return [_kernel(op, op.result, op.operands, acc, body, space, maps, out, reduce, "add")]
+    summed = names.fresh(f"{op.result}.acc")
+    k = _kernel(op, summed, op.operands, acc, body, space, maps, out, reduce, "add")
+    conv = Op("r", "convert", ["a0"], {}, TensorType(res, ()))
+    cbody = bodies.new(owner, [k.type], [conv], "r")
+    c = _kernel(
+        op,
+        op.result,
+        [summed],
+        res,
+        cbody,
+        list(op.type.shape),
+        [identity_map(op.type.rank, op.type.rank)],
+        list(range(op.type.rank)),
+    )
+    return [k, c]
+
+
+def rewrite_obligation(
+    pass_name: str,
+    rule: str,
+    index: int,
+    src_ops: list[Op],
+    tgt_ops: list[Op],
+    results: tuple[str, str],
+    types: dict[str, TensorType],
+    functions: list[Function],
+) -> Obligation:
+    """`src_ops` computing results[0] equal `tgt_ops` computing results[1], over the values
+    they read (both sides read the same values)."""
+    defined = {o.result for o in src_ops} | {o.result for o in tgt_ops}
+    reads: list[str] = []
+    for o in [*src_ops, *tgt_ops]:
+        for v in o.operands:
+            if v not in defined and v not in reads:
+                reads.append(v)
+    root = next(o for o in src_ops if o.result == results[0])
+    params = [Param(v, types[v]) for v in reads]
+    src = Function("src", params, [root.type], list(src_ops), [results[0]])
+    tgt = Function("tgt", list(params), [root.type], list(tgt_ops), [results[1]])
+    suffix = f"#{index}" if index else ""
+    return Obligation(
+        id=f"{pass_name}/{rule}/equivalence{suffix}",
+        kind="equivalence",
+        theory="fp",
+        src=src,
+        tgt=tgt,
+        claim=f"%{root.result} = {root.name}(...) may be replaced by kernels",
+        loc=root.loc,
+        functions=functions,
+    )
+
+
+@dataclass(frozen=True)
+class LowerToKernels(Pass):
+    name = "lower-to-kernels"
+    stage_in = "core"
+
+    def run(self, module: Module) -> PassResult:
+        bodies = Bodies(module)
+        counts: dict[str, int] = {}
+        obligations: list[Obligation] = []
+        functions = []
+        for fn in module.functions:
+            names, types = Names(fn), fn.types()
+            out: list[Op] = []
+            for op in fn.ops:
+                before = len(bodies.made)
+                lowered = lower_op(op, types, names, bodies, fn.name)
+                if lowered is None:
+                    out.append(op)
+                    continue
+                rule, kernels = lowered
+                for k in kernels:
+                    types[k.result] = k.type
+                index = counts.get(rule, 0)
+                counts[rule] = index + 1
+                obligations.append(
+                    rewrite_obligation(
+                        self.name,
+                        rule,
+                        index,
+                        [op],
+                        kernels,
+                        (op.result, op.result),
+                        types,
+                        bodies.made[before:],
+                    )
+                )
+                out.extend(kernels)
+            functions.append(
+                Function(
+                    fn.name,
+                    fn.params,
+                    fn.results,
+                    out,
+                    fn.returns,
+                    fn.attrs,
+                    fn.loc,
+                    fn.return_loc,
+                    fn.return_locs,
+                    fn.results_parenthesized,
+                )
+            )
+        new = Module(functions + bodies.made, module.filename)
+        return PassResult(new, obligations, bool(obligations))
