@@ -350,7 +350,10 @@ def _try_concrete(
             (f"random inputs (seed {seed})", reference.random_inputs),
             (f"special values (seed {seed})", special_inputs),
         ):
-            inputs = draw(fa, seed)
+            try:
+                inputs = draw(fa, seed)
+            except IRError:  # e.g. a declared range that holds no value of the dtype
+                continue
             found = replay(fa, fb, inputs, theory, prefer=None if index is None else (o, index))
             if found is not None:
                 return Counterexample(found[0], found[1], found[2], found[3], inputs, origin)
