@@ -1,0 +1,342 @@
+"""Writing and reading evidence bundles (DESIGN.md, Evidence).
+
+A bundle is a directory: `manifest.json` (deterministic, checked against
+`schema/manifest-<SCHEMA_VERSION>.json` on write and on read), `ir/NN-<stage>.gdv` (each
+stage's canonical text), `obligations/*.smt2` (each obligation's queries), `artifact/` (what the
+target produced; for `reference`, the final stage's text, which the numpy backend executes),
+`manifest.sig` when signed, and `timings.json`, the only file that changes from run to run and
+the only one no hash covers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import platform
+import re
+import shutil
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gdv import __version__
+from gdv.ir.diagnostics import IRError, Loc, printable
+from gdv.ir.printer import print_module
+
+if TYPE_CHECKING:
+    from gdv.driver import Compilation
+
+SCHEMA_VERSION = "1"
+CONFORMANCE_SEEDS = (0, 1, 2)
+"""Seeds of the inputs on which the final module and the source must agree bit for bit."""
+ARTIFACT_FILE = "artifact/main.gdv"
+SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
+
+
+class EvidenceError(Exception):
+    """A bundle, key or policy that cannot be read, or a missing optional package: an input
+    error (exit status 3), never a traceback."""
+
+
+def require(module: str, purpose: str) -> Any:
+    """Import an optional package of the `evidence` extra, or fail naming the extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        package = {"cvc5": "cvc5", "cryptography": "cryptography"}.get(
+            module.split(".")[0], module.split(".")[0]
+        )
+        raise EvidenceError(
+            f"{purpose} needs the {package!r} package: pip install 'gdv[evidence]'"
+        ) from None
+
+
+def sha256(data: bytes) -> str:
+    """Hex SHA-256 of `data`."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def slug(text: str) -> str:
+    """`text` as a file-name fragment."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:80]
+
+
+@cache
+def schema(version: str = SCHEMA_VERSION) -> dict:
+    """The JSON Schema of `manifest.json` for `version`."""
+    path = SCHEMA_DIR / f"manifest-{version}.json"
+    if not path.is_file():
+        raise EvidenceError(f"unknown manifest schema version {version!r}")
+    return json.loads(path.read_text())
+
+
+def validate_manifest(manifest: Any) -> None:
+    """Raise EvidenceError unless `manifest` conforms to the schema of its version."""
+    jsonschema = require("jsonschema", "checking manifest.json against its schema")
+    if not isinstance(manifest, dict):
+        raise EvidenceError("manifest.json: not a JSON object")
+    version = manifest.get("schema_version")
+    if not isinstance(version, str):
+        raise EvidenceError("manifest.json: no schema_version")
+    validator = jsonschema.Draft202012Validator(schema(version))
+    errors = sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = "/".join(str(p) for p in e.absolute_path) or "(top)"
+        raise EvidenceError(
+            f"manifest.json does not follow schema {version}: at {where}: {e.message[:300]}"
+        )
+
+
+def manifest_bytes(manifest: dict) -> bytes:
+    """The canonical serialisation (sorted keys, two-space indent, final newline)."""
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+
+
+def read_manifest(directory: str | os.PathLike) -> dict:
+    """The schema-checked manifest of the bundle in `directory`."""
+    path = Path(directory) / "manifest.json"
+    if not path.is_file():
+        raise EvidenceError(f"{printable(str(directory), 200)}: no manifest.json (not a bundle)")
+    try:
+        manifest = json.loads(path.read_bytes())
+    except ValueError as e:
+        raise EvidenceError(f"manifest.json is not JSON: {e}") from None
+    validate_manifest(manifest)
+    return manifest
+
+
+def write_bundle(
+    comp: Compilation, directory: str | os.PathLike, sign_key: str | None = None
+) -> Path:
+    """Write the bundle of `comp` to `directory` (replacing an earlier bundle there, never
+    another directory), signed with the Ed25519 private key in `sign_key` when given."""
+    target = Path(directory)
+    if target.exists() and not (target / "manifest.json").is_file():
+        raise IRError(
+            f"{printable(str(target), 200)} exists and is not an evidence bundle; not "
+            "overwriting it",
+            Loc(str(target), 1, 1),
+        )
+    signer = None
+    if sign_key is not None:
+        from gdv.evidence.signing import load_private_key
+
+        signer = load_private_key(sign_key)
+    parent = target.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".gdv-evidence-", dir=parent))
+    try:
+        manifest = build_manifest(comp, tmp)
+        validate_manifest(manifest)
+        data = manifest_bytes(manifest)
+        (tmp / "manifest.json").write_bytes(data)
+        if signer is not None:
+            from gdv.evidence.signing import sign
+
+            (tmp / "manifest.sig").write_text(sign(signer, data))
+        timings = {
+            "compile_seconds": comp.seconds,
+            "prove_seconds": comp.prove_seconds,
+            "passes": {r.name: r.seconds for r in comp.records},
+            "obligations": {o.obligation.id: o.seconds for o in comp.outcomes},
+            # Whether a proof came from the cache changes from run to run: it lives here.
+            "from_cache": sorted(o.obligation.id for o in comp.outcomes if o.cached),
+        }
+        (tmp / "timings.json").write_text(json.dumps(timings, indent=2, sort_keys=True) + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def capabilities(target: str) -> dict:
+    """The target's capability descriptor: name, version, the ops and dtypes it executes."""
+    if target != "reference":
+        raise IRError(f"no capability descriptor for target {target!r}", Loc("<target>", 1, 1))
+    from gdv.backends.reference import KERNELS
+    from gdv.ir.dtypes import DType
+
+    return {
+        "name": "reference",
+        "version": __version__,
+        "ops": sorted({spec.name for spec in KERNELS}),
+        "dtypes": sorted(d.value for d in DType),
+    }
+
+
+def tool_versions() -> dict:
+    """Versions of every tool a bundle's contents depend on."""
+    import sympy
+    import z3
+
+    tools = {
+        "gdv": __version__,
+        "python": platform.python_version(),
+        "z3": z3.get_version_string(),
+        "numpy": np.__version__,
+        "sympy": sympy.__version__,
+    }
+    return tools
+
+
+def stage_theories(comp: Compilation) -> dict[str, str]:
+    """The theory under which each stage means what the previous one does: `real` for a pass
+    that made `real` claims (fast-math), else `fp` (bit-exact)."""
+    real = {r.name for r in comp.records if any(o.theory == "real" for o in r.obligations)}
+    return {name: ("real" if name in real else "fp") for name, _ in comp.stages}
+
+
+def build_manifest(comp: Compilation, root: Path) -> dict:
+    """Write the bundle's files under `root` and return its manifest."""
+    import z3
+
+    (root / "ir").mkdir()
+    (root / "obligations").mkdir()
+    (root / "artifact").mkdir()
+    theories = stage_theories(comp)
+    stages = []
+    for n, (name, module) in enumerate(comp.stages):
+        text = print_module(module).encode()
+        rel = f"ir/{n:02d}-{slug(name)}.gdv"
+        (root / rel).write_bytes(text)
+        stages.append({"pass": name, "file": rel, "sha256": sha256(text), "theory": theories[name]})
+    stages[0]["theory"] = "fp"
+    obligations = []
+    solver = {"name": "z3", "version": z3.get_version_string()}
+    for n, out in enumerate(comp.outcomes):
+        obligations.append(_obligation_entry(root, n, out, solver))
+    artifact_text = print_module(comp.module).encode()
+    (root / ARTIFACT_FILE).write_bytes(artifact_text)
+    opts = comp.options
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "source": {
+            "file": os.path.basename(comp.source.filename),
+            "sha256": sha256(comp.source_text),
+        },
+        "target": {"name": opts.target, "capabilities": capabilities(opts.target)},
+        "pipeline": {
+            "level": opts.level,
+            "fast_math": opts.fast_math,
+            "disabled": sorted(opts.disable),
+            "external_passes": list(opts.external_passes),
+            "passes": [r.name for r in comp.records],
+        },
+        "stages": stages,
+        "obligations": obligations,
+        "bounds": error_bounds(comp.source),
+        "conformance": conformance(comp.source, comp.module),
+        "artifact": {
+            "kind": "reference-ir",
+            "description": "the final stage's canonical text, executed by the reference "
+            "(numpy) backend",
+            "files": [{"file": ARTIFACT_FILE, "sha256": sha256(artifact_text)}],
+        },
+        "tools": tool_versions(),
+        "verdict": comp.verdict,
+    }
+
+
+def _obligation_entry(root: Path, n: int, out: Any, solver: dict) -> dict:
+    ob = out.obligation
+    files = []
+    for k, q in enumerate(out.smt2):
+        rel = f"obligations/{n:04d}-{slug(ob.id)}-out{k}.smt2"
+        (root / rel).write_text(q)
+        files.append({"file": rel, "sha256": sha256(q.encode())})
+    entry: dict[str, Any] = {
+        "id": ob.id,
+        "pass": ob.pass_name,
+        "rule": ob.rule,
+        "kind": ob.kind,
+        "theory": ob.theory,
+        "claim": ob.claim,
+        "assumptions": list(ob.assumptions),
+        "location": str(ob.loc) if ob.loc else None,
+        # A rewrite's obligation is about the two small functions `src` and `tgt`; anything
+        # else is the whole-function fallback (what `allow_fallback` governs).
+        "scope": "local" if ob.src.name == "src" or ob.formula is not None else "whole-function",
+        "queries": files,
+        "cache_key": out.key,
+        "status": out.status,
+        "reason": out.reason,
+        "solver": solver,
+        "counterexample": None,
+    }
+    if out.counterexample is not None:
+        cex = out.counterexample
+        entry["counterexample"] = {
+            "output": int(cex.output),
+            "index": [int(i) for i in cex.index],
+            "src": repr(cex.value_a),
+            "tgt": repr(cex.value_b),
+            "origin": cex.origin,
+            "inputs": {k: _short(v) for k, v in sorted(cex.inputs.items())},
+        }
+    return entry
+
+
+def _short(arr: Any) -> str:
+    with np.printoptions(threshold=16, edgeitems=3, linewidth=100):
+        return " ".join(str(np.asarray(arr)).split())
+
+
+def error_bounds(source: Any) -> dict:
+    """Rigorous error bounds of the source's outputs (symbolic and numeric) when every float
+    input declares its range; `unavailable` with the reason otherwise."""
+    from gdv.validate.bounds import analyze
+
+    try:
+        bounds = analyze(source)
+    except IRError as e:
+        return {"status": "unavailable", "reason": e.message}
+    data = bounds.to_json()
+    return {
+        "status": "available",
+        "outputs": data["outputs"],
+        "assumptions": data["assumptions"],
+        "notes": data["notes"],
+        "symbols": {k: float(v) for k, v in sorted(data["symbols"].items())},
+    }
+
+
+def conformance(source: Any, final: Any, seeds: tuple[int, ...] = CONFORMANCE_SEEDS) -> dict:
+    """Run the source and the final module on the reference backend on seeded inputs within
+    the declared ranges; record whether every output agrees bit for bit."""
+    from gdv.backends import reference
+
+    results = []
+    try:
+        for seed in seeds:
+            inputs = reference.random_inputs(source, seed)
+            want = reference.run(source, inputs)
+            got = reference.run(final, inputs)
+            bad = [
+                k
+                for k, (a, b) in enumerate(zip(want, got, strict=True))
+                if not reference.bit_equal(a, b)
+            ]
+            results.append({"seed": seed, "bit_exact": not bad, "differing_outputs": bad})
+    except IRError as e:
+        return {
+            "backend": "reference",
+            "status": "unavailable",
+            "reason": e.message,
+            "results": results,
+        }
+    agree = all(r["bit_exact"] for r in results)
+    return {
+        "backend": "reference",
+        "status": "agree" if agree else "disagree",
+        "reason": "",
+        "results": results,
+    }
