@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import platform
-import re
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from gdv import __version__
 from gdv.api import parse
 from gdv.external import run_external_pass
 from gdv.ir.core import Module
-from gdv.ir.diagnostics import IRError, Loc, printable
-from gdv.ir.obligation import Obligation
+from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.parser import parse_file
-from gdv.ir.printer import print_module
 from gdv.ir.verifier import verify
 from gdv.passes.manager import PassManager, PassRecord
 from gdv.passes.pipelines import pipeline
-
-EVIDENCE_SCHEMA_VERSION = "0.1"
 
 
 @dataclass
@@ -197,114 +186,8 @@ def _progress_printer():
 # --- evidence -------------------------------------------------------------------------------
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def write_evidence(comp: Compilation, directory: str, sign_key: str | None = None) -> Path:
+    """Write the evidence bundle of `comp` (see `gdv.evidence.write_bundle`)."""
+    from gdv.evidence import write_bundle
 
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:80]
-
-
-def write_evidence(comp: Compilation, directory: str) -> Path:
-    """Write the bundle: stage IRs, each obligation's queries as SMT-LIB, `manifest.json`
-    (deterministic) and `timings.json` (the only file that changes between runs)."""
-    target = Path(directory)
-    if target.exists() and not (target / "manifest.json").is_file():
-        raise IRError(
-            f"{printable(str(target), 200)} exists and is not an evidence bundle; not "
-            "overwriting it",
-            Loc(str(target), 1, 1),
-        )
-    parent = target.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".gdv-evidence-", dir=parent))
-    try:
-        manifest = _write_bundle(comp, tmp)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        timings = {
-            "compile_seconds": comp.seconds,
-            "prove_seconds": comp.prove_seconds,
-            "passes": {r.name: r.seconds for r in comp.records},
-            "obligations": {o.obligation.id: o.seconds for o in comp.outcomes},
-            # Whether a proof came from the cache changes from run to run: it lives here.
-            "from_cache": sorted(o.obligation.id for o in comp.outcomes if o.cached),
-        }
-        (tmp / "timings.json").write_text(json.dumps(timings, indent=2, sort_keys=True) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
-
-
-def _write_bundle(comp: Compilation, root: Path) -> dict:
-    import z3
-
-    (root / "ir").mkdir()
-    (root / "obligations").mkdir()
-    stages = []
-    for n, (name, module) in enumerate(comp.stages):
-        text = print_module(module).encode()
-        rel = f"ir/{n:02d}-{_slug(name)}.gdv"
-        (root / rel).write_bytes(text)
-        stages.append({"pass": name, "file": rel, "sha256": _sha256(text)})
-    obligations = []
-    for n, out in enumerate(comp.outcomes):
-        ob: Obligation = out.obligation
-        files = []
-        for k, q in enumerate(out.smt2):
-            rel = f"obligations/{n:04d}-{_slug(ob.id)}-out{k}.smt2"
-            (root / rel).write_text(q)
-            files.append({"file": rel, "sha256": _sha256(q.encode())})
-        entry = {
-            "id": ob.id,
-            "pass": ob.pass_name,
-            "rule": ob.rule,
-            "kind": ob.kind,
-            "theory": ob.theory,
-            "claim": ob.claim,
-            "assumptions": list(ob.assumptions),
-            "location": str(ob.loc) if ob.loc else None,
-            "queries": files,
-            "cache_key": out.key,
-            "status": out.status,
-            "reason": out.reason,
-            "solver": {"name": "z3", "version": z3.get_version_string()},
-        }
-        if out.counterexample is not None:
-            cex = out.counterexample
-            entry["counterexample"] = {
-                "output": cex.output,
-                "index": list(cex.index),
-                "src": repr(cex.value_a),
-                "tgt": repr(cex.value_b),
-                "origin": cex.origin,
-            }
-        obligations.append(entry)
-    opts = comp.options
-    return {
-        "schema_version": EVIDENCE_SCHEMA_VERSION,
-        "source": {
-            "file": os.path.basename(comp.source.filename),
-            "sha256": _sha256(comp.source_text),
-        },
-        "target": opts.target,
-        "pipeline": {
-            "level": opts.level,
-            "fast_math": opts.fast_math,
-            "disabled": sorted(opts.disable),
-            "external_passes": list(opts.external_passes),
-            "passes": [r.name for r in comp.records],
-        },
-        "stages": stages,
-        "obligations": obligations,
-        "tools": {
-            "gdv": __version__,
-            "python": platform.python_version(),
-            "z3": z3.get_version_string(),
-            "numpy": np.__version__,
-        },
-        "verdict": comp.verdict,
-    }
+    return write_bundle(comp, directory, sign_key=sign_key)
