@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.contract import dot_dims
+from gdv.ir.ops.kernel import bodies_used
 from gdv.ir.types import TensorType
 from gdv.passes.base import Names, Pass, PassResult
 
@@ -263,7 +264,11 @@ class LowerToKernels(Pass):
         counts: dict[str, int] = {}
         obligations: list[Obligation] = []
         functions = []
+        used = bodies_used(module.functions)
         for fn in module.functions:
+            if fn.name in used:  # a body of kernels already there stays scalar ops
+                functions.append(fn)
+                continue
             names, types = Names(fn), fn.types()
             out: list[Op] = []
             for op in fn.ops:

@@ -12,6 +12,8 @@ from gdv.passes.fast_math import FastMath
 from gdv.passes.fold_constants import FoldConstants
 from gdv.passes.fold_layout import FoldLayout
 from gdv.passes.lower_to_kernels import LowerToKernels
+from gdv.passes.plan_memory import PlanMemory
+from gdv.passes.schedule_kernels import ScheduleKernels
 
 PASSES: dict[str, type[Pass]] = {
     p.name: p
@@ -24,6 +26,8 @@ PASSES: dict[str, type[Pass]] = {
         EliminateDeadCode,
         FoldLayout,
         LowerToKernels,
+        ScheduleKernels,
+        PlanMemory,
     )
 }
 """Every pass by name."""
@@ -50,6 +54,8 @@ def pipeline(target: str = "reference", level: int = 2, fast_math: bool = False)
         passes += [FoldLayout()]
     if level >= 1:
         passes += [LowerToKernels()]
+    if level >= 2:
+        passes += [ScheduleKernels(), PlanMemory()]
     return passes
 
 

@@ -75,7 +75,7 @@ def stable_smt2(text: str) -> str:
 def obligation_queries(ob: Obligation) -> list[str]:
     """The obligation's queries as SMT-LIB 2 text, one per output (a formula claim: its own)."""
     if ob.formula is not None:
-        return [ob.formula]
+        return [stable_smt2(ob.formula)]
     with kernel_bodies(ob.functions):
         return [_query_text(ob, o) for o in range(len(ob.src.results))]
 
@@ -119,7 +119,7 @@ def cache_key(ob: Obligation) -> str:
     the semantics version), so equal keys mean equal queries, while Z3's printed text can
     differ for equal queries (its let-bindings follow internal term ids)."""
     if ob.formula is not None:
-        text = f"gdv-obligation kind={ob.kind} theory={ob.theory}\n{ob.formula}"
+        text = f"gdv-obligation kind={ob.kind} theory={ob.theory}\n{stable_smt2(ob.formula)}"
         return hashlib.sha256(text.encode()).hexdigest()
     bodies = {f.name: f for f in ob.functions}
     src_names: dict[str, str] = {}

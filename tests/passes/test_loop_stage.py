@@ -1,0 +1,119 @@
+"""The loop stage: kernels against hand-computed values and the ops they replace, and the
+coverage and memory-safety claims refuted for a wrong schedule and an overlapping plan."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gdv.api import parse
+from gdv.backends import reference
+from gdv.ir.core import Function, Param
+from gdv.ir.dtypes import DType
+from gdv.ir.obligation import Obligation
+from gdv.ir.types import TensorType
+from gdv.passes.lower_to_kernels import LowerToKernels
+from gdv.passes.manager import PassManager
+from gdv.passes.plan_memory import Buffer, overlap_violation, plan
+from gdv.passes.schedule_kernels import DimLoop, coverage_violation, formula_text
+from gdv.validate.discharge import discharge
+
+KERNEL = """func @main(%x: f32[2,3], %w: f32[3,2]) -> f32[2,2] {
+  %y = kernel(%x, %w) {body = "main.k0", space = [2, 2, 3],
+    maps = [[[1, 0, 0, 0], [0, 0, 1, 0]], [[0, 0, 1, 0], [0, 1, 0, 0]]],
+    out = [0, 1], reduce = [2], combiner = "add"} : f32[2,2]
+  return %y
+}
+func @main.k0(%a: f32[], %b: f32[]) -> f32[] {
+  %p = mul(%a, %b) : f32[]
+  return %p
+}
+"""
+
+
+def test_kernel_matches_hand_computed_values() -> None:
+    x = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+    w = np.array([[1, 0], [0, 1], [2, -1]], np.float32)
+    (y,) = reference.run(parse(KERNEL), {"x": x, "w": w})
+    assert y.tolist() == [[7.0, -1.0], [16.0, -1.0]]
+
+
+def test_empty_reduction_gives_the_combiner_identity() -> None:
+    src = KERNEL.replace("[2, 2, 3]", "[2, 2, 0]").replace("f32[2,3]", "f32[2,0]")
+    src = src.replace("f32[3,2]", "f32[0,2]").replace('combiner = "add"', 'combiner = "max"')
+    (y,) = reference.run(
+        parse(src), {"x": np.zeros((2, 0), np.float32), "w": np.zeros((0, 2), np.float32)}
+    )
+    assert (y == -np.inf).all()
+
+
+def test_lowered_program_equals_the_ops_it_replaces() -> None:
+    src = """func @main(%x: bf16[3,5], %w: bf16[5,4], %b: bf16[4])
+    -> (f32[3,4], bf16[4,3], bf16[3]) {
+  %d = dot(%x, %w) {lhs_batch = [], rhs_batch = [], lhs_contract = [1], rhs_contract = [0],
+    acc = f32} : f32[3,4]
+  %bb = broadcast(%b) {dims = [1]} : bf16[3,4]
+  %c = convert(%d) : bf16[3,4]
+  %s = sub(%c, %bb) : bf16[3,4]
+  %t = transpose(%s) {perm = [1, 0]} : bf16[4,3]
+  %m = reduce_min(%s) {axes = [1]} : bf16[3]
+  return %d, %t, %m
+}
+"""
+    module = parse(src)
+    lowered = PassManager([LowerToKernels()]).run(module).module
+    assert all(op.name == "kernel" for op in lowered.entry.ops)
+    for seed in range(3):
+        inputs = reference.random_inputs(module.entry, seed)
+        for a, b in zip(reference.run(module, inputs), reference.run(lowered, inputs), strict=True):
+            assert a.tobytes() == b.tobytes()
+
+
+def _formula_obligation(kind: str, formula: str) -> Obligation:
+    """A formula claim; its functions only say where (here: nowhere in particular)."""
+    t = TensorType(DType.F32, (1,))
+    fn = Function("src", [Param("x", t)], [t], [], ["x"])
+    return Obligation(f"test/{kind}/{kind}", kind, "int", fn, fn, kind, formula=formula)
+
+
+def test_coverage_is_proved_for_the_covering_nest_and_refuted_without_the_remainder(
+    tmp_path,
+) -> None:
+    good = [DimLoop(10, 4, 3), DimLoop(7, 7), DimLoop(300, 256)]
+    bad = [DimLoop(10, 4, 3), DimLoop(7, 7), DimLoop(300, 256, count=300 // 256)]
+    outs = discharge(
+        [_formula_obligation("coverage", formula_text(coverage_violation(n))) for n in (good, bad)],
+        jobs=1,
+        use_cache=False,
+    )
+    assert [o.status for o in outs] == ["proved", "refuted"]
+
+
+def test_memory_plan_is_proved_and_an_overlapping_plan_refuted() -> None:
+    module = (
+        PassManager([LowerToKernels()])
+        .run(
+            parse(
+                KERNEL.replace(
+                    "  return %y",
+                    '  %z = kernel(%y) {body = "main.k1", space = [2, 2], maps = [[[1, 0, 0], '
+                    '[0, 1, 0]]], out = [0, 1], reduce = [], combiner = "none"} : f32[2,2]\n'
+                    "  return %z",
+                )
+                + "func @main.k1(%a: f32[]) -> f32[] {\n  %n = neg(%a) : f32[]\n  return %n\n}\n"
+            )
+        )
+        .module
+    )
+    buffers = plan(module.entry)
+    arena = max(b.offset + b.size for b in buffers)
+    overlapping = [Buffer("y", 0, 16, 0, 1), Buffer("z", 8, 16, 1, 2)]
+    outs = discharge(
+        [
+            _formula_obligation("memory-safety", formula_text(overlap_violation(buffers, arena))),
+            _formula_obligation("memory-safety", formula_text(overlap_violation(overlapping, 24))),
+        ],
+        jobs=1,
+        use_cache=False,
+    )
+    assert [o.status for o in outs] == ["proved", "refuted"]
+    assert buffers[0].offset + buffers[0].size <= buffers[1].offset  # y is live while z is made
