@@ -246,14 +246,10 @@ def build_manifest(comp: Compilation, root: Path) -> dict:
     }
 
 
-def _obligation_entry(root: Path, n: int, out: Any, solver: dict) -> dict:
+def obligation_result(out: Any) -> dict:
+    """What a hook and the manifest say of one discharged obligation (no files)."""
     ob = out.obligation
-    files = []
-    for k, q in enumerate(out.smt2):
-        rel = f"obligations/{n:04d}-{slug(ob.id)}-out{k}.smt2"
-        (root / rel).write_text(q)
-        files.append({"file": rel, "sha256": sha256(q.encode())})
-    entry: dict[str, Any] = {
+    result: dict[str, Any] = {
         "id": ob.id,
         "pass": ob.pass_name,
         "rule": ob.rule,
@@ -265,16 +261,13 @@ def _obligation_entry(root: Path, n: int, out: Any, solver: dict) -> dict:
         # A rewrite's obligation is about the two small functions `src` and `tgt`; anything
         # else is the whole-function fallback (what `allow_fallback` governs).
         "scope": "local" if ob.src.name == "src" or ob.formula is not None else "whole-function",
-        "queries": files,
-        "cache_key": out.key,
         "status": out.status,
         "reason": out.reason,
-        "solver": solver,
         "counterexample": None,
     }
     if out.counterexample is not None:
         cex = out.counterexample
-        entry["counterexample"] = {
+        result["counterexample"] = {
             "output": int(cex.output),
             "index": [int(i) for i in cex.index],
             "src": repr(cex.value_a),
@@ -282,7 +275,17 @@ def _obligation_entry(root: Path, n: int, out: Any, solver: dict) -> dict:
             "origin": cex.origin,
             "inputs": {k: _short(v) for k, v in sorted(cex.inputs.items())},
         }
-    return entry
+    return result
+
+
+def _obligation_entry(root: Path, n: int, out: Any, solver: dict) -> dict:
+    ob = out.obligation
+    files = []
+    for k, q in enumerate(out.smt2):
+        rel = f"obligations/{n:04d}-{slug(ob.id)}-out{k}.smt2"
+        (root / rel).write_text(q)
+        files.append({"file": rel, "sha256": sha256(q.encode())})
+    return {**obligation_result(out), "queries": files, "cache_key": out.key, "solver": solver}
 
 
 def _short(arr: Any) -> str:

@@ -1,0 +1,137 @@
+"""Re-solving stored SMT-LIB queries with Z3 and, independently, cvc5.
+
+Every stored query asserts a violation of its claim (an index and inputs on which the two sides
+differ, or a coverage or memory-safety violation): `unsat` proves the claim. The text is read
+as it is stored; for cvc5 two semantically neutral adjustments are made, because Z3 prints
+terms cvc5 does not read in logic ALL: `(! t :qid k)` annotations (quantifier names and
+patterns, which only steer instantiation) are dropped, and a query with `lambda` is read in
+logic HO_ALL. A query cvc5 still cannot read is `unknown` for cvc5, with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gdv.evidence.bundle import require
+
+SOLVERS = ("z3", "cvc5")
+RESULTS = ("unsat", "sat", "unknown")
+
+
+@dataclass(frozen=True)
+class SolverResult:
+    """One solver's answer on one query, with the reason when `unknown`."""
+
+    solver: str
+    result: str
+    reason: str = ""
+
+
+def solver_version(name: str) -> str:
+    """The version of solver `name` (an EvidenceError when it is not installed)."""
+    if name == "z3":
+        import z3
+
+        return z3.get_version_string()
+    cvc5 = require("cvc5", "re-solving with cvc5")
+    return str(getattr(cvc5, "__version__", "unknown"))
+
+
+def solve(name: str, text: str, timeout: float) -> SolverResult:
+    """Ask solver `name` whether the SMT-LIB 2 script `text` is satisfiable."""
+    if name == "z3":
+        return _z3(text, timeout)
+    if name == "cvc5":
+        return _cvc5(text, timeout)
+    raise ValueError(name)
+
+
+def _z3(text: str, timeout: float) -> SolverResult:
+    import z3
+
+    s = z3.Solver(ctx=z3.Context())
+    s.set("timeout", max(1, int(timeout * 1000)))
+    try:
+        s.from_string(text)
+    except z3.Z3Exception as e:
+        return SolverResult("z3", "unknown", f"z3 cannot read the query: {e}")
+    r = s.check()
+    if r == z3.unsat:
+        return SolverResult("z3", "unsat")
+    if r == z3.sat:
+        return SolverResult("z3", "sat")
+    return SolverResult("z3", "unknown", f"z3 answered unknown ({s.reason_unknown()})")
+
+
+_TOKEN = re.compile(r'\s*(\(|\)|\|[^|]*\||"(?:[^"]|"")*"|;[^\n]*|[^\s()]+)')
+
+
+def _sexprs(text: str) -> list:
+    stack: list[list] = [[]]
+    for m in _TOKEN.finditer(text):
+        tok = m.group(1)
+        if tok.startswith(";"):
+            continue
+        if tok == "(":
+            stack.append([])
+        elif tok == ")":
+            if len(stack) == 1:
+                raise ValueError("unbalanced ')'")
+            done = stack.pop()
+            stack[-1].append(done)
+        else:
+            stack[-1].append(tok)
+    if len(stack) != 1:
+        raise ValueError("unbalanced '('")
+    return stack[0]
+
+
+def _unannotated(e):  # (! t :qid k :pattern (...)) -> t
+    if isinstance(e, list):
+        if e and e[0] == "!" and len(e) >= 2:
+            return _unannotated(e[1])
+        return [_unannotated(x) for x in e]
+    return e
+
+
+def _show(e) -> str:
+    return "(" + " ".join(_show(x) for x in e) + ")" if isinstance(e, list) else e
+
+
+def for_cvc5(text: str) -> str:
+    """`text` as cvc5 reads it: annotations dropped, HO_ALL when it has lambdas."""
+    commands = [_unannotated(c) for c in _sexprs(text)]
+    out = "\n".join(_show(c) for c in commands) + "\n"
+    if re.search(r"\(lambda\b", out):
+        out = out.replace("(set-logic ALL)", "(set-logic HO_ALL)", 1)
+    return out
+
+
+def _cvc5(text: str, timeout: float) -> SolverResult:
+    cvc5 = require("cvc5", "re-solving with cvc5")
+    try:
+        script = for_cvc5(text)
+    except ValueError as e:
+        return SolverResult("cvc5", "unknown", f"not an SMT-LIB script: {e}")
+    tm = cvc5.TermManager()
+    solver = cvc5.Solver(tm)
+    solver.setOption("tlimit-per", str(max(1, int(timeout * 1000))))
+    parser = cvc5.InputParser(solver)
+    answers = []
+    try:
+        parser.setStringInput(cvc5.InputLanguage.SMT_LIB_2_6, script, "query")
+        symbols = parser.getSymbolManager()
+        while True:
+            cmd = parser.nextCommand()
+            if cmd.isNull():
+                break
+            out = cmd.invoke(solver, symbols).strip()
+            if out:
+                answers.append(out)
+    except RuntimeError as e:
+        return SolverResult("cvc5", "unknown", f"cvc5 cannot read the query: {str(e)[:200]}")
+    last = answers[-1] if answers else ""
+    if last in ("unsat", "sat"):
+        return SolverResult("cvc5", last)
+    return SolverResult("cvc5", "unknown", f"cvc5 answered {last or 'nothing'}")
