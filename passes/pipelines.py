@@ -11,6 +11,7 @@ from gdv.passes.eliminate_dead_code import EliminateDeadCode
 from gdv.passes.fast_math import FastMath
 from gdv.passes.fold_constants import FoldConstants
 from gdv.passes.fold_layout import FoldLayout
+from gdv.passes.fuse_kernels import FuseKernels
 from gdv.passes.lower_to_kernels import LowerToKernels
 from gdv.passes.plan_memory import PlanMemory
 from gdv.passes.schedule_kernels import ScheduleKernels
@@ -26,6 +27,7 @@ PASSES: dict[str, type[Pass]] = {
         EliminateDeadCode,
         FoldLayout,
         LowerToKernels,
+        FuseKernels,
         ScheduleKernels,
         PlanMemory,
     )
@@ -55,7 +57,7 @@ def pipeline(target: str = "reference", level: int = 2, fast_math: bool = False)
     if level >= 1:
         passes += [LowerToKernels()]
     if level >= 2:
-        passes += [ScheduleKernels(), PlanMemory()]
+        passes += [FuseKernels(), ScheduleKernels(), PlanMemory()]
     return passes
 
 

@@ -1,0 +1,159 @@
+"""`fuse-kernels`: inline a kernel without reduction (elementwise or copy) into the one kernel
+that uses its result:
+
+    %p = kernel(xs) {maps = P, body = f}         // used once, by %c, as operand k
+    %c = kernel(.., %p, ..) {maps = C, body = g}
+ -> %c = kernel(.., xs) {maps = [C without k, P composed with C[k]], body = g(.., f(..), ..)}
+
+The producer's loop dims are all result dims, so its loop index is C[k] applied to the
+consumer's loop index; its operands are read at P[j](C[k](i)), again affine. The producer's body
+runs where the consumer read its result: at every point of the consumer's space, inside the
+fold when the consumer reduces. Values and rounding are the same ops on the same elements, so
+each fusion carries an exact (`fp`) equivalence obligation, with the three bodies in scope.
+Bodies no kernel uses any more are dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gdv.ir.core import Function, Module, Op, Param
+from gdv.ir.obligation import Obligation
+from gdv.ir.ops.kernel import bodies_used
+from gdv.passes.base import Pass, PassResult
+from gdv.passes.lower_to_kernels import rewrite_obligation
+
+
+def compose_row(row: list[int], inner: list[list[int]], out: list[int]) -> list[int]:
+    """`row` (over the producer's loop dims) with producer loop dim out[r] = inner[r] (over the
+    consumer's loop dims): a row over the consumer's loop dims."""
+    n = len(inner[0]) - 1 if inner else 0
+    coefs = [0] * n
+    const = row[-1]
+    for r, d in enumerate(out):
+        c = row[d]
+        if c:
+            coefs = [a + c * b for a, b in zip(coefs, inner[r][:-1], strict=True)]
+            const += c * inner[r][-1]
+    return [*coefs, const]
+
+
+def _renamed_ops(ops: list[Op], names: dict[str, str], prefix: str) -> list[Op]:
+    out = []
+    for o in ops:
+        names[o.result] = f"{prefix}{o.result}"
+        out.append(
+            Op(names[o.result], o.name, [names[v] for v in o.operands], dict(o.attrs), o.type)
+        )
+    return out
+
+
+def fuse_bodies(name: str, consumer: Function, k: int, producer: Function) -> Function:
+    """The body of the fused kernel: the consumer's with parameter k computed by the
+    producer's body from the producer's parameters (appended)."""
+    c_names = {p.name: f"c.{p.name}" for p in consumer.params}
+    p_names = {p.name: f"p.{p.name}" for p in producer.params}
+    p_ops = _renamed_ops(producer.ops, p_names, "p.")
+    c_names[consumer.params[k].name] = p_names[producer.returns[0]]
+    c_ops = _renamed_ops(consumer.ops, c_names, "c.")
+    params = [Param(c_names[p.name], p.type) for i, p in enumerate(consumer.params) if i != k]
+    params += [Param(p_names[p.name], p.type) for p in producer.params]
+    return Function(
+        name, params, list(consumer.results), p_ops + c_ops, [c_names[consumer.returns[0]]]
+    )
+
+
+def fusible(producer: Op | None, uses: int) -> bool:
+    """A kernel without reduction whose result is read exactly once."""
+    return (
+        producer is not None
+        and producer.name == "kernel"
+        and not producer.attrs["reduce"]
+        and uses == 1
+    )
+
+
+@dataclass(frozen=True)
+class FuseKernels(Pass):
+    name = "fuse-kernels"
+    stage_in = "loop"
+
+    def run(self, module: Module) -> PassResult:
+        used_before = bodies_used(module.functions)
+        functions = {f.name: f for f in module.functions}
+        taken = set(functions)
+        obligations: list[Obligation] = []
+        for fn in module.functions:
+            if fn.name in used_before:
+                continue
+            ops = list(fn.ops)
+            while found := self._fuse_one(fn, ops, functions, taken, len(obligations)):
+                obligations.append(found)
+            functions[fn.name] = replace(fn, ops=ops)
+        used_after = bodies_used(functions.values())
+        bodies = used_before | (taken - {f.name for f in module.functions})
+        kept = [f for f in functions.values() if f.name not in bodies or f.name in used_after]
+        return PassResult(Module(kept, module.filename), obligations, bool(obligations))
+
+    def _fuse_one(
+        self,
+        fn: Function,
+        ops: list[Op],
+        functions: dict[str, Function],
+        taken: set[str],
+        index: int,
+    ) -> Obligation | None:
+        """Fuse the first fusible pair of `ops` in place; its obligation, or None."""
+        uses: dict[str, int] = {}
+        for o in ops:
+            for v in o.operands:
+                uses[v] = uses.get(v, 0) + 1
+        for r in fn.returns:
+            uses[r] = uses.get(r, 0) + 2  # a returned value stays
+        defs = {o.result: o for o in ops}
+        types = {p.name: p.type for p in fn.params} | {o.result: o.type for o in ops}
+        for pos, c in enumerate(ops):
+            if c.name != "kernel":
+                continue
+            for k, v in enumerate(c.operands):
+                p = defs.get(v)
+                if not fusible(p, uses.get(v, 0)):
+                    continue
+                assert p is not None
+                name = next(
+                    f"{fn.name}.f{n}"
+                    for n in range(len(taken) + 1)
+                    if f"{fn.name}.f{n}" not in taken
+                )
+                taken.add(name)
+                c_body, p_body = functions[c.attrs["body"]], functions[p.attrs["body"]]
+                body = fuse_bodies(name, c_body, k, p_body)
+                functions[name] = body
+                inner = c.attrs["maps"][k]
+                maps = [m for i, m in enumerate(c.attrs["maps"]) if i != k]
+                maps += [
+                    [compose_row(row, inner, p.attrs["out"]) for row in m] for m in p.attrs["maps"]
+                ]
+                operands = [x for i, x in enumerate(c.operands) if i != k] + list(p.operands)
+                fused = Op(
+                    c.result,
+                    "kernel",
+                    operands,
+                    {**c.attrs, "body": name, "maps": maps},
+                    c.type,
+                    c.loc,
+                )
+                ob = rewrite_obligation(
+                    self.name,
+                    "inline-producer",
+                    index,
+                    [p, c],
+                    [fused],
+                    (c.result, c.result),
+                    types,
+                    [c_body, p_body, body],
+                )
+                ops[pos] = fused
+                ops.remove(p)
+                return ob
+        return None
