@@ -3,14 +3,19 @@ coverage and memory-safety claims refuted for a wrong schedule and an overlappin
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pytest
 
 from gdv.api import parse
 from gdv.backends import reference
 from gdv.ir.core import Function, Param
+from gdv.ir.diagnostics import IRError
 from gdv.ir.dtypes import DType
 from gdv.ir.obligation import Obligation
 from gdv.ir.types import TensorType
+from gdv.ir.verifier import verify
 from gdv.passes.lower_to_kernels import LowerToKernels
 from gdv.passes.manager import PassManager
 from gdv.passes.plan_memory import Buffer, overlap_violation, plan
@@ -117,3 +122,32 @@ def test_memory_plan_is_proved_and_an_overlapping_plan_refuted() -> None:
     )
     assert [o.status for o in outs] == ["proved", "refuted"]
     assert buffers[0].offset + buffers[0].size <= buffers[1].offset  # y is live while z is made
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ("", "kernel body @main.k0 is not a function of the module"),
+        (
+            "func @main.k0(%a: f16[], %b: f32[]) -> f32[] {\n  %p = mul(%b, %b) : f32[]\n"
+            "  return %p\n}\n",
+            "expected (f32[], f32[]) like the kernel's operands",
+        ),
+        (
+            "func @main.k0(%a: f32[], %b: f32[]) -> f16[] {\n  %p = convert(%a) : f16[]\n"
+            "  return %p\n}\n",
+            "expected f32[] like the kernel's result",
+        ),
+        (
+            "func @main.k0(%a: f32[], %b: f32[]) -> f32[] {\n"
+            "  %p = reshape(%a) : f32[]\n  return %p\n}\n",
+            "a body holds only scalar elementwise ops",
+        ),
+    ],
+)
+def test_loop_stage_checks_kernel_bodies(body: str, message: str) -> None:
+    src = KERNEL[: KERNEL.index("func @main.k0")] + body
+    module = parse(src)  # the graph stage does not look at bodies
+    with pytest.raises(IRError, match=re.escape(message)):
+        verify(module, stage="loop")
+    verify(parse(KERNEL), stage="loop")
