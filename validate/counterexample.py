@@ -76,10 +76,13 @@ def decode_input(model: z3.ModelRef, f: z3.FuncDeclRef, type_: TensorType) -> np
         v = model.eval(f(), model_completion=True)
         return np.array(value_to_numpy(v, dtype), dtype=dtype.np)
     out = np.zeros(type_.shape, dtype=dtype.np)
-    interp = model.get_interp(f)
+    try:
+        interp = model.get_interp(f)
+        else_value = None if interp is None else interp.else_value()
+    except z3.Z3Exception:  # no interpretation: the query never reads f
+        interp = None
     if interp is None or out.size == 0:
         return out
-    else_value = interp.else_value()
     if else_value is not None and _is_constant(else_value):
         out[...] = value_to_numpy(else_value, dtype)
     elif out.size <= _EVAL_LIMIT:

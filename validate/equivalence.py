@@ -11,6 +11,7 @@ backend, and the pair is `not-equivalent` only when the replay shows a real diff
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from gdv.validate.counterexample import (
     decode_input,
     replay,
     special_inputs,
+    value_to_numpy,
 )
 from gdv.validate.encode import encode, input_function, input_tensor
 from gdv.validate.semantics.index import Idx
@@ -78,6 +80,10 @@ class Query:
     input_functions: list[z3.FuncDeclRef]
     trivial: bool = False
     """True when the output has no elements or both sides are the same term."""
+    points: list[tuple[int, list[z3.ExprRef], z3.ExprRef]] = field(default_factory=list)
+    """Input reads replaced by constants (`ackermannize`): (parameter, index terms, constant)."""
+    plain: list[z3.BoolRef] = field(default_factory=list)
+    """The assertions before `ackermannize` (empty when it changed nothing)."""
 
     def smt2(self) -> str:
         """The query as SMT-LIB 2 text, `(set-logic ALL)` first (how obligations are stored)."""
@@ -156,7 +162,82 @@ def build_query(
     # SMT `=`: all NaNs are one value and +0.0 != -0.0 (IR_SPEC.md section 5).
     differ = z3.Not(va == vb)
     assertions = [*bounds, *(f for _, f in lemma_list), differ]
-    return Query(assertions, index, found, lemma_list, funcs, trivial=va.eq(vb))
+    if va.eq(vb):
+        return Query(assertions, index, found, lemma_list, funcs, trivial=True)
+    plain = assertions
+    assertions, points = ackermannize(assertions, funcs)
+    # Bounds on index constants that nothing else reads any more only keep Z3 from using its
+    # fast pure floating-point tactic.
+    body = assertions[len(bounds) :]
+    used = _constants(body)
+    kept = [b for b, i in zip(bounds, index, strict=True) if i.get_id() in used]
+    return Query(
+        kept + body, index, found, lemma_list, funcs, points=points, plain=plain if points else []
+    )
+
+
+def _constants(terms: list[z3.ExprRef]) -> set[int]:
+    """Ids of the uninterpreted constants in `terms` (lambda bodies included)."""
+    out: set[int] = set()
+    seen: set[int] = set()
+    stack = list(terms)
+    while stack:
+        t = stack.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        if z3.is_quantifier(t):
+            stack.append(t.body())
+        elif z3.is_app(t):
+            if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+                out.add(t.get_id())
+            stack.extend(t.children())
+    return out
+
+
+def ackermannize(
+    assertions: list[z3.BoolRef], funcs: list[z3.FuncDeclRef]
+) -> tuple[list[z3.BoolRef], list[tuple[int, list[z3.ExprRef], z3.ExprRef]]]:
+    """Replace each input read `X(t...)` outside a lambda by a fresh constant, with
+    `t = t' -> c = c'` for each pair of reads of one input (Ackermann's reduction).
+
+    The solver then bit-blasts plain float constants instead of reasoning about function
+    applications, which is often ten times faster. Reads under a fold's lambda stay function
+    applications and lose their link to the constants: the result has fewer constraints, so an
+    `unsat` answer still proves the original query (a `sat` answer is replayed anyway)."""
+    by_decl = {f.name(): k for k, f in enumerate(funcs) if f.arity() > 0}
+    apps: dict[int, z3.ExprRef] = {}
+    seen: set[int] = set()
+    stack = list(assertions)
+    while stack:
+        t = stack.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        if z3.is_quantifier(t) or not z3.is_app(t):
+            continue
+        if t.decl().name() in by_decl and t.num_args() == t.decl().arity():
+            apps[t.get_id()] = t
+            continue
+        stack.extend(t.children())
+    if not apps:
+        return assertions, []
+    points: list[tuple[int, list[z3.ExprRef], z3.ExprRef]] = []
+    subst: list[tuple[z3.ExprRef, z3.ExprRef]] = []
+    for n, app in enumerate(sorted(apps.values(), key=lambda a: a.sexpr())):
+        c = z3.Const(f"{app.decl().name()}@{n}", app.sort())
+        points.append((by_decl[app.decl().name()], list(app.children()), c))
+        subst.append((app, c))
+    out = [z3.substitute(a, *subst) for a in assertions]
+    for i, (k, args, c) in enumerate(points):
+        for k2, args2, c2 in points[i + 1 :]:
+            if k != k2:
+                continue
+            same = [a == b for a, b in zip(args, args2, strict=True)]
+            if any(z3.is_false(z3.simplify(e)) for e in same):
+                continue  # distinct constant positions
+            out.append(z3.Implies(z3.And(*same) if len(same) > 1 else same[0], c == c2))
+    return out, points
 
 
 def _solve(q: Query, timeout: float) -> tuple[str, z3.ModelRef | None, str, float]:
@@ -249,8 +330,16 @@ def _check_output(
         if _specialized(fa, fb, o, theory, timeout, stats):
             return "equivalent", "", None
     q = build_query(fa, fb, o, theory)
-    r, model, why, t = _solve(q, timeout)
+    r, model, why, t = _solve(q, timeout / 2 if q.plain else timeout)
     stats.append(QueryStat(o, "precise", r, t))
+    if r == "unknown" and q.plain:
+        # Some queries are easier with the input reads left as applications (Z3's rewriter
+        # then normalises commutative float ops before any bit-blasting): try that form too.
+        plain = dataclasses.replace(q, assertions=q.plain, points=[])
+        r, model, why, t = _solve(plain, timeout / 2)
+        stats.append(QueryStat(o, "precise-plain", r, t))
+        if r == "sat":
+            q = plain
     if r == "unsat":
         return "equivalent", "", None
     if r == "unknown":
@@ -309,11 +398,15 @@ def _specialized(
         chosen.append(d)
     if not chosen:
         return False
+    budget = min(timeout, ABSTRACT_TIMEOUT)  # for all the cases together
     for combo in itertools.product(*(range(shape[d]) for d in chosen)):
+        if budget <= 0.001:
+            return False
         q = build_query(
             fa, fb, o, theory, abstract=True, fixed=dict(zip(chosen, combo, strict=True))
         )
-        r, _, _, t = _solve(q, min(timeout, ABSTRACT_TIMEOUT))
+        r, _, _, t = _solve(q, budget)
+        budget -= t
         stats.append(QueryStat(o, "abstract-case", r, t))
         if r != "unsat":
             return False
@@ -330,6 +423,12 @@ def _confirm(
         p.name: decode_input(model, f, p.type)
         for p, f in zip(fa.params, q.input_functions, strict=True)
     }
+    for k, args, c in q.points:
+        p = fa.params[k]
+        pos = tuple(model.eval(a, model_completion=True).as_long() for a in args)
+        if all(0 <= i < n for i, n in zip(pos, p.type.shape, strict=True)):
+            value = value_to_numpy(model.eval(c, model_completion=True), p.type.dtype)
+            inputs[p.name][pos] = value
     index = tuple(model.eval(i, model_completion=True).as_long() for i in q.index)
     found = replay(fa, fb, inputs, theory, prefer=(o, index))
     if found is not None:
