@@ -38,9 +38,15 @@ ARTIFACT_FILE = "artifact/main.gdv"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 
 
-class EvidenceError(Exception):
+class EvidenceError(IRError):
     """A bundle, key or policy that cannot be read, or a missing optional package: an input
     error (exit status 3), never a traceback."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return f"gdv: error: {self.message}"
 
 
 def require(module: str, purpose: str) -> Any:
