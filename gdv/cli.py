@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "gdv.commands.tv",
     "gdv.commands.bounds",
     "gdv.commands.compile",
+    "gdv.commands.evidence",
 )
 """Each module has `register(subparsers)`, which adds its commands with a `handler`."""
 
