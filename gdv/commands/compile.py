@@ -95,6 +95,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="write an evidence bundle (default DIR: <input stem>.evidence/)",
     )
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="gate on this policy (default: gdv-policy.toml or [tool.gdv.policy] if present)",
+    )
+    p.add_argument(
+        "--hook",
+        action="append",
+        default=[],
+        metavar="CMD",
+        help="run CMD BUNDLE_DIR after writing the bundle; a non-zero exit vetoes (repeatable)",
+    )
+    p.add_argument("--sign-key", metavar="KEY.pem", help="sign the bundle's manifest (Ed25519)")
     p.set_defaults(handler=compile_command)
 
 
@@ -117,13 +130,20 @@ def compile_command(args: argparse.Namespace) -> int:
     )
     comp = compile_module(args.file, options)
     _summary(comp)
-    if args.emit_evidence is not None:
+    path = None
+    if args.emit_evidence is not None or args.hook or args.sign_key:
         stem = os.path.splitext(os.path.basename(args.file))[0]
         directory = args.emit_evidence or os.path.join(
             os.path.dirname(args.file), f"{stem}.evidence"
         )
-        path = write_evidence(comp, directory)
+        path = write_evidence(comp, directory, sign_key=args.sign_key)
         print(f"evidence: {path}")
+    from gdv.evidence.gate import gate
+
+    problem = gate(comp, path, policy_path=args.policy, hook_commands=args.hook)
+    if problem is not None:
+        print(f"gdv: {problem}", file=sys.stderr)
+        return 1
     return EXIT_FOR[comp.verdict]
 
 
