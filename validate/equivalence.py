@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -38,8 +39,32 @@ RANDOM_TRIES = 4
 """Seeded random and special-value inputs replayed when a model alone does not confirm."""
 ABSTRACT_TIMEOUT = 2.0
 """Seconds for the abstract (uninterpreted floats) query: a fast proof or nothing."""
-CONCRETE_LIMIT = 1 << 22
-"""Most input elements for which seeded concrete inputs are tried (a 4096x4096 pair is not)."""
+REPLAY_LIMIT = 2 * 10**8
+"""Most element operations (`replay_cost`) for replaying a solver's candidate."""
+PROBE_LIMIT = 2 * 10**7
+"""Most element operations for trying seeded inputs before any query (a cheap first probe)."""
+
+
+def replay_cost(fn: Function) -> int:
+    """About how many element operations the reference backend spends running `fn`: result
+    elements times the reduction extent per element (a 4096x4096 matmul: 6.9e10)."""
+    types = fn.types()
+    total = sum(p.type.num_elements for p in fn.params)
+    for op in fn.ops:
+        per = 1
+        operands = [types[o] for o in op.operands]
+        if op.name.startswith("reduce_") and op.type.num_elements:
+            per = max(1, operands[0].num_elements // op.type.num_elements)
+        elif op.name == "dot":
+            per = math.prod(operands[0].shape[d] for d in op.attrs["lhs_contract"])
+        elif op.name == "matmul":
+            per = operands[0].shape[-1]
+        elif op.name == "conv2d":
+            per = math.prod(operands[1].shape[1:])
+        elif op.name in ("softmax", "log_softmax", "layer_norm"):
+            per = 8
+        total += op.type.num_elements * max(per, 1)
+    return total
 
 
 @dataclass
@@ -317,7 +342,7 @@ def _check_output(
         # Seeded concrete inputs refute most non-equivalent pairs at once; the solver is
         # slow to refute pairs whose folds differ.
         start = time.perf_counter()
-        cex = _try_concrete(fa, fb, o, theory, None)
+        cex = _try_concrete(fa, fb, o, theory, None, PROBE_LIMIT)
         found = "found" if cex else "none"
         stats.append(QueryStat(o, "replay", found, time.perf_counter() - start))
         if cex is not None:
@@ -352,11 +377,12 @@ def _check_output(
     cex = _confirm(fa, fb, o, theory, q, model)
     if cex is not None:
         return "not-equivalent", f"out{o} differs", cex
-    if sum(p.type.num_elements for p in fa.params) > CONCRETE_LIMIT:
+    if max(replay_cost(fa), replay_cost(fb)) > REPLAY_LIMIT:
         return (
             "unknown",
-            f"the solver found a candidate counterexample for out{o}, but the inputs are too "
-            f"large (over {CONCRETE_LIMIT} elements) to replay on the reference backend",
+            f"the solver found a candidate counterexample for out{o}, but the programs are too "
+            f"large (over {REPLAY_LIMIT:.0e} element operations) to replay on the reference "
+            "backend",
             None,
         )
     if q.uninterpreted:
@@ -417,7 +443,7 @@ def _confirm(
     fa: Function, fb: Function, o: int, theory: str, q: Query, model: z3.ModelRef
 ) -> Counterexample | None:
     """Replay the model's inputs, then a few seeded ones; the first confirmed difference."""
-    if sum(p.type.num_elements for p in fa.params) > CONCRETE_LIMIT:
+    if max(replay_cost(fa), replay_cost(fb)) > REPLAY_LIMIT:
         return None  # replaying programs this large on the reference would take too long
     inputs = {
         p.name: decode_input(model, f, p.type)
@@ -437,12 +463,17 @@ def _confirm(
 
 
 def _try_concrete(
-    fa: Function, fb: Function, o: int, theory: str, index: tuple[int, ...] | None
+    fa: Function,
+    fb: Function,
+    o: int,
+    theory: str,
+    index: tuple[int, ...] | None,
+    limit: int = REPLAY_LIMIT,
 ) -> Counterexample | None:
     """Replay seeded random and special-value inputs; the first confirmed difference."""
     from gdv.backends import reference
 
-    if sum(p.type.num_elements for p in fa.params) > CONCRETE_LIMIT:
+    if max(replay_cost(fa), replay_cost(fb)) > limit:
         return None
     for seed in range(RANDOM_TRIES):
         for origin, draw in (
