@@ -58,6 +58,7 @@ def load_pair(path: Path) -> Pair:
 
 
 def corpus_files(directory: Path = DEFAULT_DIR) -> list[Path]:
+    """The pair files of the corpus, sorted by name."""
     return sorted(directory.glob("*.gdv"))
 
 
@@ -71,6 +72,7 @@ def run_pair(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Check every pair in both theories; print times, the median and the slowest."""
     ap = argparse.ArgumentParser(prog="python -m gdv.validate.corpus")
     ap.add_argument("directory", nargs="?", default=str(DEFAULT_DIR))
     ap.add_argument("--timeout", type=float, default=CORPUS_TIMEOUT, help="seconds per query")

@@ -90,6 +90,7 @@ class EquivalenceResult:
 
     @property
     def seconds(self) -> float:
+        """Solver and replay time, all queries together."""
         return sum(q.seconds for q in self.queries)
 
 
@@ -118,6 +119,7 @@ class Query:
 
 
 def entry(program: Module | Function) -> Function:
+    """The function compared: a module's entry function, or the function itself."""
     if isinstance(program, Function):
         return program
     fn = program.entry

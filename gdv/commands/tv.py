@@ -26,6 +26,7 @@ _JSON_ELEMENTS = 4096
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `gdv tv` to the command line."""
     p = subparsers.add_parser(
         "tv",
         help="translation validation: is B equivalent to A? (0 yes, 1 no, 2 unknown, 3 error)",
@@ -76,6 +77,7 @@ def _write_cex(path: str, inputs: dict[str, np.ndarray]) -> None:
 
 
 def tv(args: argparse.Namespace) -> int:
+    """Run `gdv tv`; with --json an input error also prints verdict "error"."""
     try:
         return _tv(args)
     except IRError as e:

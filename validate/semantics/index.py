@@ -43,6 +43,7 @@ class Idx:
 
     @staticmethod
     def of(value: int) -> Idx:
+        """A constant index."""
         return Idx((), int(value))
 
     @staticmethod
@@ -58,16 +59,19 @@ class Idx:
 
     @property
     def is_const(self) -> bool:
+        """True when the index is a known integer (`const`)."""
         return not self.terms
 
     # --- ranges --------------------------------------------------------------------------
 
     @property
     def lo(self) -> int:
+        """The least value the index can take."""
         return self.const + sum(c * (a.lo if c > 0 else a.hi) for a, c in self.terms)
 
     @property
     def hi(self) -> int:
+        """The greatest value the index can take."""
         return self.const + sum(c * (a.hi if c > 0 else a.lo) for a, c in self.terms)
 
     # --- arithmetic ----------------------------------------------------------------------
@@ -165,6 +169,7 @@ class Idx:
         return parts[0] if len(parts) == 1 else z3.And(*parts)
 
     def to_z3(self) -> z3.ArithRef:
+        """The index as a Z3 integer term (equal forms give equal terms)."""
         out: z3.ArithRef | None = None
         for a, c in self.terms:
             t = a.term if c == 1 else a.term * c

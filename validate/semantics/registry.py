@@ -40,6 +40,7 @@ class Tensor:
         return self.type.dtype
 
     def at(self, idx: Index) -> z3.ExprRef:
+        """The element at `idx` (one index term per dim)."""
         # Shared subterms (`d` in `d * d`) would otherwise be rebuilt once per use, which grows
         # exponentially with the depth of a program.
         key = tuple(i.key for i in idx)
@@ -78,9 +79,11 @@ class Ctx:
 
     @property
     def theory(self) -> str:
+        """ "fp" or "real"."""
         return self.values.theory
 
     def fresh(self, hint: str) -> str:
+        """A value name not used before (for decompositions)."""
         self._fresh += 1
         return f"{hint}.{self._fresh}"
 

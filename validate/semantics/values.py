@@ -31,6 +31,7 @@ _RTZ = z3.RTZ()
 
 
 def fp_sort(dtype: DType) -> z3.FPSortRef:
+    """The IEEE format of a float dtype (bf16: 8 exponent bits, 8 significand bits)."""
     return z3.FPSort(dtype.exponent_bits, dtype.significand_bits)
 
 
@@ -66,6 +67,7 @@ class Values:
     # --- sorts and constants -------------------------------------------------------------
 
     def sort(self, dtype: DType) -> z3.SortRef:
+        """The Z3 sort of `dtype`'s elements in this theory."""
         if dtype.is_bool:
             return z3.BoolSort()
         if dtype.is_int:
@@ -107,11 +109,13 @@ class Values:
         return self.scalar(literal_to_array(value, dtype)[()], dtype)
 
     def zero(self, dtype: DType) -> z3.ExprRef:
+        """+0.0, 0 or false."""
         if dtype.is_bool:
             return z3.BoolVal(False)
         return self.scalar(np.zeros((), dtype.np), dtype)
 
     def one(self, dtype: DType) -> z3.ExprRef:
+        """1.0, 1 or true."""
         return self.scalar(np.ones((), dtype.np), dtype)
 
     # --- float primitives: precise, or uninterpreted in the abstract mode ------------------
@@ -133,6 +137,7 @@ class Values:
         return self._fp(name, dtype, [a], z3.BoolSort(), precise)
 
     def is_nan(self, dtype: DType, a) -> z3.BoolRef:
+        """a is a NaN (fp theory only)."""
         return self._fpred("isnan", dtype, a, z3.fpIsNaN)
 
     def _nan(self, dtype: DType) -> z3.ExprRef:
@@ -144,16 +149,19 @@ class Values:
     # --- arithmetic ------------------------------------------------------------------------
 
     def add(self, dtype: DType, a, b) -> z3.ExprRef:
+        """a + b, rounded to nearest-even (ints wrap)."""
         if dtype.is_int or self.theory == "real":
             return a + b
         return self._fbin("add", dtype, a, b, lambda x, y: z3.fpAdd(_RNE, x, y))
 
     def sub(self, dtype: DType, a, b) -> z3.ExprRef:
+        """a - b, rounded to nearest-even (ints wrap)."""
         if dtype.is_int or self.theory == "real":
             return a - b
         return self._fbin("sub", dtype, a, b, lambda x, y: z3.fpSub(_RNE, x, y))
 
     def mul(self, dtype: DType, a, b) -> z3.ExprRef:
+        """a * b, rounded to nearest-even (ints wrap)."""
         if dtype.is_int:
             if self.abstract:
                 return self.func(f"abs.mul.{dtype}", *[self.sort(dtype)] * 3, uninterpreted=False)(
@@ -165,27 +173,32 @@ class Values:
         return self._fbin("mul", dtype, a, b, lambda x, y: z3.fpMul(_RNE, x, y))
 
     def div(self, dtype: DType, a, b) -> z3.ExprRef:
+        """a / b, rounded to nearest-even; over the reals, a / 0 = 0."""
         if self.theory == "real":
             # Reals have no infinity: x / 0 is defined as 0, the same on both sides.
             return z3.If(b == 0, z3.RealVal(0), a / b)
         return self._fbin("div", dtype, a, b, lambda x, y: z3.fpDiv(_RNE, x, y))
 
     def neg(self, dtype: DType, a) -> z3.ExprRef:
+        """-a (flips the sign bit)."""
         if self.theory == "real":
             return -a
         return self._fp("neg", dtype, [a], self.sort(dtype), z3.fpNeg)
 
     def abs(self, dtype: DType, a) -> z3.ExprRef:
+        """|a| (clears the sign bit)."""
         if self.theory == "real":
             return z3.If(a < 0, -a, a)
         return self._fp("abs", dtype, [a], self.sort(dtype), z3.fpAbs)
 
     def sqrt(self, dtype: DType, a) -> z3.ExprRef:
+        """sqrt(a), correctly rounded; uninterpreted over the reals."""
         if self.theory == "real":
             return self.func("real.sqrt", z3.RealSort(), z3.RealSort())(a)
         return self._fp("sqrt", dtype, [a], self.sort(dtype), lambda x: z3.fpSqrt(_RNE, x))
 
     def floor(self, dtype: DType, a) -> z3.ExprRef:
+        """The largest integral value <= a (exact)."""
         if self.theory == "real":
             return z3.ToReal(z3.ToInt(a))
         return self._fp(
@@ -257,6 +270,7 @@ class Values:
         return self._fbin(direction, dtype, a, b, precise, z3.BoolSort())
 
     def select(self, c, a, b) -> z3.ExprRef:
+        """c ? a : b."""
         return z3.If(c, a, b)
 
     # --- conversions ---------------------------------------------------------------------
