@@ -109,16 +109,24 @@ def test_bad_file_is_an_input_error(files, capsys):
     assert "error:" in err and "Traceback" not in err
 
 
-def test_bf16_counterexample_is_stored_as_raw_uint16(files, tmp_path):
+def test_bf16_counterexample_feeds_gdv_run(files, tmp_path, capsys):
     src = (
         "func @main(%x: bf16[2]) -> bf16[2] {\n  %c = constant() {value = 0.0} : bf16[2]\n"
         "  %y = add(%x, %c) : bf16[2]\n  return %y\n}\n"
     )
     tgt = "func @main(%x: bf16[2]) -> bf16[2] {\n  return %x\n}\n"
     cex = tmp_path / "c.npz"
-    assert main(["tv", files("a.gdv", src), files("b.gdv", tgt), "--cex", str(cex)]) == 1
+    a, b = files("a.gdv", src), files("b.gdv", tgt)
+    assert main(["tv", a, b, "--cex", str(cex)]) == 1
     with np.load(cex) as data:
-        assert data["x"].dtype == np.uint16
+        assert data["x"].dtype.itemsize == 2  # raw bf16 bits
+    outs = []
+    for prog in (a, b):
+        out = tmp_path / f"{len(outs)}.npz"
+        assert main(["run", prog, "--inputs", str(cex), "--output", str(out)]) == 0
+        with np.load(out) as data:
+            outs.append(data["out0"].view(np.uint16).copy())
+    assert (outs[0] != outs[1]).any()
 
 
 KERNEL_SUM = """func @main(%x: f32[4,8]) -> f32[4] {

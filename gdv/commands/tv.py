@@ -39,7 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
-        "--cex", metavar="CEX.npz", help="write the counterexample's inputs (keyed by A's names)"
+        "--cex",
+        metavar="CEX.npz",
+        help="write the counterexample's inputs, keyed by A's parameter names (bf16 as raw "
+        "2-byte values, as `gdv run --inputs` reads them)",
     )
     p.set_defaults(handler=tv)
 
@@ -69,11 +72,9 @@ def _format_array(a: np.ndarray) -> str:
 def _write_cex(path: str, inputs: dict[str, np.ndarray]) -> None:
     from gdv.commands.run import _write_npz_atomically
 
-    # bf16 arrays go in as raw 2-byte values, as `gdv run` reads them back.
-    arrays = {
-        k: (v.view(np.uint16) if v.dtype.name == "bfloat16" else v) for k, v in inputs.items()
-    }
-    _write_npz_atomically(path, arrays)
+    # np.savez stores bf16 arrays as raw 2-byte values (dtype |V2), which `gdv run --inputs`
+    # views back as bf16: the file feeds straight into `gdv run`.
+    _write_npz_atomically(path, inputs)
 
 
 def tv(args: argparse.Namespace) -> int:
