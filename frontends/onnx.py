@@ -1,0 +1,1884 @@
+"""ONNX models to graph-stage IR, and an `onnx.backend.base.Backend` that runs them on gdv.
+
+`import_model(model)` turns an ONNX `ModelProto` into a verified IR `Module` and a weights
+dict (initializers that the graph uses as tensors become parameters; their values go to the
+weights). Shapes must be static; shape subgraphs (Shape, Gather on shapes, Concat, Range,
+Reshape targets, axes given as inputs, ...) are evaluated at import time, on integers only.
+Every ONNX op maps to IR ops with ONNX's own meaning (the order of a function body where the
+ONNX spec defines the op by one); an op or attribute combination that cannot be expressed
+exactly is refused with `unsupported ONNX op X (opset N) at node NAME: reason`.
+
+Names: ONNX names become IR names by `mangle` (reversible, collision-free); a parameter whose
+name changed keeps the original in its `onnx_name` attribute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gdv.ir.core import Function, Module, Op, Param
+from gdv.ir.diagnostics import IRError, Loc, printable
+from gdv.ir.dtypes import DType
+from gdv.ir.ops import REGISTRY, OpTypeError
+from gdv.ir.types import TensorType
+from gdv.ir.verifier import verify
+
+try:  # onnx is an optional dependency (the `onnx` extra)
+    import onnx
+    from onnx import numpy_helper
+    from onnx.backend.base import Backend as _OnnxBackend
+    from onnx.backend.base import BackendRep as _OnnxBackendRep
+except ModuleNotFoundError:  # pragma: no cover - exercised only without the extra
+    onnx = None  # type: ignore[assignment]
+    _OnnxBackend = object  # type: ignore[assignment,misc]
+    _OnnxBackendRep = object  # type: ignore[assignment,misc]
+
+# --- names ------------------------------------------------------------------------------------
+
+MAX_NAME = 128
+
+
+def mangle(name: str) -> str:
+    """An IR name for an ONNX name: `[A-Za-z0-9_]` kept, every other UTF-8 byte (`.` too)
+    written `.xx` (two lowercase hex digits). Injective, so collision-free; `unmangle` inverts
+    it. The empty name is `_.e`; a result over 128 characters keeps a prefix and appends `.h`
+    and a hash (neither form can come out of the escape scheme, so no collision with it)."""
+    if name == "":
+        return "_.e"
+    out = []
+    for ch in name:
+        if ch.isascii() and (ch.isalnum() or ch == "_"):
+            out.append(ch)
+        else:
+            out.extend(f".{b:02x}" for b in ch.encode("utf-8"))
+    text = "".join(out)
+    if len(text) <= MAX_NAME:
+        return text
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:24]
+    cut = MAX_NAME - 2 - len(digest)
+    prefix = text[:cut]
+    dot = prefix.rfind(".", max(0, cut - 2))
+    if dot != -1:  # never cut an escape in half
+        prefix = prefix[:dot]
+    return f"{prefix}.h{digest}"
+
+
+def unmangle(text: str) -> str:
+    """The ONNX name `mangle` turned into `text` (for names that were not hashed)."""
+    if text == "_.e":
+        return ""
+    raw = bytearray()
+    i = 0
+    while i < len(text):
+        if text[i] == ".":
+            raw.append(int(text[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            raw.extend(text[i].encode())
+            i += 1
+    return raw.decode("utf-8")
+
+
+# --- dtypes -----------------------------------------------------------------------------------
+
+_ONNX_DTYPES: dict[int, DType] = {
+    1: DType.F32,  # FLOAT
+    11: DType.F64,  # DOUBLE
+    10: DType.F16,  # FLOAT16
+    16: DType.BF16,  # BFLOAT16
+    7: DType.I64,  # INT64
+    6: DType.I32,  # INT32
+    3: DType.I8,  # INT8
+    9: DType.I1,  # BOOL
+}
+_ONNX_OF: dict[DType, int] = {v: k for k, v in _ONNX_DTYPES.items()}
+
+
+def _dtype_name(code: int) -> str:
+    if onnx is None:
+        return str(code)
+    try:
+        return onnx.TensorProto.DataType.Name(code)
+    except ValueError:
+        return str(code)
+
+
+def _np_to_ir(dtype: np.dtype) -> DType | None:
+    for d in DType:
+        if d.np == dtype:
+            return d
+    return None
+
+
+class Unsupported(IRError):
+    """An ONNX op or attribute combination gdv cannot express exactly."""
+
+
+# --- values -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Val:
+    """An ONNX value during import: its IR type, the IR value holding it (once emitted), its
+    statically known contents (constants, shape computations), and for initializers and
+    specialisable inputs the parameter that supplies it."""
+
+    type: TensorType
+    name: str | None = None
+    static: np.ndarray | None = None
+    param: str | None = None
+    known: np.ndarray | None = None
+    init: str | None = None
+    """For an initializer: its ONNX name."""
+    """A graph input's value given for specialisation: used only where a static value is
+    required (a Reshape target, axes, pads, ...), never to fold arithmetic."""
+
+
+_INT_FOLDABLE = {
+    "Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Slice", "Cast",
+    "CastLike", "Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "Where", "Range", "Identity",
+    "Expand", "Max", "Min", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin", "Transpose",
+    "Flatten", "ConstantOfShape", "Tile", "Sign", "Split",
+}  # fmt: skip
+"""Ops evaluated at import time when every input is static and every input and output is an
+integer or boolean tensor (shape arithmetic: exact in numpy)."""
+
+_DATA_MOVEMENT = {
+    "Gather", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Slice", "Identity", "Expand",
+    "Transpose", "Flatten", "Tile", "Split",
+}  # fmt: skip
+"""Ops that only move elements: evaluated at import time on static inputs of any dtype."""
+
+
+@dataclass
+class _State:
+    params: list[Param] = field(default_factory=list)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    ops: list[Op] = field(default_factory=list)
+    types: dict[str, TensorType] = field(default_factory=dict)
+    counter: int = 0
+
+
+class Importer:
+    """Imports one ONNX graph. Use `import_model`."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        input_shapes: Mapping[str, Sequence[int]] | None = None,
+        known_inputs: Mapping[str, np.ndarray] | None = None,
+        filename: str = "<onnx>",
+    ) -> None:
+        self.model = model
+        self.graph = model.graph
+        self.filename = filename
+        self.opset = 1
+        for imp in model.opset_import:
+            if imp.domain in ("", "ai.onnx"):
+                self.opset = imp.version
+        self.input_shapes = dict(input_shapes or {})
+        self.known_inputs = dict(known_inputs or {})
+        self.vals: dict[str, Val] = {}
+        self.st = _State()
+        self.node: Any = None
+        self.node_label = ""
+        self.specialised: set[str] = set()
+        self.input_params: dict[str, Param] = {}
+        self.used_inits: list[str] = []
+
+    # --- errors -------------------------------------------------------------------------------
+
+    def loc(self) -> Loc:
+        return Loc(self.filename, 1, 1)
+
+    def unsupported(self, reason: str) -> Unsupported:
+        op = self.node.op_type if self.node is not None else "?"
+        return Unsupported(
+            f"unsupported ONNX op {printable(op)} (opset {self.opset}) at node "
+            f"{printable(self.node_label, 80)}: {reason}",
+            self.loc(),
+        )
+
+    # --- emission -----------------------------------------------------------------------------
+
+    def fresh(self) -> str:
+        self.st.counter += 1
+        return f"tmp.v{self.st.counter}"
+
+    def emit(
+        self, name: str, operands: Sequence[str], type_: TensorType | None = None, **attrs: Any
+    ) -> str:
+        """Append `name(operands) {attrs}`; its type is inferred (`type_` supplies the parts
+        the rule reads from the written type)."""
+        spec = REGISTRY[name]
+        types = [self.st.types[o] for o in operands]
+        written = type_ if type_ is not None else types[0]
+        try:
+            t = spec.infer(types, attrs, written)
+        except OpTypeError as e:
+            raise self.unsupported(f"cannot express as IR {name}: {e.message}") from None
+        result = self.fresh()
+        self.st.ops.append(Op(result, name, list(operands), dict(attrs), t))
+        self.st.types[result] = t
+        return result
+
+    def type_of(self, name: str) -> TensorType:
+        return self.st.types[name]
+
+    def const(self, value: Any, t: TensorType) -> str:
+        """A constant of type `t`: a scalar splat or an array of t's shape."""
+        if isinstance(value, np.ndarray):
+            arr = value.astype(t.dtype.np)
+            if arr.size and np.all(arr == arr.flat[0]) and _same_bits(arr):
+                value = _py(arr.flat[0], t.dtype)
+            else:
+                value = _nested(arr, t.dtype)
+        else:
+            value = _py(np.asarray(value).astype(t.dtype.np)[()], t.dtype)
+        return self.emit("constant", [], t, value=value)
+
+    def scalar_like(self, value: float, t: TensorType) -> str:
+        return self.const(value, t)
+
+    # --- values -------------------------------------------------------------------------------
+
+    def val(self, name: str) -> Val:
+        if name not in self.vals:
+            raise self.unsupported(f"input '{printable(name)}' is not defined")
+        return self.vals[name]
+
+    def dyn(self, name: str) -> str:
+        """The IR value holding ONNX value `name`, emitting a constant or parameter if needed."""
+        v = self.val(name)
+        if v.name is not None:
+            return v.name
+        if v.param is not None:
+            v.name = v.param
+            self.st.types[v.param] = v.type
+            if v.init is not None and v.param not in self.st.weights:
+                self.st.weights[v.param] = np.asarray(v.static)
+                self.used_inits.append(v.init)
+            return v.name
+        assert v.static is not None
+        v.name = self.const(v.static, v.type)
+        return v.name
+
+    def static(self, name: str, what: str) -> np.ndarray:
+        """The value of `name`, which must be known at import time."""
+        v = self.val(name)
+        if v.static is not None:
+            return v.static
+        if v.known is not None:
+            self.specialised.add(name)
+            v.static = v.known
+            return v.static
+        raise self.unsupported(f"{what} must be a constant (input '{printable(name)}' is not)")
+
+    def is_static(self, name: str) -> bool:
+        return self.val(name).static is not None
+
+    def set_static(self, name: str, arr: np.ndarray) -> None:
+        dt = _np_to_ir(arr.dtype)
+        if dt is None:
+            raise self.unsupported(f"a value of numpy dtype {arr.dtype} has no IR dtype")
+        self.vals[name] = Val(TensorType(dt, arr.shape), static=arr)
+
+    def set(self, name: str, ir: str) -> None:
+        self.vals[name] = Val(self.st.types[ir], name=ir)
+
+    # --- driving ------------------------------------------------------------------------------
+
+    def run(self) -> tuple[Module, dict[str, np.ndarray]]:
+        g = self.graph
+        init_names = set()
+        for init in g.initializer:
+            arr = _tensor_to_numpy(init, self)
+            init_names.add(init.name)
+            dt = _np_to_ir(arr.dtype)
+            if dt is None:
+                raise Unsupported(
+                    f"initializer '{printable(init.name)}' has dtype "
+                    f"{_dtype_name(init.data_type)}, which has no IR dtype",
+                    self.loc(),
+                )
+            self.vals[init.name] = Val(
+                TensorType(dt, arr.shape), static=arr, param=mangle(init.name), init=init.name
+            )
+        if len(g.sparse_initializer):
+            raise Unsupported("sparse initializers are not supported", self.loc())
+        for inp in g.input:
+            if inp.name in init_names:
+                continue  # an initializer listed as an input (old IR versions): a weight
+            t = self._input_type(inp)
+            pname = mangle(inp.name)
+            attrs = {} if pname == inp.name else {"onnx_name": inp.name}
+            p = Param(pname, t, attrs)
+            self.input_params[inp.name] = p
+            known = self.known_inputs.get(inp.name)
+            self.vals[inp.name] = Val(t, param=pname, known=known)
+        for index, node in enumerate(g.node):
+            self.node = node
+            self.node_label = node.name or f"#{index} ({', '.join(node.output)})"
+            self.import_node(node)
+        self.node = None
+        returns: list[str] = []
+        results: list[TensorType] = []
+        for out in g.output:
+            if out.name not in self.vals:
+                raise IRError(f"graph output '{printable(out.name)}' is not computed", self.loc())
+            ir = self.dyn(out.name)
+            t = self.st.types.get(ir) or self.vals[out.name].type
+            code = out.type.tensor_type.elem_type
+            if code and _ONNX_DTYPES.get(code) is not t.dtype:
+                raise IRError(
+                    f"graph output '{printable(out.name)}' is declared {_dtype_name(code)}, "
+                    f"but computes {t}",
+                    self.loc(),
+                )
+            returns.append(ir)
+            results.append(t)
+        params = [
+            p
+            for name, p in self.input_params.items()
+            if name not in self.specialised or self.vals[name].name == p.name
+        ]
+        for name in self.used_inits:
+            pname = mangle(name)
+            attrs = {} if pname == name else {"onnx_name": name}
+            params.append(Param(pname, self.vals[name].type, attrs))
+        for p in params:
+            self.st.types[p.name] = p.type
+        self._rename_outputs(returns)
+        fn = Function("main", params, results, self.st.ops, returns)
+        module = Module([fn], filename=self.filename)
+        verify(module)
+        return module, dict(self.st.weights)
+
+    def _rename_outputs(self, returns: list[str]) -> None:
+        """Give ops that define ONNX values those values' (mangled) names: readable IR."""
+        taken = {p.name for p in self.input_params.values()} | set(self.st.weights)
+        rename: dict[str, str] = {}
+        for onnx_name, v in self.vals.items():
+            if v.name and v.name.startswith("tmp.v") and v.name not in rename:
+                new = mangle(onnx_name)
+                if new not in taken:
+                    rename[v.name] = new
+                    taken.add(new)
+        for op in self.st.ops:
+            op.result = rename.get(op.result, op.result)
+            op.operands = [rename.get(o, o) for o in op.operands]
+        returns[:] = [rename.get(r, r) for r in returns]
+
+    def _input_type(self, inp: Any) -> TensorType:
+        tt = inp.type.tensor_type
+        if not inp.type.HasField("tensor_type"):
+            raise Unsupported(
+                f"graph input '{printable(inp.name)}' is not a tensor (sequences, maps and "
+                "optionals are not supported)",
+                self.loc(),
+            )
+        dt = _ONNX_DTYPES.get(tt.elem_type)
+        if dt is None:
+            raise Unsupported(
+                f"graph input '{printable(inp.name)}' has dtype {_dtype_name(tt.elem_type)}, "
+                "which has no IR dtype",
+                self.loc(),
+            )
+        if inp.name in self.input_shapes:
+            return TensorType(dt, tuple(self.input_shapes[inp.name]))
+        dims = []
+        for d in tt.shape.dim:
+            if not d.HasField("dim_value"):
+                raise Unsupported(
+                    f"graph input '{printable(inp.name)}' has a symbolic dim "
+                    f"'{printable(d.dim_param)}': give static shapes (input_shapes)",
+                    self.loc(),
+                )
+            dims.append(d.dim_value)
+        return TensorType(dt, tuple(dims))
+
+    def import_node(self, node: Any) -> None:
+        if node.domain not in ("", "ai.onnx"):
+            raise self.unsupported(f"domain '{printable(node.domain)}' is not supported")
+        for attr in node.attribute:
+            if attr.type in (5, 10, 11, 12, 13):  # GRAPH, GRAPHS, SPARSE_TENSOR(S), TYPE_PROTO
+                raise self.unsupported(f"attribute '{attr.name}' (subgraphs) is not supported")
+        ins = list(node.input)
+        if self._try_fold(node, ins):
+            return
+        handler = HANDLERS.get(node.op_type)
+        if handler is None:
+            raise self.unsupported(_WHY_NOT.get(node.op_type, "no exact IR decomposition"))
+        handler(self, node, ins, {a.name: _attr_value(a, self) for a in node.attribute})
+
+    def _try_fold(self, node: Any, ins: list[str]) -> bool:
+        op = node.op_type
+        if op not in _INT_FOLDABLE or not ins:
+            return False
+        present = [i for i in ins if i]
+        if not all(i in self.vals and self.vals[i].static is not None for i in present):
+            return False
+        arrays = [self.vals[i].static for i in present]
+        intlike = all(a.dtype.kind in "biu" for a in arrays)
+        if not intlike and op not in _DATA_MOVEMENT:
+            return False
+        if op in ("Cast", "CastLike") and not intlike:
+            return False
+        outs = _reference_eval(
+            node, ins, [self.vals[i].static if i else None for i in ins], self.opset
+        )
+        if outs is None:
+            return False
+        if op not in _DATA_MOVEMENT and not all(o.dtype.kind in "biu" for o in outs):
+            return False
+        for name, arr in zip(node.output, outs, strict=False):
+            if name:
+                self.set_static(name, np.asarray(arr))
+        return True
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _same_bits(arr: np.ndarray) -> bool:
+    flat = arr.reshape(-1)
+    if flat.dtype.kind == "f":
+        first = flat[:1].view(np.uint8)
+        return all(np.array_equal(flat[i : i + 1].view(np.uint8), first) for i in range(1))
+    return True
+
+
+def _py(x: Any, dtype: DType) -> Any:
+    if dtype.is_bool:
+        return bool(x)
+    if dtype.is_int:
+        return int(x)
+    return float(x)
+
+
+def _nested(arr: np.ndarray, dtype: DType) -> Any:
+    if arr.ndim == 0:
+        return _py(arr[()], dtype)
+    if dtype.is_float:
+        return np.asarray(arr, dtype=np.float64).tolist()
+    if dtype.is_bool:
+        return arr.astype(bool).tolist()
+    return arr.astype(np.int64).tolist()
+
+
+def _tensor_to_numpy(t: Any, imp: Importer) -> np.ndarray:
+    if t.data_location == 1:
+        raise Unsupported(
+            f"tensor '{printable(t.name)}' keeps its data in an external file: load the model "
+            "with its external data first",
+            imp.loc(),
+        )
+    if t.data_type not in _ONNX_DTYPES:
+        why = (
+            f"tensor '{printable(t.name)}' has dtype {_dtype_name(t.data_type)}, which has no "
+            "IR dtype"
+        )
+        raise imp.unsupported(why) if imp.node is not None else Unsupported(why, imp.loc())
+    arr = numpy_helper.to_array(t)
+    if t.data_type == 16:
+        arr = np.asarray(arr).astype(DType.BF16.np)
+    return np.asarray(arr)
+
+
+def _attr_value(a: Any, imp: Importer) -> Any:
+    kind = a.type
+    if kind == 1:
+        return a.f
+    if kind == 2:
+        return a.i
+    if kind == 3:
+        return a.s.decode("utf-8", "replace")
+    if kind == 4:
+        return _tensor_to_numpy(a.t, imp)
+    if kind == 6:
+        return list(a.floats)
+    if kind == 7:
+        return list(a.ints)
+    if kind == 8:
+        return [s.decode("utf-8", "replace") for s in a.strings]
+    if kind == 9:
+        return [_tensor_to_numpy(t, imp) for t in a.tensors]
+    return None
+
+
+def _reference_eval(
+    node: Any, ins: list[str], arrays: list[np.ndarray | None], opset: int
+) -> list[np.ndarray] | None:
+    """Evaluate one integer shape-arithmetic node with ONNX's reference evaluator."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    inputs = []
+    feeds = {}
+    renamed = []
+    for k, (name, arr) in enumerate(zip(ins, arrays, strict=True)):
+        if not name:
+            renamed.append("")
+            continue
+        local = f"in{k}"
+        renamed.append(local)
+        inputs.append(
+            helper.make_tensor_value_info(local, helper.np_dtype_to_tensor_dtype(arr.dtype), None)
+        )
+        feeds[local] = arr
+    outs = [f"out{k}" for k in range(len(node.output))]
+    n = helper.make_node(node.op_type, renamed, outs)
+    n.attribute.extend(node.attribute)
+    graph = helper.make_graph(
+        [n], "fold", inputs, [helper.make_tensor_value_info(o, 0, None) for o in outs]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        return [np.asarray(x) for x in ReferenceEvaluator(model).run(None, feeds)]
+    except Exception:  # not foldable here: fall back to the op's own mapping
+        return None
+
+
+# --- broadcasting -----------------------------------------------------------------------------
+
+
+def broadcast_shape(imp: Importer, *shapes: Sequence[int]) -> tuple[int, ...]:
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for d in range(rank):
+        sizes = {s[d - rank + len(s)] for s in shapes if d - rank + len(s) >= 0}
+        sizes.discard(1)
+        if len(sizes) > 1:
+            raise imp.unsupported(f"shapes {[list(s) for s in shapes]} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    if any(0 in s for s in shapes):
+        for d in range(rank):
+            if any(len(s) - rank + d >= 0 and s[len(s) - rank + d] == 0 for s in shapes):
+                out[d] = 0
+    return tuple(out)
+
+
+def bcast(imp: Importer, x: str, shape: Sequence[int]) -> str:
+    """x broadcast numpy-style to `shape` (an explicit `broadcast`, none when equal)."""
+    t = imp.type_of(x)
+    if t.shape == tuple(shape):
+        return x
+    offset = len(shape) - t.rank
+    return imp.emit(
+        "broadcast", [x], t.with_shape(shape), dims=list(range(offset, offset + t.rank))
+    )
+
+
+def operands_bcast(imp: Importer, names: Sequence[str]) -> list[str]:
+    irs = [imp.dyn(n) for n in names]
+    shape = broadcast_shape(imp, *[imp.type_of(x).shape for x in irs])
+    return [bcast(imp, x, shape) for x in irs]
+
+
+def reshape(imp: Importer, x: str, shape: Sequence[int]) -> str:
+    t = imp.type_of(x)
+    if t.shape == tuple(shape):
+        return x
+    return imp.emit("reshape", [x], t.with_shape(shape))
+
+
+def convert(imp: Importer, x: str, dtype: DType) -> str:
+    t = imp.type_of(x)
+    if t.dtype is dtype:
+        return x
+    return imp.emit("convert", [x], t.with_dtype(dtype))
+
+
+def _norm_axis(imp: Importer, axis: int, rank: int) -> int:
+    a = axis + rank if axis < 0 else axis
+    if not 0 <= a < max(rank, 1):
+        raise imp.unsupported(f"axis {axis} is out of range for rank {rank}")
+    return a
+
+
+# --- handlers ---------------------------------------------------------------------------------
+
+Handler = Callable[[Importer, Any, list[str], dict[str, Any]], None]
+HANDLERS: dict[str, Handler] = {}
+
+_WHY_NOT = {
+    "ArgMax": "an index-valued reduction has no IR op",
+    "ArgMin": "an index-valued reduction has no IR op",
+    "CumSum": "a running sum has no IR op",
+    "CumProd": "a running product has no IR op",
+    "TopK": "sorting has no IR op",
+    "NonZero": "its output shape depends on the data",
+    "Unique": "its output shape depends on the data",
+    "Compress": "its output shape depends on the data",
+    "NonMaxSuppression": "its output shape depends on the data",
+    "Loop": "control flow has no IR op",
+    "If": "control flow has no IR op",
+    "Scan": "control flow has no IR op",
+    "Mod": "integer division and remainder have no IR op",
+    "BitShift": "bitwise ops have no IR op",
+    "BitwiseAnd": "bitwise ops have no IR op",
+    "BitwiseOr": "bitwise ops have no IR op",
+    "BitwiseXor": "bitwise ops have no IR op",
+    "BitwiseNot": "bitwise ops have no IR op",
+    "ReduceProd": "a product reduction has no IR op",
+    "Round": "round-half-to-even has no IR op",
+    "IsNaN": "not expressible without a NaN test op (cmp ne x, x is the test, see Equal)",
+    "Hardmax": "an index-valued reduction (argmax) has no IR op",
+    "RandomUniform": "random number generation has no IR op",
+    "RandomNormal": "random number generation has no IR op",
+    "RandomUniformLike": "random number generation has no IR op",
+    "RandomNormalLike": "random number generation has no IR op",
+    "Bernoulli": "random number generation has no IR op",
+}
+
+
+def handler(*names: str) -> Callable[[Handler], Handler]:
+    def deco(fn: Handler) -> Handler:
+        for n in names:
+            HANDLERS[n] = fn
+        return fn
+
+    return deco
+
+
+def _out(imp: Importer, node: Any, ir: str, k: int = 0) -> None:
+    if len(node.output) > k and node.output[k]:
+        imp.set(node.output[k], ir)
+
+
+def _require_float(imp: Importer, x: str, why: str = "") -> TensorType:
+    t = imp.type_of(x)
+    if not t.dtype.is_float:
+        raise imp.unsupported(f"{t.dtype} operands are not supported{why}")
+    return t
+
+
+_UNARY_FLOAT = {
+    "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Tanh": "tanh", "Erf": "erf",
+    "Sigmoid": "sigmoid", "Floor": "floor", "Sin": "sin", "Cos": "cos",
+}  # fmt: skip
+
+
+@handler(*_UNARY_FLOAT)
+def _unary(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    _require_float(imp, x)
+    _out(imp, node, imp.emit(_UNARY_FLOAT[node.op_type], [x]))
+
+
+@handler("Ceil")
+def _ceil(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # ceil(x) = -floor(-x), exact (signs of zeros and NaN included).
+    x = imp.dyn(ins[0])
+    _require_float(imp, x)
+    _out(imp, node, imp.emit("neg", [imp.emit("floor", [imp.emit("neg", [x])])]))
+
+
+@handler("Neg")
+def _neg(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype.is_float:
+        _out(imp, node, imp.emit("neg", [x]))
+    elif t.dtype.is_int:  # 0 - x wraps like ONNX's two's-complement negation
+        _out(imp, node, imp.emit("sub", [imp.const(0, t), x]))
+    else:
+        raise imp.unsupported(f"{t.dtype} operands are not supported")
+
+
+@handler("Abs")
+def _abs(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype.is_float:
+        _out(imp, node, imp.emit("abs", [x]))
+    elif t.dtype.is_int:
+        zero = imp.const(0, t)
+        neg = imp.emit("cmp", [x, zero], dir="lt")
+        _out(imp, node, imp.emit("select", [neg, imp.emit("sub", [zero, x]), x]))
+    else:
+        raise imp.unsupported(f"{t.dtype} operands are not supported")
+
+
+@handler("Reciprocal")
+def _reciprocal(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    _out(imp, node, imp.emit("div", [imp.const(1.0, t), x]))
+
+
+@handler("Relu")
+def _relu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype.is_float:
+        _out(imp, node, imp.emit("relu", [x]))
+    elif t.dtype.is_int:
+        _out(imp, node, imp.emit("max", [x, imp.const(0, t)]))
+    else:
+        raise imp.unsupported(f"{t.dtype} operands are not supported")
+
+
+@handler("LeakyRelu")
+def _leaky_relu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # x < 0 ? alpha * x : x
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    alpha = attrs.get("alpha", 0.01)
+    neg = imp.emit("cmp", [x, imp.const(0.0, t)], dir="lt")
+    ax = imp.emit("mul", [imp.const(alpha, t), x])
+    _out(imp, node, imp.emit("select", [neg, ax, x]))
+
+
+@handler("PRelu")
+def _prelu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x, slope = operands_bcast(imp, ins[:2])
+    t = _require_float(imp, x)
+    neg = imp.emit("cmp", [x, imp.const(0.0, t)], dir="lt")
+    _out(imp, node, imp.emit("select", [neg, imp.emit("mul", [slope, x]), x]))
+
+
+@handler("Elu")
+def _elu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # x < 0 ? alpha * (exp(x) - 1) : x
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    alpha = attrs.get("alpha", 1.0)
+    neg = imp.emit("cmp", [x, imp.const(0.0, t)], dir="lt")
+    em1 = imp.emit("sub", [imp.emit("exp", [x]), imp.const(1.0, t)])
+    _out(imp, node, imp.emit("select", [neg, imp.emit("mul", [imp.const(alpha, t), em1]), x]))
+
+
+@handler("Selu")
+def _selu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # x <= 0 ? gamma * (alpha * exp(x) - alpha) : gamma * x
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    alpha = attrs.get("alpha", 1.67326319217681884765625)
+    gamma = attrs.get("gamma", 1.05070102214813232421875)
+    a, g = imp.const(alpha, t), imp.const(gamma, t)
+    le = imp.emit("cmp", [x, imp.const(0.0, t)], dir="le")
+    low = imp.emit("mul", [g, imp.emit("sub", [imp.emit("mul", [a, imp.emit("exp", [x])]), a])])
+    _out(imp, node, imp.emit("select", [le, low, imp.emit("mul", [g, x])]))
+
+
+@handler("HardSigmoid")
+def _hard_sigmoid(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # max(0, min(1, alpha * x + beta))
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    alpha, beta = attrs.get("alpha", 0.2), attrs.get("beta", 0.5)
+    y = imp.emit("add", [imp.emit("mul", [imp.const(alpha, t), x]), imp.const(beta, t)])
+    y = imp.emit("min", [imp.const(1.0, t), y])
+    _out(imp, node, imp.emit("max", [imp.const(0.0, t), y]))
+
+
+@handler("Softsign")
+def _softsign(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    den = imp.emit("add", [imp.const(1.0, t), imp.emit("abs", [x])])
+    _out(imp, node, imp.emit("div", [x, den]))
+
+
+@handler("Softplus")
+def _softplus(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # log(exp(x) + 1)
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    _out(imp, node, imp.emit("log", [imp.emit("add", [imp.emit("exp", [x]), imp.const(1.0, t)])]))
+
+
+@handler("ThresholdedRelu")
+def _thresholded_relu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    gt = imp.emit("cmp", [x, imp.const(attrs.get("alpha", 1.0), t)], dir="gt")
+    _out(imp, node, imp.emit("select", [gt, x, imp.const(0.0, t)]))
+
+
+@handler("Sign")
+def _sign(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if not (t.dtype.is_float or t.dtype.is_int):
+        raise imp.unsupported(f"{t.dtype} operands are not supported")
+    zero = imp.const(0, t)
+    pos = imp.emit("cmp", [x, zero], dir="gt")
+    neg = imp.emit("cmp", [x, zero], dir="lt")
+    inner = imp.emit("select", [neg, imp.const(-1, t), x if t.dtype.is_float else zero])
+    _out(imp, node, imp.emit("select", [pos, imp.const(1, t), inner]))
+
+
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}
+
+
+@handler(*_BINARY)
+def _binary(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    if attrs.get("broadcast") == 0 and node.op_type and imp.opset < 7:
+        pass
+    if imp.opset < 7 and attrs.get("broadcast", 0) and "axis" in attrs:
+        raise imp.unsupported("legacy broadcast with an axis is not supported")
+    a, b = operands_bcast(imp, ins[:2])
+    t = imp.type_of(a)
+    if t.dtype.is_bool:
+        raise imp.unsupported("boolean operands are not supported")
+    if imp.type_of(b).dtype != t.dtype:
+        raise imp.unsupported(f"mixed operand dtypes {t.dtype} and {imp.type_of(b).dtype}")
+    if node.op_type == "Div" and not t.dtype.is_float:
+        raise imp.unsupported("integer division has no IR op")
+    _out(imp, node, imp.emit(_BINARY[node.op_type], [a, b]))
+
+
+@handler("Pow")
+def _pow(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    a, b = operands_bcast(imp, ins[:2])
+    t = imp.type_of(a)
+    if not t.dtype.is_float:
+        raise imp.unsupported(f"a {t.dtype} base is not supported (IR pow takes floats)")
+    bt = imp.type_of(b)
+    if bt.dtype != t.dtype:
+        if bt.dtype.is_int and imp.is_static(ins[1]):
+            e = imp.static(ins[1], "the exponent")
+            if np.any(np.abs(e.astype(np.float64)) > 2**24):
+                raise imp.unsupported("the integer exponent does not convert exactly")
+        elif bt.dtype.is_int or bt.dtype.is_float:
+            if bt.dtype.is_float and bt.dtype.bits > t.dtype.bits:
+                raise imp.unsupported(
+                    f"a {bt.dtype} exponent on a {t.dtype} base would round the exponent"
+                )
+            if bt.dtype.is_int and bt.dtype.bits > 8 and t.dtype.significand_bits < bt.dtype.bits:
+                raise imp.unsupported(f"a {bt.dtype} exponent may not convert exactly to {t.dtype}")
+        else:
+            raise imp.unsupported(f"a {bt.dtype} exponent is not supported")
+        b = convert(imp, b, t.dtype)
+    _out(imp, node, imp.emit("pow", [a, b]))
+
+
+_CMP = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge"}
+
+
+@handler(*_CMP)
+def _cmp(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    a, b = operands_bcast(imp, ins[:2])
+    if imp.type_of(a).dtype != imp.type_of(b).dtype:
+        raise imp.unsupported("mixed operand dtypes")
+    _out(imp, node, imp.emit("cmp", [a, b], dir=_CMP[node.op_type]))
+
+
+def _bool(imp: Importer, x: str) -> None:
+    if imp.type_of(x).dtype is not DType.I1:
+        raise imp.unsupported(f"operands must be bool, got {imp.type_of(x)}")
+
+
+@handler("Not")
+def _not(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    _bool(imp, x)
+    t = imp.type_of(x)
+    _out(imp, node, imp.emit("select", [x, imp.const(False, t), imp.const(True, t)]))
+
+
+@handler("And", "Or", "Xor")
+def _logic(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    a, b = operands_bcast(imp, ins[:2])
+    _bool(imp, a)
+    _bool(imp, b)
+    t = imp.type_of(a)
+    if node.op_type == "And":
+        r = imp.emit("select", [a, b, imp.const(False, t)])
+    elif node.op_type == "Or":
+        r = imp.emit("select", [a, imp.const(True, t), b])
+    else:
+        r = imp.emit("cmp", [a, b], dir="ne")
+    _out(imp, node, r)
+
+
+@handler("Where")
+def _where(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    c, a, b = operands_bcast(imp, ins[:3])
+    _bool(imp, c)
+    _out(imp, node, imp.emit("select", [c, a, b]))
+
+
+@handler("Max", "Min", "Sum", "Mean")
+def _variadic(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    xs = operands_bcast(imp, [i for i in ins if i])
+    t = imp.type_of(xs[0])
+    if t.dtype.is_bool or any(imp.type_of(x).dtype != t.dtype for x in xs):
+        raise imp.unsupported(f"operands {[str(imp.type_of(x)) for x in xs]} are not supported")
+    ir = {"Max": "max", "Min": "min", "Sum": "add", "Mean": "add"}[node.op_type]
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = imp.emit(ir, [acc, x])
+    if node.op_type == "Mean":
+        if not t.dtype.is_float:
+            raise imp.unsupported("an integer Mean needs integer division")
+        if len(xs) > 1:
+            acc = imp.emit("div", [acc, imp.const(float(len(xs)), t)])
+    _out(imp, node, acc)
+
+
+@handler("Clip")
+def _clip(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # min(max(x, lo), hi): lo > hi gives hi, as ONNX says; NaN stays NaN.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype.is_bool:
+        raise imp.unsupported("boolean operands are not supported")
+    if imp.opset < 11:
+        lo = attrs.get("min")
+        hi = attrs.get("max")
+        if lo is not None:
+            x = imp.emit("max", [x, imp.const(lo, t)])
+        if hi is not None:
+            x = imp.emit("min", [x, imp.const(hi, t)])
+        _out(imp, node, x)
+        return
+    for k, ir in ((1, "max"), (2, "min")):
+        if len(ins) > k and ins[k]:
+            bound = imp.dyn(ins[k])
+            if imp.type_of(bound).rank != 0 and imp.type_of(bound).num_elements != 1:
+                raise imp.unsupported("min and max must be scalars")
+            bound = bcast(imp, reshape(imp, bound, []), t.shape)
+            x = imp.emit(ir, [x, bound])
+    _out(imp, node, x)
+
+
+@handler("Identity")
+def _identity(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    v = imp.val(ins[0])
+    imp.vals[node.output[0]] = v
+
+
+@handler("Dropout")
+def _dropout(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    if len(ins) > 2 and ins[2]:
+        training = imp.static(ins[2], "training_mode")
+        if bool(np.asarray(training).reshape(-1)[0]):
+            raise imp.unsupported("training mode (random masks) is not supported")
+    if imp.opset < 7 and attrs.get("is_test", 0) == 0:
+        raise imp.unsupported("training mode (is_test = 0) is not supported")
+    v = imp.val(ins[0])
+    imp.vals[node.output[0]] = v
+    if len(node.output) > 1 and node.output[1]:
+        imp.set_static(node.output[1], np.ones(v.type.shape, dtype=bool))
+
+
+@handler("Cast", "CastLike")
+def _cast(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    if node.op_type == "Cast":
+        code = attrs["to"]
+        target = _ONNX_DTYPES.get(code)
+        if target is None:
+            raise imp.unsupported(f"casting to {_dtype_name(code)} (no IR dtype)")
+    else:
+        target = imp.val(ins[1]).type.dtype
+    if attrs.get("saturate", 1) == 0:
+        pass  # only meaningful for float8 targets, which are refused above
+    src = imp.val(ins[0]).type.dtype
+    if src.is_float and target.is_int:
+        # ONNX leaves out-of-range and NaN results undefined; the IR saturates.
+        pass
+    _out(imp, node, convert(imp, imp.dyn(ins[0]), target))
+
+
+@handler("Constant")
+def _constant(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    if "value" in attrs:
+        arr = attrs["value"]
+    elif "value_float" in attrs:
+        arr = np.array(attrs["value_float"], dtype=np.float32)
+    elif "value_floats" in attrs:
+        arr = np.array(attrs["value_floats"], dtype=np.float32)
+    elif "value_int" in attrs:
+        arr = np.array(attrs["value_int"], dtype=np.int64)
+    elif "value_ints" in attrs:
+        arr = np.array(attrs["value_ints"], dtype=np.int64)
+    else:
+        raise imp.unsupported(f"attributes {sorted(attrs)} (sparse or string constants)")
+    imp.set_static(node.output[0], np.asarray(arr))
+
+
+@handler("ConstantOfShape")
+def _constant_of_shape(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    shape = [int(s) for s in imp.static(ins[0], "the shape")]
+    value = attrs.get("value", np.zeros(1, dtype=np.float32))
+    imp.set_static(node.output[0], np.full(shape, value.reshape(-1)[0], dtype=value.dtype))
+
+
+@handler("Shape")
+def _shape(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    shape = list(imp.val(ins[0]).type.shape)
+    rank = len(shape)
+    start = attrs.get("start", 0)
+    end = attrs.get("end", rank)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    imp.set_static(node.output[0], np.array(shape[start:end], dtype=np.int64))
+
+
+@handler("Size")
+def _size(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    imp.set_static(node.output[0], np.array(imp.val(ins[0]).type.num_elements, dtype=np.int64))
+
+
+@handler("Range")
+def _range(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    start, limit, delta = (imp.static(i, "Range's inputs")[()] for i in ins[:3])
+    n = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0)
+    dtype = np.asarray(start).dtype
+    # output[i] = start + i * delta, computed in the dtype, as ONNX defines it
+    out = np.array([start + np.asarray(i, dtype) * delta for i in range(n)], dtype=dtype)
+    if dtype.kind == "f":
+        raise imp.unsupported("a float Range is computed in float arithmetic at run time")
+    imp.set_static(node.output[0], out.reshape(n))
+
+
+@handler("Reshape")
+def _reshape(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    target = (
+        list(attrs["shape"]) if imp.opset < 5 else [int(s) for s in imp.static(ins[1], "shape")]
+    )
+    allowzero = attrs.get("allowzero", 0)
+    out = []
+    for i, s in enumerate(target):
+        if s == 0 and not allowzero:
+            out.append(t.shape[i])
+        else:
+            out.append(s)
+    if out.count(-1) > 1:
+        raise imp.unsupported("more than one -1 in the shape")
+    if -1 in out:
+        known = math.prod(s for s in out if s != -1)
+        if known == 0 or t.num_elements % known:
+            raise imp.unsupported(f"cannot infer -1 reshaping {t} to {target}")
+        out[out.index(-1)] = t.num_elements // known
+    if math.prod(out) != t.num_elements:
+        raise imp.unsupported(f"cannot reshape {t} to {target}")
+    _out(imp, node, reshape(imp, x, out))
+
+
+@handler("Flatten")
+def _flatten(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    axis = attrs.get("axis", 1)
+    axis = axis + t.rank if axis < 0 else axis
+    if not 0 <= axis <= t.rank:
+        raise imp.unsupported(f"axis {attrs.get('axis')} out of range")
+    _out(imp, node, reshape(imp, x, [math.prod(t.shape[:axis]), math.prod(t.shape[axis:])]))
+
+
+def _axes_arg(imp: Importer, ins: list[str], attrs: dict[str, Any], k: int, from_opset: int):
+    if imp.opset >= from_opset:
+        if len(ins) > k and ins[k]:
+            return [int(a) for a in np.asarray(imp.static(ins[k], "axes")).reshape(-1)]
+        return None
+    return attrs.get("axes")
+
+
+@handler("Squeeze")
+def _squeeze(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    axes = _axes_arg(imp, ins, attrs, 1, 13)
+    if axes is None:
+        axes = [d for d, s in enumerate(t.shape) if s == 1]
+    axes = [_norm_axis(imp, a, t.rank) for a in axes]
+    if any(t.shape[a] != 1 for a in axes):
+        raise imp.unsupported(f"cannot squeeze a dim of size other than 1 in {t}")
+    _out(imp, node, reshape(imp, x, [s for d, s in enumerate(t.shape) if d not in axes]))
+
+
+@handler("Unsqueeze")
+def _unsqueeze(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    axes = _axes_arg(imp, ins, attrs, 1, 13)
+    if axes is None:
+        raise imp.unsupported("axes are required")
+    rank = t.rank + len(axes)
+    axes = sorted(_norm_axis(imp, a, rank) for a in axes)
+    shape = list(t.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    _out(imp, node, reshape(imp, x, shape))
+
+
+@handler("Transpose")
+def _transpose(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    perm = attrs.get("perm") or list(range(t.rank))[::-1]
+    if list(perm) == list(range(t.rank)):
+        _out(imp, node, x)
+        return
+    _out(imp, node, imp.emit("transpose", [x], perm=list(perm)))
+
+
+@handler("Concat")
+def _concat(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    xs = [imp.dyn(i) for i in ins if i]
+    t = imp.type_of(xs[0])
+    axis = _norm_axis(imp, attrs.get("axis", 1 if imp.opset < 4 else 0), t.rank)
+    if len(xs) == 1:
+        _out(imp, node, xs[0])
+        return
+    _out(imp, node, imp.emit("concat", xs, axis=axis))
+
+
+def _take_indices(imp: Importer, x: str, axis: int, idx: Sequence[int]) -> str:
+    """x gathered along `axis` at static, in-range indices (a strided slice when it is one)."""
+    t = imp.type_of(x)
+    idx = list(idx)
+    n = len(idx)
+    if n == 0 or (n == 1 and 0 <= idx[0] < t.shape[axis]):
+        start = idx[0] if n else 0
+        return _slice1(imp, x, axis, start, start + n, 1)
+    step = idx[1] - idx[0] if n > 1 else 1
+    if step >= 1 and idx == list(range(idx[0], idx[0] + step * n, step)):
+        return _slice1(imp, x, axis, idx[0], idx[0] + step * (n - 1) + 1, step)
+    i64 = TensorType(DType.I64, (n,))
+    return imp.emit("take", [x, imp.const(np.array(idx, dtype=np.int64), i64)], axis=axis)
+
+
+def _slice1(imp: Importer, x: str, axis: int, start: int, limit: int, stride: int) -> str:
+    t = imp.type_of(x)
+    if (start, limit, stride) == (0, t.shape[axis], 1):
+        return x
+    st = [0] * t.rank
+    li = list(t.shape)
+    sd = [1] * t.rank
+    st[axis], li[axis], sd[axis] = start, limit, stride
+    return imp.emit("slice", [x], start=st, limit=li, stride=sd)
+
+
+@handler("Slice")
+def _slice(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if imp.opset < 10:
+        starts, ends = attrs["starts"], attrs["ends"]
+        axes = attrs.get("axes", list(range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+
+        def arg(k: int, what: str) -> list[int] | None:
+            if len(ins) > k and ins[k]:
+                return [int(v) for v in np.asarray(imp.static(ins[k], what)).reshape(-1)]
+            return None
+
+        starts, ends = arg(1, "starts"), arg(2, "ends")
+        axes = arg(3, "axes") or list(range(len(starts)))
+        steps = arg(4, "steps") or [1] * len(starts)
+    for a, s, e, st in zip(axes, starts, ends, steps, strict=True):
+        a = _norm_axis(imp, a, t.rank)
+        if st == 0:
+            raise imp.unsupported("a step of 0")
+        idx = list(range(*slice(s, e, st).indices(t.shape[a])))
+        x = _take_indices(imp, x, a, idx)
+    _out(imp, node, x)
+
+
+@handler("Split")
+def _split(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    axis = _norm_axis(imp, attrs.get("axis", 0), t.rank)
+    n_out = len(node.output)
+    if imp.opset >= 13 and len(ins) > 1 and ins[1]:
+        sizes = [int(v) for v in imp.static(ins[1], "split")]
+    elif imp.opset < 13 and "split" in attrs:
+        sizes = list(attrs["split"])
+    else:
+        n = attrs.get("num_outputs", n_out)
+        chunk = -(-t.shape[axis] // n)
+        sizes = [min(chunk, t.shape[axis] - k * chunk) for k in range(n)]
+    if sum(sizes) != t.shape[axis] or len(sizes) != n_out:
+        raise imp.unsupported(f"split sizes {sizes} do not fit {t}")
+    pos = 0
+    for k, s in enumerate(sizes):
+        _out(imp, node, _slice1(imp, x, axis, pos, pos + s, 1), k)
+        pos += s
+
+
+@handler("Tile")
+def _tile(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # x[..., d, ...] -> [..., 1, d, ...] broadcast to [..., r, d, ...] -> [..., r * d, ...]
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    reps = [int(r) for r in imp.static(ins[1], "repeats")]
+    inter = []
+    final = []
+    for s, r in zip(t.shape, reps, strict=True):
+        inter += [r, s]
+        final.append(r * s)
+    y = reshape(imp, x, [d for s in t.shape for d in (1, s)])
+    y = imp.emit("broadcast", [y], t.with_shape(inter), dims=list(range(2 * t.rank)))
+    _out(imp, node, reshape(imp, y, final))
+
+
+@handler("Expand")
+def _expand(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    shape = [int(s) for s in imp.static(ins[1], "shape")]
+    _out(imp, node, bcast(imp, x, broadcast_shape(imp, imp.type_of(x).shape, shape)))
+
+
+@handler("Gather")
+def _gather(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    axis = _norm_axis(imp, attrs.get("axis", 0), t.rank)
+    size = t.shape[axis]
+    if imp.is_static(ins[1]):
+        idx = np.asarray(imp.static(ins[1], "indices")).astype(np.int64)
+        if np.any((idx < -size) | (idx >= size)):
+            raise imp.unsupported(f"an index is out of range for axis {axis} of {t}")
+        idx = np.where(idx < 0, idx + size, idx)
+        if idx.ndim == 1:
+            _out(imp, node, _take_indices(imp, x, axis, idx.tolist()))
+            return
+        i = imp.const(idx, TensorType(DType.I64, idx.shape))
+    else:
+        i = imp.dyn(ins[1])
+        it = imp.type_of(i)
+        if not it.dtype.is_int:
+            raise imp.unsupported(f"indices of type {it}")
+        # ONNX counts negative indices from the end; IR take clamps: wrap them first.
+        zero = imp.const(0, it)
+        neg = imp.emit("cmp", [i, zero], dir="lt")
+        i = imp.emit("select", [neg, imp.emit("add", [i, imp.const(size, it)]), i])
+    _out(imp, node, imp.emit("take", [x, i], axis=axis))
+
+
+@handler("Trilu")
+def _trilu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    k = int(imp.static(ins[1], "k")) if len(ins) > 1 and ins[1] else 0
+    n, m = t.shape[-2], t.shape[-1]
+    i, j = np.arange(n)[:, None], np.arange(m)[None, :]
+    keep = (j - i >= k) if attrs.get("upper", 1) else (j - i <= k)
+    mask = imp.const(np.broadcast_to(keep, t.shape).copy(), t.with_dtype(DType.I1))
+    _out(imp, node, imp.emit("select", [mask, x, imp.const(0, t)]))
+
+
+# --- reductions -------------------------------------------------------------------------------
+
+
+def _reduce_axes(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any], rank: int):
+    from_opset = 13 if node.op_type == "ReduceSum" else 18
+    axes = _axes_arg(imp, ins, attrs, 1, from_opset)
+    if axes is None or (len(axes) == 0 and imp.opset >= from_opset):
+        if attrs.get("noop_with_empty_axes", 0):
+            return None
+        return list(range(rank))
+    return sorted({_norm_axis(imp, a, rank) for a in axes})
+
+
+def _keep(imp: Importer, x: str, r: str, axes: list[int], attrs: dict[str, Any]) -> str:
+    if not attrs.get("keepdims", 1):
+        return r
+    t = imp.type_of(x)
+    return reshape(imp, r, [1 if d in axes else s for d, s in enumerate(t.shape)])
+
+
+_REDUCE = {
+    "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max", "ReduceMin": "reduce_min",
+    "ReduceMean": "reduce_sum", "ReduceL1": "reduce_sum", "ReduceL2": "reduce_sum",
+    "ReduceSumSquare": "reduce_sum", "ReduceLogSum": "reduce_sum",
+    "ReduceLogSumExp": "reduce_sum",
+}  # fmt: skip
+
+
+@handler(*_REDUCE)
+def _reduce(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    op = node.op_type
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype.is_bool:
+        raise imp.unsupported("boolean operands are not supported")
+    axes = _reduce_axes(imp, node, ins, attrs, t.rank)
+    if axes is None:  # noop_with_empty_axes: the input unchanged (the L1, L2... maps still apply)
+        axes = []
+    if op not in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1"):
+        _require_float(imp, x, f" by {op}")
+    if op == "ReduceL1":
+        body = imp.emit("abs", [x]) if t.dtype.is_float else None
+        if body is None:
+            raise imp.unsupported(f"{t.dtype} operands are not supported")
+    elif op in ("ReduceL2", "ReduceSumSquare"):
+        body = imp.emit("mul", [x, x])
+    elif op == "ReduceLogSumExp":
+        body = imp.emit("exp", [x])
+    else:
+        body = x
+    if axes:
+        r = imp.emit(_REDUCE[op], [body], axes=axes)
+    else:
+        r = body
+    rt = imp.type_of(r)
+    if op == "ReduceMean" and axes:
+        n = math.prod(t.shape[a] for a in axes)
+        r = imp.emit("div", [r, imp.const(float(n), rt)])  # sum / n, n in the dtype
+    elif op == "ReduceL2":
+        r = imp.emit("sqrt", [r])
+    elif op in ("ReduceLogSum", "ReduceLogSumExp"):
+        r = imp.emit("log", [r])
+    _out(imp, node, _keep(imp, x, r, axes, attrs))
+
+
+@handler("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    axes = list(range(2, t.rank))
+    if node.op_type == "GlobalMaxPool":
+        r = imp.emit("reduce_max", [x], axes=axes)
+    else:
+        r = imp.emit("reduce_sum", [x], axes=axes)
+        n = math.prod(t.shape[2:])
+        r = imp.emit("div", [r, imp.const(float(n), imp.type_of(r))])
+    _out(imp, node, reshape(imp, r, list(t.shape[:2]) + [1] * (t.rank - 2)))
+
+
+@handler("Softmax", "LogSoftmax")
+def _softmax(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    ir = "softmax" if node.op_type == "Softmax" else "log_softmax"
+    if imp.opset >= 13:
+        axis = _norm_axis(imp, attrs.get("axis", -1), t.rank)
+        _out(imp, node, imp.emit(ir, [x], axis=axis))
+        return
+    # Before opset 13: the input is coerced to 2-D [prod(dims < axis), prod(dims >= axis)].
+    axis = attrs.get("axis", 1)
+    axis = axis + t.rank if axis < 0 else axis
+    flat = reshape(imp, x, [math.prod(t.shape[:axis]), math.prod(t.shape[axis:])])
+    _out(imp, node, reshape(imp, imp.emit(ir, [flat], axis=1), t.shape))
+
+
+@handler("LayerNormalization")
+def _layer_norm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # ONNX's function body: Mean = ReduceMean(X); Var = ReduceMean(X*X) - Mean*Mean;
+    # StdDev = Sqrt(Var + eps); Y = ((X - Mean) / StdDev) * Scale + B; InvStdDev = 1 / StdDev,
+    # computed in stash_type (f32 by default).
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    axis = _norm_axis(imp, attrs.get("axis", -1), t.rank)
+    stash = _ONNX_DTYPES.get(attrs.get("stash_type", 1))
+    if stash is None or not stash.is_float:
+        raise imp.unsupported(f"stash_type {attrs.get('stash_type')}")
+    eps = attrs.get("epsilon", 1e-5)
+    axes = list(range(axis, t.rank))
+    n = math.prod(t.shape[axis:])
+    xu = convert(imp, x, stash)
+    tu = imp.type_of(xu)
+    red = imp.emit("reduce_sum", [xu], axes=axes)
+    rt = imp.type_of(red)
+    nn = imp.const(float(n), rt)
+    mean = imp.emit("div", [red, nn])
+    mean_sq = imp.emit("div", [imp.emit("reduce_sum", [imp.emit("mul", [xu, xu])], axes=axes), nn])
+    var = imp.emit("sub", [mean_sq, imp.emit("mul", [mean, mean])])
+    eps_c = imp.const(np.float32(eps).astype(stash.np), rt)
+    std = imp.emit("sqrt", [imp.emit("add", [var, eps_c])])
+    kept = list(range(axis))
+    dev = imp.emit("sub", [xu, imp.emit("broadcast", [mean], tu, dims=kept)])
+    normed = imp.emit("div", [dev, imp.emit("broadcast", [std], tu, dims=kept)])
+    normed = convert(imp, normed, t.dtype)
+    scale = bcast(imp, imp.dyn(ins[1]), t.shape)
+    y = imp.emit("mul", [normed, scale])
+    if len(ins) > 2 and ins[2]:
+        y = imp.emit("add", [y, bcast(imp, imp.dyn(ins[2]), t.shape)])
+    _out(imp, node, y)
+    keep_shape = [s if d < axis else 1 for d, s in enumerate(t.shape)]
+    if len(node.output) > 1 and node.output[1]:
+        _out(imp, node, reshape(imp, mean, keep_shape), 1)
+    if len(node.output) > 2 and node.output[2]:
+        inv = imp.emit("div", [imp.const(1.0, rt), std])
+        _out(imp, node, reshape(imp, inv, keep_shape), 2)
+
+
+@handler("Gelu")
+def _gelu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # ONNX's function body (opset 20), in its order.
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    half_x = imp.emit("mul", [imp.const(0.5, t), x])
+    if attrs.get("approximate", "none") == "none":
+        sqrt2 = imp.emit("sqrt", [imp.const(2.0, t)])
+        phi = imp.emit("add", [imp.const(1.0, t), imp.emit("erf", [imp.emit("div", [x, sqrt2])])])
+    elif attrs["approximate"] == "tanh":
+        two_over_pi = np.float32(0.63661975)
+        k = imp.emit("sqrt", [imp.const(two_over_pi.astype(t.dtype.np), t)])
+        cube = imp.emit("pow", [x, imp.const(3.0, t)])
+        c0 = imp.const(np.float32(0.044715).astype(t.dtype.np), t)
+        inner = imp.emit("add", [x, imp.emit("mul", [c0, cube])])
+        phi = imp.emit("add", [imp.const(1.0, t), imp.emit("tanh", [imp.emit("mul", [k, inner])])])
+    else:
+        raise imp.unsupported(f"approximate = '{printable(attrs['approximate'])}'")
+    _out(imp, node, imp.emit("mul", [half_x, phi]))
+
+
+@handler("BatchNormalization")
+def _batch_norm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # Inference: (x - mean) / sqrt(var + eps) * scale + B, per channel (dim 1).
+    if attrs.get("training_mode", 0) or (imp.opset < 7 and not attrs.get("is_test", 0)):
+        raise imp.unsupported("training mode is not supported")
+    if len([o for o in node.output if o]) > 1:
+        raise imp.unsupported("the running statistics outputs (training mode)")
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    eps = attrs.get("epsilon", 1e-5)
+
+    def chan(name: str) -> str:
+        v = imp.dyn(name)
+        if imp.type_of(v).dtype != t.dtype:
+            raise imp.unsupported("mixed dtypes")
+        return imp.emit("broadcast", [v], t, dims=[1])
+
+    scale, bias, mean, var = (chan(n) for n in ins[1:5])
+    std = imp.emit("sqrt", [imp.emit("add", [var, imp.const(np.float32(eps), t)])])
+    y = imp.emit("div", [imp.emit("sub", [x, mean]), std])
+    _out(imp, node, imp.emit("add", [imp.emit("mul", [y, scale]), bias]))
+
+
+# --- contractions ------------------------------------------------------------------------------
+
+
+def _matmul(imp: Importer, a: str, b: str) -> str:
+    ta, tb = imp.type_of(a), imp.type_of(b)
+    if ta.dtype != tb.dtype or ta.dtype.is_bool:
+        raise imp.unsupported(f"operands {ta} and {tb}")
+    a1, b1 = ta.rank == 1, tb.rank == 1
+    if a1:
+        a = reshape(imp, a, [1, ta.shape[0]])
+    if b1:
+        b = reshape(imp, b, [tb.shape[0], 1])
+    ta, tb = imp.type_of(a), imp.type_of(b)
+    batch = broadcast_shape(imp, ta.shape[:-2], tb.shape[:-2])
+    a = bcast(imp, a, (*batch, *ta.shape[-2:]))
+    b = bcast(imp, b, (*batch, *tb.shape[-2:]))
+    if ta.shape[-1] != tb.shape[-2]:
+        raise imp.unsupported(f"inner dims of {ta} and {tb} differ")
+    r = imp.emit("matmul", [a, b])
+    shape = list(imp.type_of(r).shape)
+    if a1:
+        shape.pop(-2)
+    if b1:
+        shape.pop(-1)
+    return reshape(imp, r, shape)
+
+
+@handler("MatMul")
+def _matmul_node(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    _out(imp, node, _matmul(imp, imp.dyn(ins[0]), imp.dyn(ins[1])))
+
+
+@handler("Gemm")
+def _gemm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # alpha * (A' B') + beta * C
+    a, b = imp.dyn(ins[0]), imp.dyn(ins[1])
+    if attrs.get("transA", 0):
+        a = imp.emit("transpose", [a], perm=[1, 0])
+    if attrs.get("transB", 0):
+        b = imp.emit("transpose", [b], perm=[1, 0])
+    y = _matmul(imp, a, b)
+    t = imp.type_of(y)
+    alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+    if alpha != 1.0:
+        y = imp.emit("mul", [imp.const(alpha, t), y])
+    if len(ins) > 2 and ins[2]:
+        c = bcast(imp, imp.dyn(ins[2]), t.shape)
+        if beta != 1.0:
+            c = imp.emit("mul", [imp.const(beta, t), c])
+        y = imp.emit("add", [y, c])
+    _out(imp, node, y)
+
+
+@handler("Einsum")
+def _einsum(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    eq = attrs["equation"].replace(" ", "")
+    if "..." in eq or "->" not in eq:
+        raise imp.unsupported(f"equation '{printable(eq)}' (needs explicit output, no ellipsis)")
+    lhs, out = eq.split("->")
+    terms = lhs.split(",")
+    xs = [imp.dyn(i) for i in ins]
+    if len(terms) != len(xs) or len(xs) not in (1, 2):
+        raise imp.unsupported("only one or two operands")
+    for term in terms:
+        if len(set(term)) != len(term):
+            raise imp.unsupported("a repeated index in one operand (a diagonal)")
+    # Sum away indices that appear in one operand only and not in the output.
+    for k, term in enumerate(terms):
+        others = "".join(terms[:k] + terms[k + 1 :]) + out
+        lone = [d for d, c in enumerate(term) if c not in others]
+        if lone:
+            xs[k] = imp.emit("reduce_sum", [xs[k]], axes=lone)
+            terms[k] = "".join(c for c in term if c in others)
+    if len(xs) == 1:
+        r, have = xs[0], terms[0]
+    else:
+        (a, b), (ta, tb) = xs, terms
+        batch = [c for c in ta if c in tb and c in out]
+        contract = [c for c in ta if c in tb and c not in out]
+        r = imp.emit(
+            "dot",
+            [a, b],
+            imp.type_of(a),
+            lhs_batch=[ta.index(c) for c in batch],
+            rhs_batch=[tb.index(c) for c in batch],
+            lhs_contract=[ta.index(c) for c in contract],
+            rhs_contract=[tb.index(c) for c in contract],
+        )
+        have = (
+            "".join(batch)
+            + "".join(c for c in ta if c not in tb)
+            + "".join(c for c in tb if c not in ta)
+        )
+    if sorted(have) != sorted(out):
+        raise imp.unsupported(f"equation '{printable(eq)}'")
+    perm = [have.index(c) for c in out]
+    if perm != list(range(len(perm))):
+        r = imp.emit("transpose", [r], perm=perm)
+    _out(imp, node, r)
+
+
+# --- convolution and pooling ------------------------------------------------------------------
+
+
+def _conv_pads(
+    imp: Importer, attrs: dict[str, Any], spatial: Sequence[int], kernel: Sequence[int],
+    strides: Sequence[int], dilations: Sequence[int], ceil_mode: bool = False,
+) -> list[list[int]]:  # fmt: skip
+    n = len(spatial)
+    auto = attrs.get("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        pads = attrs.get("pads", [0] * (2 * n))
+        return [[pads[i], pads[i + n]] for i in range(n)]
+    if auto == "VALID":
+        return [[0, 0] for _ in range(n)]
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        out = []
+        for s, k, st, d in zip(spatial, kernel, strides, dilations, strict=True):
+            o = -(-s // st)
+            total = max((o - 1) * st + (k - 1) * d + 1 - s, 0)
+            small, big = total // 2, total - total // 2
+            out.append([small, big] if auto == "SAME_UPPER" else [big, small])
+        return out
+    raise imp.unsupported(f"auto_pad '{printable(auto)}'")
+
+
+@handler("Conv")
+def _conv(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x, w = imp.dyn(ins[0]), imp.dyn(ins[1])
+    tx, tw = imp.type_of(x), imp.type_of(w)
+    _require_float(imp, x)
+    nsp = tx.rank - 2
+    if nsp not in (1, 2):
+        raise imp.unsupported(f"{nsp}-D convolution (only 1-D and 2-D)")
+    kernel = list(tw.shape[2:])
+    if "kernel_shape" in attrs and list(attrs["kernel_shape"]) != kernel:
+        raise imp.unsupported("kernel_shape differs from the weight's shape")
+    strides = attrs.get("strides", [1] * nsp)
+    dilations = attrs.get("dilations", [1] * nsp)
+    pads = _conv_pads(imp, attrs, tx.shape[2:], kernel, strides, dilations)
+    if nsp == 1:  # as 2-D with a height of 1
+        x = reshape(imp, x, [tx.shape[0], tx.shape[1], 1, tx.shape[2]])
+        w = reshape(imp, w, [tw.shape[0], tw.shape[1], 1, tw.shape[2]])
+        strides, dilations, pads = [1, *strides], [1, *dilations], [[0, 0], *pads]
+    y = imp.emit(
+        "conv2d", [x, w], stride=list(strides), padding=pads, dilation=list(dilations),
+        groups=attrs.get("group", 1),
+    )  # fmt: skip
+    ty = imp.type_of(y)
+    if len(ins) > 2 and ins[2]:
+        y = imp.emit("add", [y, imp.emit("broadcast", [imp.dyn(ins[2])], ty, dims=[1])])
+    if nsp == 1:
+        y = reshape(imp, y, [ty.shape[0], ty.shape[1], ty.shape[3]])
+    _out(imp, node, y)
+
+
+@handler("MaxPool", "AveragePool")
+def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """Windows as strided slices of the padded input, combined elementwise: max (exact in any
+    order) or a sum in window order divided by the window's element count."""
+    if len([o for o in node.output if o]) > 1:
+        raise imp.unsupported("the Indices output has no IR op (an argmax)")
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    is_max = node.op_type == "MaxPool"
+    if not t.dtype.is_float and not (is_max and t.dtype.is_int):
+        raise imp.unsupported(f"{t.dtype} operands are not supported")
+    nsp = t.rank - 2
+    kernel = list(attrs["kernel_shape"])
+    strides = attrs.get("strides", [1] * nsp)
+    dilations = attrs.get("dilations", [1] * nsp)
+    ceil_mode = bool(attrs.get("ceil_mode", 0))
+    spatial = t.shape[2:]
+    pads = _conv_pads(imp, attrs, spatial, kernel, strides, dilations)
+    if attrs.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER") and not is_max:
+        raise imp.unsupported("auto_pad SAME with AveragePool (its divisor rule differs)")
+    outs = []
+    for s, k, st, d, (lo, hi) in zip(spatial, kernel, strides, dilations, pads, strict=True):
+        span = s + lo + hi - d * (k - 1) - 1
+        o = (-(-span // st) if ceil_mode else span // st) + 1
+        if ceil_mode and (o - 1) * st >= s + lo:
+            o -= 1  # the last window must start inside the input or the low padding
+        outs.append(o)
+    # Grow the high padding so every window position exists; those cells never count.
+    extra = [
+        max((o - 1) * st + (k - 1) * d + 1 - (s + lo + hi), 0)
+        for o, s, k, st, d, (lo, hi) in zip(outs, spatial, kernel, strides, dilations, pads,
+                                            strict=True)
+    ]  # fmt: skip
+    if is_max:
+        fill: Any = float("-inf") if t.dtype.is_float else t.dtype.int_min
+    else:
+        fill = 0.0
+    lows = [0, 0] + [lo for lo, _ in pads]
+    highs = [0, 0] + [hi + e for (_, hi), e in zip(pads, extra, strict=True)]
+    xp = x if not any(lows + highs) else imp.emit("pad", [x], low=lows, high=highs, value=fill)
+    acc = None
+    for offs in np.ndindex(*kernel):
+        start = [0, 0] + [kk * d for kk, d in zip(offs, dilations, strict=True)]
+        limit = [t.shape[0], t.shape[1]] + [
+            kk * d + (o - 1) * st + 1
+            for kk, d, o, st in zip(offs, dilations, outs, strides, strict=True)
+        ]
+        win = imp.emit("slice", [xp], start=start, limit=limit, stride=[1, 1, *strides])
+        acc = win if acc is None else imp.emit("max" if is_max else "add", [acc, win])
+    assert acc is not None
+    if not is_max:
+        include_pad = bool(attrs.get("count_include_pad", 0))
+        counts = np.ones(outs, dtype=np.float64)
+        for dim, (s, k, st, d, (lo, hi), o) in enumerate(
+            zip(spatial, kernel, strides, dilations, pads, outs, strict=True)
+        ):
+            lim_lo, lim_hi = (-lo, s + hi) if include_pad else (0, s)
+            c = np.array(
+                [
+                    sum(1 for kk in range(k) if lim_lo <= i * st - lo + kk * d < lim_hi)
+                    for i in range(o)
+                ],
+                dtype=np.float64,
+            )
+            shape = [1] * nsp
+            shape[dim] = o
+            counts = counts * c.reshape(shape)
+        at = imp.type_of(acc)
+        div = imp.const(np.broadcast_to(counts, at.shape).copy(), at)
+        acc = imp.emit("div", [acc, div])
+    _out(imp, node, acc)
+
+
+@handler("Pad")
+def _pad(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    mode = attrs.get("mode", "constant")
+    if imp.opset < 11:
+        pads = list(attrs["pads"])
+        value: Any = attrs.get("value", 0.0)
+        axes = list(range(t.rank))
+    else:
+        pads = [int(p) for p in imp.static(ins[1], "pads")]
+        value = 0
+        if len(ins) > 2 and ins[2]:
+            value = np.asarray(imp.static(ins[2], "constant_value")).reshape(-1)[0]
+        axes = list(range(t.rank))
+        if len(ins) > 3 and ins[3]:
+            axes = [_norm_axis(imp, int(a), t.rank) for a in imp.static(ins[3], "axes")]
+    n = len(axes)
+    low = [0] * t.rank
+    high = [0] * t.rank
+    for k, a in enumerate(axes):
+        low[a], high[a] = pads[k], pads[k + n]
+    if mode == "constant":
+        py = _py(np.asarray(value).astype(t.dtype.np)[()], t.dtype)
+        y = x
+        if any(v > 0 for v in low + high):
+            y = imp.emit(
+                "pad", [x], low=[max(v, 0) for v in low], high=[max(v, 0) for v in high],
+                value=py,
+            )  # fmt: skip
+        for a in range(t.rank):  # negative pads crop
+            if low[a] < 0 or high[a] < 0:
+                size = imp.type_of(y).shape[a]
+                y = _slice1(imp, y, a, -min(low[a], 0), size + min(high[a], 0), 1)
+        _out(imp, node, y)
+        return
+    if mode not in ("edge", "reflect", "wrap"):
+        raise imp.unsupported(f"mode '{printable(mode)}'")
+    y = x
+    for a in range(t.rank):
+        s = t.shape[a]
+        if low[a] == 0 and high[a] == 0:
+            continue
+        idx = []
+        for i in range(-low[a], s + high[a]):
+            if mode == "edge":
+                j = min(max(i, 0), s - 1)
+            elif mode == "wrap":
+                j = i % s
+            else:
+                if s == 1:
+                    j = 0
+                else:
+                    period = 2 * (s - 1)
+                    j = i % period
+                    j = period - j if j >= s else j
+            idx.append(j)
+        y = _take_indices(imp, y, a, idx)
+    _out(imp, node, y)
+
+
+# --- public API -------------------------------------------------------------------------------
+
+
+def _load(model_or_path: Any) -> tuple[Any, str]:
+    if onnx is None:
+        raise IRError("importing ONNX needs the onnx package: pip install 'gdv[onnx]'")
+    if isinstance(model_or_path, onnx.ModelProto):
+        return model_or_path, "<onnx>"
+    path = str(model_or_path)
+    try:
+        return onnx.load(path), path
+    except FileNotFoundError:
+        raise IRError(f"no such file {printable(path, 200)}", Loc(path, 1, 1)) from None
+    except Exception as e:  # protobuf decode errors and the like
+        raise IRError(
+            f"not a valid ONNX model ({printable(str(e), 160)})", Loc(path, 1, 1)
+        ) from None
+
+
+def import_model(
+    model_or_path: Any,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    known_inputs: Mapping[str, np.ndarray] | None = None,
+) -> tuple[Module, dict[str, np.ndarray]]:
+    """An ONNX model (a `ModelProto` or a path) as a verified graph-stage Module and its weights
+    (initializer values keyed by parameter name).
+
+    `input_shapes` fixes graph inputs' shapes (by ONNX name) where the model has symbolic dims.
+    `known_inputs` gives graph inputs' values (by ONNX name) that may be used where an op needs
+    a constant (a Reshape target, pads, axes); such an input is then fixed and, when nothing
+    else reads it, no longer a parameter. Raises `IRError` (an `Unsupported` for ops gdv cannot
+    express) on any input it refuses."""
+    model, filename = _load(model_or_path)
+    imp = Importer(model, input_shapes=input_shapes, known_inputs=known_inputs, filename=filename)
+    return imp.run()
+
+
+def to_onnx_dtype(arr: np.ndarray, expected: int) -> np.ndarray:
+    """An output array in the numpy dtype ONNX's tools expect for element type `expected`."""
+    if expected == 9:
+        return arr.astype(bool)
+    return arr
+
+
+class BackendRep(_OnnxBackendRep):
+    """A prepared model: imported for each new set of input shapes and constant inputs, then
+    executed on gdv's reference backend."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self._cache: dict[Any, tuple[Module, dict[str, np.ndarray], dict[str, str]]] = {}
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        from gdv.backends import reference
+
+        graph = self.model.graph
+        init_names = {i.name for i in graph.initializer}
+        names = [i.name for i in graph.input if i.name not in init_names]
+        if isinstance(inputs, Mapping):
+            given = dict(inputs)
+        else:
+            given = dict(zip(names, list(inputs), strict=False))
+        arrays = {k: np.asarray(v) for k, v in given.items()}
+        shapes = {k: a.shape for k, a in arrays.items()}
+        known = {k: a for k, a in arrays.items() if a.dtype.kind in "iu" and a.size <= 64}
+        key = tuple(sorted((k, shapes[k], str(arrays[k].dtype)) for k in arrays)) + tuple(
+            sorted((k, a.tobytes()) for k, a in known.items())
+        )
+        if key not in self._cache:
+            module, weights = import_model(self.model, input_shapes=shapes, known_inputs=known)
+            self._cache[key] = (module, weights, {})
+        module, weights, _ = self._cache[key]
+        fn = module.entry
+        feeds = dict(weights)
+        for p in fn.params:
+            if p.name in feeds:
+                continue
+            onnx_name = p.attrs.get("onnx_name", p.name)
+            if onnx_name not in arrays:
+                raise IRError(f"missing input '{printable(onnx_name)}'")
+            arr = arrays[onnx_name]
+            if arr.dtype != p.type.dtype.np:
+                if _np_to_ir(arr.dtype) is None:
+                    raise Unsupported(f"input dtype {arr.dtype} has no IR dtype")
+                arr = arr.astype(p.type.dtype.np)
+            feeds[p.name] = arr
+        outs = reference.run(module, feeds)
+        return tuple(
+            to_onnx_dtype(o, g.type.tensor_type.elem_type)
+            for o, g in zip(outs, graph.output, strict=True)
+        )
+
+
+class Backend(_OnnxBackend):
+    """gdv as an ONNX backend (`onnx.backend.base.Backend`): models run on the reference
+    backend, bit-exact to gdv's IR semantics."""
+
+    @classmethod
+    def is_compatible(cls, model: Any, device: str = "CPU", **kwargs: Any) -> bool:
+        return cls.supports_device(device)
+
+    @classmethod
+    def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> BackendRep:
+        if not cls.supports_device(device):
+            raise IRError(f"device '{printable(device)}' is not supported (CPU only)")
+        return BackendRep(model)
+
+    @classmethod
+    def run_model(
+        cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any
+    ) -> tuple[np.ndarray, ...]:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(
+        cls, node: Any, inputs: Any, device: str = "CPU", outputs_info: Any = None, **kwargs: Any
+    ) -> tuple[np.ndarray, ...]:
+        from onnx import helper
+
+        arrays = [np.asarray(a) for a in inputs]
+        names = [n for n in node.input if n]
+        vis = [
+            helper.make_tensor_value_info(
+                n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)
+            )
+            for n, a in zip(names, arrays, strict=False)
+        ]
+        outs = [helper.make_tensor_value_info(o, 0, None) for o in node.output if o]
+        graph = helper.make_graph([node], "node", vis, outs)
+        opset = kwargs.get("opset_version", onnx.defs.onnx_opset_version())
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        return cls.prepare(model, device).run(dict(zip(names, arrays, strict=False)))
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return str(device).upper().startswith("CPU")

@@ -1,0 +1,177 @@
+"""ONNX's node tests against gdv's ONNX backend: `python -m gdv.frontends.onnx_conformance`.
+
+The cases come from the onnx package's own generators (`collect_testcases`), are written to a
+cache directory in ONNX's test-data layout (model.onnx, test_data_set_N/*.pb) and run from
+there against `gdv.frontends.onnx.Backend`, compared as `onnx.backend.test.runner` compares:
+`numpy.testing.assert_allclose` with the case's rtol (1e-3) and atol (1e-7), plus equal dtypes
+and shapes. Every case is counted: `pass`, `fail` (a wrong answer, an error, a crash) or
+`unsupported` (gdv refused the model with its `unsupported ONNX op ...` message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gdv.ir.diagnostics import IRError
+
+DEFAULT_RESULTS = "build/onnx_node_results.json"
+
+
+def generate(cache_dir: Path) -> list[Path]:
+    """Write every node test case to `cache_dir/<name>/` (once; later calls reuse it)."""
+    import onnx
+    from onnx import numpy_helper
+    from onnx.backend.test.case.node import collect_testcases
+
+    stamp = cache_dir / f"complete-onnx-{onnx.__version__}"
+    if not stamp.exists():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cases = collect_testcases(None)
+        for case in cases:
+            d = cache_dir / case.name
+            d.mkdir(exist_ok=True)
+            (d / "model.onnx").write_bytes(case.model.SerializeToString())
+            (d / "tolerance.json").write_text(json.dumps({"rtol": case.rtol, "atol": case.atol}))
+            for k, (ins, outs) in enumerate(case.data_sets or []):
+                sd = d / f"test_data_set_{k}"
+                sd.mkdir(exist_ok=True)
+                for j, a in enumerate(ins):
+                    name = case.model.graph.input[j].name
+                    _write(sd / f"input_{j}.pb", a, name, numpy_helper)
+                for j, a in enumerate(outs):
+                    name = case.model.graph.output[j].name
+                    _write(sd / f"output_{j}.pb", a, name, numpy_helper)
+        stamp.write_text("")
+    return sorted(p for p in cache_dir.iterdir() if p.is_dir())
+
+
+def _write(path: Path, a: Any, name: str, numpy_helper: Any) -> None:
+    if isinstance(a, np.ndarray):
+        try:
+            t = numpy_helper.from_array(a, name)
+        except Exception:  # exotic dtypes (strings, float8): keep a marker, counted later
+            path.with_suffix(".unreadable").write_text(str(a.dtype))
+            return
+        path.write_bytes(t.SerializeToString())
+    else:  # sequences, optionals, maps: not tensors
+        path.with_suffix(".unreadable").write_text(type(a).__name__)
+
+
+def _read(path: Path) -> np.ndarray:
+    import onnx
+    from onnx import numpy_helper
+
+    t = onnx.TensorProto()
+    t.ParseFromString(path.read_bytes())
+    return numpy_helper.to_array(t)
+
+
+def run_case(case_dir: Path) -> tuple[str, str]:
+    """(`pass` | `fail` | `unsupported`, detail) for one cached case."""
+    import onnx
+
+    from gdv.frontends.onnx import Backend, Unsupported
+
+    tol = json.loads((case_dir / "tolerance.json").read_text())
+    model = onnx.load(str(case_dir / "model.onnx"))
+    sets = sorted(case_dir.glob("test_data_set_*"))
+    try:
+        rep = Backend.prepare(model, "CPU")
+        for sd in sets:
+            if list(sd.glob("*.unreadable")):
+                kinds = {p.read_text() for p in sd.glob("*.unreadable")}
+                return "unsupported", f"test data of kind {sorted(kinds)} is not a tensor gdv reads"
+            n_in = len(glob.glob(str(sd / "input_*.pb")))
+            n_out = len(glob.glob(str(sd / "output_*.pb")))
+            ins = [_read(sd / f"input_{j}.pb") for j in range(n_in)]
+            refs = [_read(sd / f"output_{j}.pb") for j in range(n_out)]
+            outs = rep.run(ins)
+            if len(outs) != len(refs):
+                return "fail", f"{len(outs)} outputs, expected {len(refs)}"
+            for j, (ref, out) in enumerate(zip(refs, outs, strict=True)):
+                out = np.asarray(out)
+                if out.dtype != ref.dtype:
+                    return "fail", f"output {j}: dtype {out.dtype}, expected {ref.dtype}"
+                if out.shape != ref.shape:
+                    return "fail", f"output {j}: shape {out.shape}, expected {ref.shape}"
+                try:
+                    if ref.dtype.kind in "fc" or ref.dtype.name == "bfloat16":
+                        np.testing.assert_allclose(
+                            ref.astype(np.float64), out.astype(np.float64),
+                            rtol=tol["rtol"], atol=tol["atol"],
+                        )  # fmt: skip
+                    else:
+                        np.testing.assert_array_equal(ref, out)
+                except AssertionError as e:
+                    first = str(e).strip().splitlines()
+                    return "fail", f"output {j}: wrong values: {' '.join(first[:4])[:300]}"
+        return "pass", ""
+    except Unsupported as e:
+        return "unsupported", e.message
+    except IRError as e:
+        return "fail", f"error: {e}"
+    except Exception as e:  # a crash is a failure, never a skip
+        return "fail", f"crash: {type(e).__name__}: {str(e)[:300]}"
+
+
+def run_all(cache_dir: Path, results_path: Path, only: str | None = None) -> dict[str, Any]:
+    """Run every cached case; write and return {"counts", "cases": {name: {status, detail}}}."""
+    cases = generate(cache_dir)
+    results: dict[str, dict[str, str]] = {}
+    start = time.perf_counter()
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        for d in cases:
+            if only and only not in d.name:
+                continue
+            status, detail = run_case(d)
+            results[d.name] = {"status": status, "detail": detail}
+    counts = Counter(r["status"] for r in results.values())
+    report = {
+        "counts": {k: counts.get(k, 0) for k in ("pass", "fail", "unsupported")},
+        "total": len(results),
+        "seconds": round(time.perf_counter() - start, 1),
+        "cases": results,
+    }
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_text(json.dumps(report, indent=1, sort_keys=True))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cache-dir", default="build/onnx_node_cases")
+    p.add_argument(
+        "--results", default=os.environ.get("GDV_ONNX_RESULTS", DEFAULT_RESULTS),
+        help=f"results file (default $GDV_ONNX_RESULTS or {DEFAULT_RESULTS})",
+    )  # fmt: skip
+    p.add_argument("--only", help="run the cases whose name contains this")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every failure")
+    args = p.parse_args(argv)
+    report = run_all(Path(args.cache_dir), Path(args.results), args.only)
+    for name, r in sorted(report["cases"].items()):
+        if r["status"] == "fail" or (args.verbose and r["status"] != "pass"):
+            print(f"{r['status']}: {name}: {r['detail']}")
+    c = report["counts"]
+    print(
+        f"{report['total']} node tests: {c['pass']} pass, {c['fail']} fail, "
+        f"{c['unsupported']} unsupported ({report['seconds']} s); results in {args.results}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
