@@ -1,0 +1,71 @@
+"""`gdv import FILE.onnx -o OUT.gdv --weights OUT.npz [--input-shape NAME=D,D,...]`."""
+
+from __future__ import annotations
+
+import argparse
+
+from gdv.ir.diagnostics import IRError, Loc, printable
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "import", help="import an ONNX model to the textual IR and a weights file"
+    )
+    p.add_argument("file", help="an .onnx model")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.gdv", help="the IR module")
+    p.add_argument(
+        "--weights",
+        metavar="OUT.npz",
+        help="initializer values keyed by parameter name (default: OUT with .npz); pass it to "
+        "`gdv run` as one more --inputs",
+    )
+    p.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=D,D,...",
+        help="a static shape for a graph input with symbolic dims (repeatable)",
+    )
+    p.set_defaults(handler=run)
+
+
+def _shapes(specs: list[str]) -> dict[str, list[int]]:
+    shapes: dict[str, list[int]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = [int(d) for d in dims.split(",")] if dims else []
+            if any(d < 0 for d in shapes[name]):
+                raise ValueError
+        except ValueError:
+            raise IRError(
+                f"--input-shape '{printable(spec)}' must be NAME=D,D,... with dims >= 0",
+                Loc("<command line>", 1, 1),
+            ) from None
+    return shapes
+
+
+def run(args: argparse.Namespace) -> int:
+    from gdv.commands.run import _write_npz_atomically
+    from gdv.frontends.onnx import import_model
+    from gdv.ir.printer import print_module
+
+    module, weights = import_model(args.file, input_shapes=_shapes(args.input_shape))
+    weights_path = args.weights or (args.output.rsplit(".", 1)[0] + ".npz")
+    text = print_module(module)
+    try:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise IRError(
+            f"cannot write {printable(args.output, 200)}: {e.strerror}", Loc(args.output, 1, 1)
+        ) from None
+    _write_npz_atomically(weights_path, weights)
+    fn = module.entry
+    print(
+        f"imported {args.file}: {len(fn.ops)} op(s), {len(fn.params) - len(weights)} input(s), "
+        f"{len(weights)} weight(s) -> {args.output}, {weights_path}"
+    )
+    return 0
