@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "gdv.commands.bounds",
     "gdv.commands.compile",
     "gdv.commands.evidence",
+    "gdv.commands.importer",
 )
 """Each module has `register(subparsers)`, which adds its commands with a `handler`."""
 
