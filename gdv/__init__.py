@@ -25,4 +25,21 @@ def run(module, inputs, *, mode: str = "exact"):
     return reference.run(module, inputs, mode=mode)
 
 
-__all__ = ["IRError", "__version__", "compile", "format_module", "load", "parse", "run"]
+def import_onnx(model_or_path, **options):
+    """An ONNX model (`ModelProto` or path) as `(Module, weights)`. See
+    `gdv.frontends.onnx.import_model`."""
+    from gdv.frontends.onnx import import_model
+
+    return import_model(model_or_path, **options)
+
+
+__all__ = [
+    "IRError",
+    "__version__",
+    "compile",
+    "format_module",
+    "import_onnx",
+    "load",
+    "parse",
+    "run",
+]
