@@ -2,10 +2,12 @@
 
 Every stored query asserts a violation of its claim (an index and inputs on which the two sides
 differ, or a coverage or memory-safety violation): `unsat` proves the claim. The text is read
-as it is stored; for cvc5 two semantically neutral adjustments are made, because Z3 prints
-terms cvc5 does not read in logic ALL: `(! t :qid k)` annotations (quantifier names and
-patterns, which only steer instantiation) are dropped, and a query with `lambda` is read in
-logic HO_ALL. A query cvc5 still cannot read is `unknown` for cvc5, with the reason.
+as it is stored; for cvc5 semantically neutral adjustments are made, because Z3 prints terms
+cvc5 does not read in logic ALL: `(! t :qid k)` annotations (quantifier names and patterns,
+which only steer instantiation) are dropped, and a query with `lambda` is read in logic HO_ALL,
+where Z3's arrays-as-lambdas become functions (`(Array A B)` -> `(-> A B)`, `(select a i)` ->
+`(a i)`; only when the query uses no other array operation, so the reading is exact). A query
+cvc5 still cannot read is `unknown` for cvc5, with the reason.
 """
 
 from __future__ import annotations
@@ -99,13 +101,33 @@ def _show(e) -> str:
     return "(" + " ".join(_show(x) for x in e) + ")" if isinstance(e, list) else e
 
 
+_ARRAY_OPS = frozenset({"store", "const", "as-array", "map", "default", "ext"})
+
+
+def _tokens(e) -> set[str]:
+    return set().union(*(_tokens(x) for x in e)) if isinstance(e, list) else {e}
+
+
+def _functions(e):  # (Array A B) -> (-> A B); (select a i) -> (a i)
+    if isinstance(e, list):
+        if len(e) == 3 and e[0] == "Array":
+            return ["->", _functions(e[1]), _functions(e[2])]
+        if len(e) >= 3 and e[0] == "select":
+            return [_functions(x) for x in e[1:]]
+        return [_functions(x) for x in e]
+    return e
+
+
 def for_cvc5(text: str) -> str:
-    """`text` as cvc5 reads it: annotations dropped, HO_ALL when it has lambdas."""
+    """`text` as cvc5 reads it: annotations dropped; with lambdas, HO_ALL and arrays read as
+    functions."""
     commands = [_unannotated(c) for c in _sexprs(text)]
-    out = "\n".join(_show(c) for c in commands) + "\n"
-    if re.search(r"\(lambda\b", out):
-        out = out.replace("(set-logic ALL)", "(set-logic HO_ALL)", 1)
-    return out
+    used = _tokens(commands)
+    if "lambda" in used:
+        if not used & _ARRAY_OPS:
+            commands = [_functions(c) for c in commands]
+        commands = [["set-logic", "HO_ALL"] if c == ["set-logic", "ALL"] else c for c in commands]
+    return "\n".join(_show(c) for c in commands) + "\n"
 
 
 def _cvc5(text: str, timeout: float) -> SolverResult:
