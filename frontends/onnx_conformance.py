@@ -59,11 +59,16 @@ def generate(cache_dir: Path) -> list[Path]:
 
 
 def _write(path: Path, a: Any, name: str, numpy_helper: Any) -> None:
-    if isinstance(a, np.ndarray):
+    import onnx
+
+    if isinstance(a, onnx.TensorProto):  # exotic dtypes come as protos already
+        path.write_bytes(a.SerializeToString())
+        return
+    if isinstance(a, np.ndarray | np.generic):
         try:
-            t = numpy_helper.from_array(a, name)
-        except Exception:  # exotic dtypes (strings, float8): keep a marker, counted later
-            path.with_suffix(".unreadable").write_text(str(a.dtype))
+            t = numpy_helper.from_array(np.asarray(a), name)
+        except Exception:  # dtypes onnx cannot write (strings of objects...): marked, counted
+            path.with_suffix(".unreadable").write_text(str(np.asarray(a).dtype))
             return
         path.write_bytes(t.SerializeToString())
     else:  # sequences, optionals, maps: not tensors
@@ -79,8 +84,31 @@ def _read(path: Path) -> np.ndarray:
     return numpy_helper.to_array(t)
 
 
-def run_case(case_dir: Path) -> tuple[str, str]:
-    """(`pass` | `fail` | `unsupported`, detail) for one cached case."""
+NARROW_PRECISION = {"float16": 11, "bfloat16": 8}
+"""Significand bits of the float dtypes whose rounding alone exceeds the runner's rtol 1e-3."""
+
+
+def narrow_ulps(ref: np.ndarray, out: np.ndarray) -> float | None:
+    """For an f16 or bf16 output: the largest distance from the expected data in units in the
+    last place of the expected value (None for other dtypes, or a NaN or infinity mismatch)."""
+    p = NARROW_PRECISION.get(ref.dtype.name)
+    if p is None:
+        return None
+    r, o = ref.astype(np.float64), out.astype(np.float64)
+    both_nan = np.isnan(r) & np.isnan(o)
+    same = (r == o) | both_nan
+    if not np.all(np.isfinite(r) | same) or not np.all(np.isfinite(o) | same):
+        return None
+    tiny = 2.0 ** (-14 if p == 11 else -126)  # smallest normal: the spacing floor
+    exp = np.floor(np.log2(np.maximum(np.abs(r), tiny)))
+    ulp = 2.0 ** (exp - (p - 1))
+    d = np.where(same, 0.0, np.abs(r - o) / ulp)
+    return float(d.max()) if d.size else 0.0
+
+
+def run_case(case_dir: Path) -> dict[str, Any]:
+    """{"status": `pass` | `fail` | `unsupported`, "detail": why, "ulps": for a wrong f16 or
+    bf16 answer, its distance from the expected data} for one cached case."""
     import onnx
 
     from gdv.frontends.onnx import Backend, Unsupported
@@ -93,20 +121,29 @@ def run_case(case_dir: Path) -> tuple[str, str]:
         for sd in sets:
             if list(sd.glob("*.unreadable")):
                 kinds = {p.read_text() for p in sd.glob("*.unreadable")}
-                return "unsupported", f"test data of kind {sorted(kinds)} is not a tensor gdv reads"
+                return {
+                    "status": "unsupported",
+                    "detail": f"test data of kind {sorted(kinds)} is not a tensor gdv reads",
+                }
             n_in = len(glob.glob(str(sd / "input_*.pb")))
             n_out = len(glob.glob(str(sd / "output_*.pb")))
             ins = [_read(sd / f"input_{j}.pb") for j in range(n_in)]
             refs = [_read(sd / f"output_{j}.pb") for j in range(n_out)]
             outs = rep.run(ins)
             if len(outs) != len(refs):
-                return "fail", f"{len(outs)} outputs, expected {len(refs)}"
+                return {"status": "fail", "detail": f"{len(outs)} outputs, expected {len(refs)}"}
             for j, (ref, out) in enumerate(zip(refs, outs, strict=True)):
                 out = np.asarray(out)
                 if out.dtype != ref.dtype:
-                    return "fail", f"output {j}: dtype {out.dtype}, expected {ref.dtype}"
+                    return {
+                        "status": "fail",
+                        "detail": f"output {j}: dtype {out.dtype}, expected {ref.dtype}",
+                    }
                 if out.shape != ref.shape:
-                    return "fail", f"output {j}: shape {out.shape}, expected {ref.shape}"
+                    return {
+                        "status": "fail",
+                        "detail": f"output {j}: shape {out.shape}, expected {ref.shape}",
+                    }
                 try:
                     if ref.dtype.kind in "fc" or ref.dtype.name == "bfloat16":
                         np.testing.assert_allclose(
@@ -116,15 +153,18 @@ def run_case(case_dir: Path) -> tuple[str, str]:
                     else:
                         np.testing.assert_array_equal(ref, out)
                 except AssertionError as e:
-                    first = str(e).strip().splitlines()
-                    return "fail", f"output {j}: wrong values: {' '.join(first[:4])[:300]}"
-        return "pass", ""
+                    first = " ".join(str(e).strip().splitlines()[:4])[:240]
+                    ulps = narrow_ulps(ref, out)
+                    note = f" (at most {ulps:g} ulp of {ref.dtype} apart)" if ulps else ""
+                    detail = f"output {j}: wrong values{note}: {first}"
+                    return {"status": "fail", "detail": detail, "ulps": ulps}
+        return {"status": "pass", "detail": ""}
     except Unsupported as e:
-        return "unsupported", e.message
+        return {"status": "unsupported", "detail": e.message}
     except IRError as e:
-        return "fail", f"error: {e}"
+        return {"status": "fail", "detail": f"error: {e}"}
     except Exception as e:  # a crash is a failure, never a skip
-        return "fail", f"crash: {type(e).__name__}: {str(e)[:300]}"
+        return {"status": "fail", "detail": f"crash: {type(e).__name__}: {str(e)[:300]}"}
 
 
 def run_all(cache_dir: Path, results_path: Path, only: str | None = None) -> dict[str, Any]:
@@ -137,8 +177,7 @@ def run_all(cache_dir: Path, results_path: Path, only: str | None = None) -> dic
         for d in cases:
             if only and only not in d.name:
                 continue
-            status, detail = run_case(d)
-            results[d.name] = {"status": status, "detail": detail}
+            results[d.name] = run_case(d)
     counts = Counter(r["status"] for r in results.values())
     report = {
         "counts": {k: counts.get(k, 0) for k in ("pass", "fail", "unsupported")},
