@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 
 from gdv.ir.core import Op
+from gdv.ir.diagnostics import IRError
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.kernel import body_of
 from gdv.ir.types import TensorType
-from gdv.validate.bounds.model import TB
+from gdv.validate.bounds.model import SPECIALS, TB, Err, make_tb
 from gdv.validate.bounds.registry import RULES, Context, rule
 
 _FOLD = {"add": "reduce_sum", "max": "reduce_max", "min": "reduce_min"}
@@ -24,7 +25,11 @@ _FOLD = {"add": "reduce_sum", "max": "reduce_max", "min": "reduce_min"}
 
 @rule(OPS["kernel"])
 def _kernel(op: Op, args: list[TB], ctx: Context) -> TB:
-    body = body_of(op.attrs)
+    try:
+        body = body_of(op.attrs)
+    except IRError as e:  # a kernel analysed without its module: nothing is known of it
+        specials = SPECIALS if op.type.dtype.is_float else frozenset()
+        return make_tb(op.type, (-math.inf, math.inf), Err.infinite(e.message), None, specials)
     space, out, red = op.attrs["space"], op.attrs["out"], op.attrs["reduce"]
     out_shape = tuple(space[d] for d in out)
     n = math.prod(space[d] for d in red)
