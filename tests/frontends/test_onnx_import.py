@@ -1,0 +1,356 @@
+"""The ONNX importer: ops against onnxruntime, refusals, hostile names, `gdv import` + `gdv run`
+end to end on small real models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gdv
+from gdv.api import parse
+from gdv.backends import reference
+from gdv.cli import main
+from gdv.frontends.onnx import Backend, Unsupported, import_model, mangle, unmangle
+from gdv.ir.diagnostics import IRError
+from gdv.ir.printer import print_module
+
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+def model(
+    nodes: list[Any],
+    inputs: list[tuple[str, int, list[int]]],
+    outputs: list[tuple[str, int, list[int] | None]],
+    inits: dict[str, np.ndarray] | None = None,
+    opset: int = 17,
+) -> onnx.ModelProto:
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+        [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def ort_run(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def gdv_run(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    module, weights = import_model(m)
+    inputs = dict(weights)
+    for p in module.entry.params:
+        if p.name not in inputs:
+            inputs[p.name] = feeds[p.attrs.get("onnx_name", p.name)]
+    return reference.run(module, inputs)
+
+
+RNG = np.random.default_rng(0)
+
+
+def randn(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+# (id, nodes, inputs {name: array}, initializers, opset)
+CASES: list[tuple[str, list[Any], dict[str, np.ndarray], dict[str, np.ndarray], int]] = [
+    ("add_bcast", [helper.make_node("Add", ["a", "b"], ["y"])],
+     {"a": randn(2, 3, 4), "b": randn(4)}, {}, 17),
+    ("div_bcast", [helper.make_node("Div", ["a", "b"], ["y"])],
+     {"a": randn(2, 1, 4), "b": randn(3, 1) + 3}, {}, 17),
+    ("matmul_batch_bcast", [helper.make_node("MatMul", ["a", "b"], ["y"])],
+     {"a": randn(2, 1, 3, 4), "b": randn(5, 4, 6)}, {}, 17),
+    ("matmul_vec", [helper.make_node("MatMul", ["a", "b"], ["y"])],
+     {"a": randn(4), "b": randn(2, 4, 3)}, {}, 17),
+    ("gemm_trans", [helper.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, beta=2.0,
+                                     transA=1, transB=1)],
+     {"a": randn(4, 3), "b": randn(5, 4), "c": randn(5)}, {}, 17),
+    ("softmax13", [helper.make_node("Softmax", ["x"], ["y"], axis=1)],
+     {"x": randn(2, 3, 4)}, {}, 17),
+    ("softmax11_flatten", [helper.make_node("Softmax", ["x"], ["y"], axis=1)],
+     {"x": randn(2, 3, 4)}, {}, 11),
+    ("logsoftmax", [helper.make_node("LogSoftmax", ["x"], ["y"], axis=-1)],
+     {"x": randn(3, 5)}, {}, 17),
+    ("layernorm", [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-2)],
+     {"x": randn(2, 3, 4)}, {"s": randn(3, 4), "b": randn(4)}, 17),
+    ("reducemean_keep", [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], keepdims=1)],
+     {"x": randn(2, 3, 4)}, {}, 17),
+    ("reducesum_input_axes", [helper.make_node("ReduceSum", ["x", "ax"], ["y"], keepdims=0)],
+     {"x": randn(2, 3, 4)}, {"ax": np.array([0, -1], dtype=np.int64)}, 17),
+    ("reducemax", [helper.make_node("ReduceMax", ["x"], ["y"], axes=[2], keepdims=0)],
+     {"x": randn(2, 3, 4)}, {}, 17),
+    ("conv_group_pad_stride", [helper.make_node("Conv", ["x", "w", "b"], ["y"], group=2,
+                                                pads=[1, 0, 2, 1], strides=[2, 1],
+                                                dilations=[1, 2])],
+     {"x": randn(1, 4, 7, 8)}, {"w": randn(6, 2, 3, 2), "b": randn(6)}, 17),
+    ("conv_same_upper", [helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER",
+                                          strides=[2, 2])],
+     {"x": randn(1, 2, 7, 6)}, {"w": randn(3, 2, 3, 3)}, 17),
+    ("conv1d", [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1])],
+     {"x": randn(2, 3, 9)}, {"w": randn(4, 3, 3)}, 17),
+    ("maxpool_pad_ceil", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3],
+                                           strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)],
+     {"x": randn(1, 2, 8, 7)}, {}, 17),
+    ("avgpool_exclude_pad", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 2],
+                                              pads=[1, 1, 1, 0])],
+     {"x": randn(1, 2, 5, 6)}, {}, 17),
+    ("avgpool_include_pad", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3],
+                                              strides=[2, 2], pads=[1, 1, 1, 1],
+                                              count_include_pad=1)],
+     {"x": randn(1, 1, 6, 6)}, {}, 17),
+    ("global_avg_pool", [helper.make_node("GlobalAveragePool", ["x"], ["y"])],
+     {"x": randn(2, 3, 4, 5)}, {}, 17),
+    ("batchnorm", [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])],
+     {"x": randn(2, 3, 4, 4)},
+     {"s": randn(3), "b": randn(3), "m": randn(3), "v": np.abs(randn(3)) + 0.5}, 15),
+    ("gather_negative", [helper.make_node("Gather", ["x", "i"], ["y"], axis=1)],
+     {"x": randn(3, 5, 2), "i": np.array([[-1, 0], [4, -5]], dtype=np.int64)}, {}, 17),
+    ("slice_neg_step", [helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])],
+     {"x": randn(4, 6)},
+     {"s": np.array([-1, 1], dtype=np.int64), "e": np.array([-100, 6], dtype=np.int64),
+      "a": np.array([1, 0], dtype=np.int64), "st": np.array([-2, 2], dtype=np.int64)}, 17),
+    ("pad_reflect", [helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
+     {"x": randn(3, 4)}, {"p": np.array([1, 2, 2, 3], dtype=np.int64)}, 17),
+    ("pad_constant_crop", [helper.make_node("Pad", ["x", "p", "c"], ["y"])],
+     {"x": randn(3, 4)},
+     {"p": np.array([1, -1, 0, 2], dtype=np.int64), "c": np.array(2.5, dtype=np.float32)}, 17),
+    ("shape_subgraph_reshape", [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ], {"x": randn(2, 3, 4)},
+     {"zero": np.array(0, dtype=np.int64), "zero1": np.array([0], dtype=np.int64),
+      "minus1": np.array([-1], dtype=np.int64)}, 17),
+    ("where_cmp_clip", [
+        helper.make_node("Less", ["a", "b"], ["c"]),
+        helper.make_node("Where", ["c", "a", "b"], ["w"]),
+        helper.make_node("Clip", ["w", "lo", "hi"], ["y"]),
+    ], {"a": randn(3, 4), "b": randn(4)},
+     {"lo": np.array(-0.5, dtype=np.float32), "hi": np.array(0.5, dtype=np.float32)}, 17),
+    ("einsum_bmm", [helper.make_node("Einsum", ["a", "b"], ["y"], equation="bij,bjk->bik")],
+     {"a": randn(2, 3, 4), "b": randn(2, 4, 5)}, {}, 17),
+    ("einsum_transpose_sum", [helper.make_node("Einsum", ["a", "b"], ["y"],
+                                               equation="ij,kjl->lk")],
+     {"a": randn(3, 4), "b": randn(2, 4, 5)}, {}, 17),
+    ("elementwise_chain", [
+        helper.make_node("Sigmoid", ["x"], ["a"]),
+        helper.make_node("Tanh", ["a"], ["b"]),
+        helper.make_node("Erf", ["b"], ["c"]),
+        helper.make_node("Ceil", ["x"], ["d"]),
+        helper.make_node("Pow", ["c", "d"], ["e"]),
+        helper.make_node("LeakyRelu", ["x"], ["f"], alpha=0.2),
+        helper.make_node("Max", ["e", "f", "x"], ["g"]),
+        helper.make_node("Mean", ["g", "x"], ["y"]),
+    ], {"x": randn(4, 5)}, {}, 17),
+    ("expand_tile_transpose", [
+        helper.make_node("Expand", ["x", "shape"], ["a"]),
+        helper.make_node("Tile", ["a", "reps"], ["b"]),
+        helper.make_node("Transpose", ["b"], ["y"], perm=[2, 0, 1]),
+    ], {"x": randn(3, 1)},
+     {"shape": np.array([2, 3, 4], dtype=np.int64), "reps": np.array([1, 2, 1], dtype=np.int64)},
+     17),
+    ("gelu_tanh", [helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")],
+     {"x": randn(3, 4)}, {}, 20),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_op_matches_onnxruntime(case: Any) -> None:
+    _, nodes, feeds, inits, opset = case
+    inputs = [
+        (k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in feeds.items()
+    ]
+    m = model(nodes, inputs, [("y", F, None)], inits, opset)
+    (want,) = ort_run(m, feeds)
+    (got,) = gdv_run(m, feeds)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_exact_ops_are_bit_exact_with_onnxruntime() -> None:
+    """Ops with no rounding choice left (layout, max, relu, select, integer shape maths) agree
+    bit for bit."""
+    x = randn(2, 3, 4)
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0, 2]),
+        helper.make_node("Flatten", ["t"], ["f"], axis=2),
+        helper.make_node("Neg", ["f"], ["n"]),
+        helper.make_node("Abs", ["n"], ["a"]),
+        helper.make_node("Floor", ["a"], ["y"]),
+    ]
+    m = model(nodes, [("x", F, [2, 3, 4])], [("y", F, None)])
+    assert ort_run(m, {"x": x})[0].tobytes() == gdv_run(m, {"x": x})[0].tobytes()
+
+
+@pytest.mark.parametrize(
+    "op, attrs, why",
+    [
+        ("ArgMax", {}, "an index-valued reduction has no IR op"),
+        ("CumSum", {}, "a running sum has no IR op"),
+        ("TopK", {}, "sorting has no IR op"),
+        ("NonZero", {}, "its output shape depends on the data"),
+    ],
+)
+def test_unsupported_ops_are_refused_by_name(op: str, attrs: dict, why: str) -> None:
+    ins = ["x", "k"] if op in ("CumSum", "TopK") else ["x"]
+    node = helper.make_node(op, ins, ["y"], name="my node", **attrs)
+    m = model([node], [("x", F, [3, 4])], [("y", I64, None)], {"k": np.array([1], np.int64)})
+    with pytest.raises(Unsupported) as e:
+        import_model(m)
+    assert e.value.message == f"unsupported ONNX op {op} (opset 17) at node my node: {why}"
+    assert isinstance(e.value, IRError)
+
+
+def test_unsupported_attribute_combinations_are_refused() -> None:
+    cases = [
+        (helper.make_node("Div", ["a", "a"], ["y"]), TensorProto.INT32, "integer division"),
+        (helper.make_node("MaxPool", ["a"], ["y", "i"], kernel_shape=[2, 2]), F, "Indices"),
+        (helper.make_node("Conv", ["a", "a"], ["y"]), F, "3-D convolution"),
+        (helper.make_node("Pad", ["a", "p"], ["y"], mode="bogus"), F, "mode 'bogus'"),
+    ]
+    for node, dtype, fragment in cases:
+        shape = [1, 1, 2, 2, 2] if node.op_type == "Conv" else [1, 1, 4, 4]
+        m = model(
+            [node], [("a", dtype, shape)], [("y", dtype, None)],
+            {"p": np.zeros(8, dtype=np.int64)},
+        )  # fmt: skip
+        with pytest.raises(Unsupported, match=fragment) as e:
+            import_model(m)
+        assert e.value.message.startswith(f"unsupported ONNX op {node.op_type} (opset 17) at node")
+
+
+def test_symbolic_dims_need_a_shape() -> None:
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, ["N", 3])], [("y", F, None)])
+    with pytest.raises(Unsupported, match="symbolic dim 'N'"):
+        import_model(m)
+    module, _ = import_model(m, input_shapes={"x": [5, 3]})
+    assert str(module.entry.params[0].type) == "f32[5,3]"
+
+
+HOSTILE = ["input.1", "a/b:0", "x", "x.78", "ñ", "", "%bad name", "a" * 200, "a" * 199 + "b"]
+
+
+def test_mangled_names_are_valid_reversible_and_distinct() -> None:
+    import re
+
+    mangled = [mangle(n) for n in HOSTILE]
+    assert len(set(mangled)) == len(HOSTILE)
+    for name, m in zip(HOSTILE, mangled, strict=True):
+        assert re.fullmatch(r"[A-Za-z0-9_.]{1,128}", m), m
+        if ".h" not in m:
+            assert unmangle(m) == name
+
+
+def test_hostile_input_names_survive_import_print_parse_and_run() -> None:
+    names = [n for n in HOSTILE if n]
+    nodes = [helper.make_node("Sum", names, ["out/0"])]
+    m = model(nodes, [(n, F, [2]) for n in names], [("out/0", F, None)], {"w.1": randn(2)})
+    m.graph.node.append(helper.make_node("Add", ["out/0", "w.1"], ["y"]))
+    m.graph.output[0].name = "y"
+    module, weights = import_model(m)
+    again = parse(print_module(module))
+    assert again == module
+    params = module.entry.params
+    assert [p.attrs.get("onnx_name", p.name) for p in params] == [*names, "w.1"]
+    assert list(weights) == ["w.2e1"]
+    feeds = {n: randn(2) for n in names}
+    want = sum(feeds.values()) + weights["w.2e1"]
+    (got,) = gdv_run(m, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_backend_interface() -> None:
+    assert Backend.supports_device("CPU") and not Backend.supports_device("CUDA")
+    node = helper.make_node("Add", ["a", "b"], ["c"])
+    a, b = randn(2, 3), randn(3)
+    (c,) = Backend.run_node(node, [a, b])
+    np.testing.assert_array_equal(c, a + b)
+    m = model([node], [("a", F, [2, 3]), ("b", F, [3])], [("c", F, None)])
+    rep = Backend.prepare(m, "CPU")
+    np.testing.assert_array_equal(rep.run([a, b])[0], a + b)
+    np.testing.assert_array_equal(rep.run({"a": a, "b": b})[0], a + b)
+
+
+def _mlp() -> onnx.ModelProto:
+    inits = {"w1": randn(8, 16), "b1": randn(16), "w2": randn(16, 4), "b2": randn(4)}
+    nodes = [
+        helper.make_node("Gemm", ["input.1", "w1", "b1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["m"]),
+        helper.make_node("Add", ["m", "b2"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+    ]
+    return model(nodes, [("input.1", F, [3, 8])], [("probs", F, [3, 4])], inits)
+
+
+def _conv_block() -> onnx.ModelProto:
+    inits = {
+        "w": randn(4, 3, 3, 3), "b": randn(4), "s": randn(4), "bb": randn(4),
+        "m": randn(4), "v": np.abs(randn(4)) + 0.5, "fc": randn(4, 5),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"]),
+        helper.make_node("Relu", ["n"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["p"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("MatMul", ["f", "fc"], ["y"]),
+    ]
+    return model(nodes, [("x", F, [2, 3, 8, 8])], [("y", F, [2, 5])], inits)
+
+
+@pytest.mark.parametrize("build", [_mlp, _conv_block], ids=["mlp", "conv_block"])
+def test_gdv_import_then_gdv_run_matches_onnxruntime(
+    build: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    m = build()
+    path = tmp_path / "model.onnx"
+    onnx.save(m, str(path))
+    out_ir, weights = tmp_path / "model.gdv", tmp_path / "weights.npz"
+    assert main(["import", str(path), "-o", str(out_ir), "--weights", str(weights)]) == 0
+    name = m.graph.input[0].name
+    x = randn(*[d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim])
+    np.savez(tmp_path / "x.npz", **{mangle(name): x})
+    outs = tmp_path / "out.npz"
+    argv = ["run", str(out_ir), "--inputs", str(weights), "--inputs", str(tmp_path / "x.npz")]
+    assert main([*argv, "--output", str(outs)]) == 0
+    got = np.load(outs)["out0"]
+    (want,) = ort_run(m, {name: x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    capsys.readouterr()
+    # The Python entry point gives the same module and weights.
+    module, w = gdv.import_onnx(str(path))
+    assert print_module(module) == out_ir.read_text()
+    assert sorted(w) == sorted(np.load(weights).files)
+
+
+def test_gdv_import_refusal_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    m = model([helper.make_node("ArgMax", ["x"], ["y"], name="am")], [("x", F, [3])],
+              [("y", I64, None)])  # fmt: skip
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    code = main(["import", str(path), "-o", str(tmp_path / "m.gdv")])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "error: unsupported ONNX op ArgMax (opset 17) at node am:" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "m.gdv").exists()
+    assert main(["import", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "o.gdv")]) == 3
+    (tmp_path / "junk.onnx").write_bytes(b"\x00\xffnot a model")
+    assert main(["import", str(tmp_path / "junk.onnx"), "-o", str(tmp_path / "o.gdv")]) == 3
