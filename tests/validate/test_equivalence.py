@@ -63,3 +63,29 @@ def test_query_text_is_smtlib_with_logic_all():
     s = z3.Solver()
     s.from_string(text)
     assert s.check() == z3.sat
+
+
+def test_decoding_a_model_is_vectorised_for_big_inputs():
+    import time
+
+    import z3
+
+    from gdv.ir.dtypes import DType
+    from gdv.ir.types import TensorType
+    from gdv.validate.counterexample import decode_input
+    from gdv.validate.encode import input_function
+    from gdv.validate.semantics.values import Values
+
+    t = TensorType(DType.F32, (4096, 4096))
+    f = input_function(Values("fp"), "x", t)
+    s = z3.Solver()
+    s.add(f(3, 5) == z3.FPVal(1.5, z3.Float32()), z3.fpIsNaN(f(0, 0)))
+    s.add(z3.fpIsNegative(f(4095, 4095)), z3.fpIsZero(f(4095, 4095)))
+    s.add(f(7000, 1) == z3.FPVal(2.0, z3.Float32()))  # outside the shape: ignored
+    assert s.check() == z3.sat
+    start = time.perf_counter()
+    x = decode_input(s.model(), f, t)
+    assert time.perf_counter() - start < 5.0
+    assert x.shape == t.shape and x.dtype == np.float32
+    assert x[3, 5] == 1.5 and np.isnan(x[0, 0])
+    assert x[4095, 4095] == 0 and np.signbit(x[4095, 4095])
