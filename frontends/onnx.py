@@ -193,6 +193,7 @@ class Importer:
         self.specialised: set[str] = set()
         self.input_params: dict[str, Param] = {}
         self.used_inits: list[str] = []
+        self.expansions = 0
 
     # --- errors -------------------------------------------------------------------------------
 
@@ -416,8 +417,87 @@ class Importer:
             return
         handler = HANDLERS.get(node.op_type)
         if handler is None:
+            if node.op_type not in _WHY_NOT and self._expand_function(node, ins):
+                return
             raise self.unsupported(_WHY_NOT.get(node.op_type, "no exact IR decomposition"))
         handler(self, node, ins, {a.name: _attr_value(a, self) for a in node.attribute})
+
+    def _expand_function(self, node: Any, ins: list[str]) -> bool:
+        """Import an op that ONNX defines by a function body as that body's nodes (ONNX's own
+        definition of its meaning). False when the op has no function body."""
+        try:
+            schema = onnx.defs.get_schema(node.op_type, self.opset, node.domain)
+        except Exception:  # unknown op or domain
+            return False
+        body = None
+        if schema.has_context_dependent_function:
+            types = []
+            for name in ins:
+                if not name:
+                    types.append(onnx.TypeProto().SerializeToString())
+                    continue
+                t = self.val(name).type
+                proto = onnx.helper.make_tensor_type_proto(_ONNX_OF[t.dtype], list(t.shape))
+                types.append(proto.SerializeToString())
+            raw = schema.get_context_dependent_function_with_opset_version(
+                self.opset, node.SerializeToString(), types
+            )
+            if raw:
+                body = onnx.FunctionProto()
+                body.ParseFromString(raw)
+        elif schema.has_function:
+            raw = schema.get_function_with_opset_version(self.opset)
+            if raw:
+                body = onnx.FunctionProto()
+                body.ParseFromString(raw) if isinstance(raw, bytes) else body.CopyFrom(raw)
+        if body is None or not body.node:
+            return False
+        self.expansions += 1
+        prefix = f"{node.op_type}.fn{self.expansions}/"
+        rename = {formal: (ins[k] if k < len(ins) else "") for k, formal in enumerate(body.input)}
+        for k, formal in enumerate(body.output):
+            rename[formal] = node.output[k] if k < len(node.output) else ""
+        given = {a.name: a for a in node.attribute}
+        defaults = {
+            name: a.default_value
+            for name, a in schema.attributes.items()
+            if a.default_value is not None and a.default_value.name
+        }
+        defaults.update({a.name: a for a in body.attribute_proto})
+        saved = (self.opset, self.node, self.node_label)
+        body_opset = next(
+            (o.version for o in body.opset_import if o.domain in ("", "ai.onnx")), self.opset
+        )
+        try:
+            self.opset = body_opset
+            for inner in body.node:
+                n = onnx.NodeProto()
+                n.CopyFrom(inner)
+                for lst in (n.input, n.output):
+                    for k, name in enumerate(lst):
+                        if name and name not in rename:
+                            rename[name] = prefix + name
+                        lst[k] = rename.get(name, name) if name else ""
+                attrs = []
+                for a in n.attribute:
+                    if a.ref_attr_name:
+                        src = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
+                        if src is None:
+                            continue
+                        b = onnx.AttributeProto()
+                        b.CopyFrom(src)
+                        b.name = a.name
+                        attrs.append(b)
+                    else:
+                        attrs.append(a)
+                del n.attribute[:]
+                n.attribute.extend(attrs)
+                self.node = n
+                self.node_label = f"{saved[2]}/{inner.op_type}"
+                self.import_node(n)
+        finally:
+            self.opset, self.node, self.node_label = saved
+        return True
 
     def _try_fold(self, node: Any, ins: list[str]) -> bool:
         op = node.op_type
