@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import z3
 
@@ -179,3 +180,27 @@ def special_inputs(fn: Function, seed: int) -> dict[str, np.ndarray]:
             with np.errstate(all="ignore"):
                 out[p.name] = rng.choice(vals, size=p.type.shape).astype(d.np)
     return out
+
+
+def uniform_inputs(fn: Function, k: int) -> dict[str, np.ndarray]:
+    """Every input filled with the k-th special value of its kind (all -0.0, all NaN, all the
+    largest finite value, ...): sums of -0.0 and overflowing sums need every element alike,
+    which random draws almost never give."""
+    out: dict[str, np.ndarray] = {}
+    for p in fn.params:
+        d = p.type.dtype
+        if d.is_bool:
+            out[p.name] = np.full(p.type.shape, bool(k % 2))
+        elif d.is_int:
+            vals = [*_SPECIAL["int"], d.int_max]
+            out[p.name] = np.full(p.type.shape, vals[k % len(vals)], dtype=d.np)
+        else:
+            vals = [*_SPECIAL["float"], float(ml_dtypes.finfo(d.np).max)]
+            with np.errstate(all="ignore"):
+                v = np.array(vals[k % len(vals)], dtype=np.float64).astype(d.np)
+            out[p.name] = np.full(p.type.shape, v, dtype=d.np)
+    return out
+
+
+UNIFORM_TRIES = len(_SPECIAL["float"]) + 1
+"""How many `uniform_inputs` patterns there are."""

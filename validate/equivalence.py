@@ -23,10 +23,12 @@ from gdv.ir.core import Function, Module
 from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.ops.kernel import kernel_bodies
 from gdv.validate.counterexample import (
+    UNIFORM_TRIES,
     Counterexample,
     decode_input,
     replay,
     special_inputs,
+    uniform_inputs,
     value_to_numpy,
 )
 from gdv.validate.encode import encode, input_function, input_tensor
@@ -489,6 +491,12 @@ def _try_concrete(
             found = replay(fa, fb, inputs, theory, prefer=None if index is None else (o, index))
             if found is not None:
                 return Counterexample(found[0], found[1], found[2], found[3], inputs, origin)
+    for k in range(UNIFORM_TRIES):
+        inputs = uniform_inputs(fa, k)
+        found = replay(fa, fb, inputs, theory, prefer=None if index is None else (o, index))
+        if found is not None:
+            origin = f"uniform inputs (pattern {k})"
+            return Counterexample(found[0], found[1], found[2], found[3], inputs, origin)
     return None
 
 
