@@ -1,12 +1,16 @@
 """Equivalence checking of two functions (IR_SPEC.md section 5), output by output.
 
 For each output the query asks Z3 for an index inside the bounds and inputs on which the two
-sides differ: `unsat` proves that output equal at every index at once. Under `fp` a first,
-cheap query replaces the float primitives by uninterpreted functions (an over-approximation,
-so its `unsat` is a proof too) and only when that fails is the bit-precise query asked. A
-`sat` answer is a candidate: it is decoded into concrete inputs and replayed on the reference
-backend, and the pair is `not-equivalent` only when the replay shows a real difference.
-`unknown` never counts as proved.
+sides differ: `unsat` proves that output equal at every index at once. Under `fp` the steps are:
+1. replay a few seeded random, special-value and uniform inputs on the reference backend (most
+   non-equivalent pairs are refuted here, with a real counterexample);
+2. the abstract query: float primitives replaced by uninterpreted functions (an
+   over-approximation, so `unsat` is a proof), also case by case over small output dims;
+3. the bit-precise query, its input reads Ackermannized, then in its plain form.
+Under `real` the query carries the named lemma instances of `lemmas.py`. A `sat` answer is a
+candidate: it is decoded into concrete inputs and replayed on the reference backend, and the
+pair is `not-equivalent` only when the replay shows a real difference (under `real`, also an
+exact real difference). `unknown` never counts as proved.
 """
 
 from __future__ import annotations
