@@ -238,7 +238,7 @@ class Importer:
         """A constant of type `t`: a scalar splat or an array of t's shape."""
         if isinstance(value, np.ndarray):
             arr = value.astype(t.dtype.np)
-            if arr.size and np.all(arr == arr.flat[0]) and _same_bits(arr):
+            if arr.size and _same_bits(arr):
                 value = _py(arr.flat[0], t.dtype)
             else:
                 value = _nested(arr, t.dtype)
@@ -529,11 +529,10 @@ class Importer:
 
 
 def _same_bits(arr: np.ndarray) -> bool:
-    flat = arr.reshape(-1)
-    if flat.dtype.kind == "f":
-        first = flat[:1].view(np.uint8)
-        return all(np.array_equal(flat[i : i + 1].view(np.uint8), first) for i in range(1))
-    return True
+    """Every element has the first one's bits (so -0.0 and 0.0 differ, as do NaN payloads)."""
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    raw = flat.view(np.uint8).reshape(flat.size, -1)
+    return bool(np.all(raw == raw[:1]))
 
 
 def _py(x: Any, dtype: DType) -> Any:
@@ -1343,6 +1342,39 @@ def _gather(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> 
     _out(imp, node, imp.emit("take", [x, i], axis=axis))
 
 
+@handler("GatherElements")
+def _gather_elements(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # out[p] = x[p with p[axis] replaced by idx[p]]: a take from the flattened x at the linear
+    # index idx * stride(axis) + (the other coordinates' static part). The index is wrapped
+    # (ONNX counts negatives from the end) and kept inside the axis (out-of-range indices are
+    # an error in ONNX) before it is combined, so it never reaches a neighbouring row.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    axis = _norm_axis(imp, attrs.get("axis", 0), t.rank)
+    i = convert(imp, imp.dyn(ins[1]), DType.I64)
+    it = imp.type_of(i)
+    if not imp.type_of(imp.dyn(ins[1])).dtype.is_int or it.rank != t.rank:
+        raise imp.unsupported(f"indices {it} for data {t}")
+    if any(a > b for a, b in zip(it.shape, t.shape, strict=True)):
+        raise imp.unsupported(f"indices {it} larger than data {t}")
+    size = t.shape[axis]
+    if size == 0:
+        raise imp.unsupported("gathering from an empty axis")
+    zero = imp.const(0, it)
+    neg = imp.emit("cmp", [i, zero], dir="lt")
+    i = imp.emit("select", [neg, imp.emit("add", [i, imp.const(size, it)]), i])
+    i = imp.emit("min", [imp.emit("max", [i, zero]), imp.const(size - 1, it)])
+    strides = [math.prod(t.shape[d + 1 :]) for d in range(t.rank)]
+    grids = np.indices(it.shape, dtype=np.int64) if it.rank else np.zeros((0,), np.int64)
+    base = sum(
+        (grids[d] * strides[d] for d in range(t.rank) if d != axis),
+        np.zeros(it.shape, dtype=np.int64),
+    )
+    lin = imp.emit("add", [imp.emit("mul", [i, imp.const(strides[axis], it)]), imp.const(base, it)])
+    flat = reshape(imp, x, [t.num_elements])
+    _out(imp, node, imp.emit("take", [flat, lin], axis=0))
+
+
 @handler("Trilu")
 def _trilu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     x = imp.dyn(ins[0])
@@ -1709,8 +1741,6 @@ def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
     ceil_mode = bool(attrs.get("ceil_mode", 0))
     spatial = t.shape[2:]
     pads = _conv_pads(imp, attrs, spatial, kernel, strides, dilations)
-    if attrs.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER") and not is_max:
-        raise imp.unsupported("auto_pad SAME with AveragePool (its divisor rule differs)")
     outs = []
     for s, k, st, d, (lo, hi) in zip(spatial, kernel, strides, dilations, pads, strict=True):
         span = s + lo + hi - d * (k - 1) - 1
@@ -1776,8 +1806,12 @@ def _pad(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> Non
     else:
         pads = [int(p) for p in imp.static(ins[1], "pads")]
         value = 0
+        dynamic_value = None
         if len(ins) > 2 and ins[2]:
-            value = np.asarray(imp.static(ins[2], "constant_value")).reshape(-1)[0]
+            if imp.is_static(ins[2]) or imp.val(ins[2]).known is not None:
+                value = np.asarray(imp.static(ins[2], "constant_value")).reshape(-1)[0]
+            else:
+                dynamic_value = imp.dyn(ins[2])
         axes = list(range(t.rank))
         if len(ins) > 3 and ins[3]:
             axes = [_norm_axis(imp, int(a), t.rank) for a in imp.static(ins[3], "axes")]
@@ -1786,14 +1820,22 @@ def _pad(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> Non
     high = [0] * t.rank
     for k, a in enumerate(axes):
         low[a], high[a] = pads[k], pads[k + n]
+    if imp.opset < 11:
+        dynamic_value = None
     if mode == "constant":
         py = _py(np.asarray(value).astype(t.dtype.np)[()], t.dtype)
         y = x
         if any(v > 0 for v in low + high):
-            y = imp.emit(
-                "pad", [x], low=[max(v, 0) for v in low], high=[max(v, 0) for v in high],
-                value=py,
-            )  # fmt: skip
+            lo, hi = [max(v, 0) for v in low], [max(v, 0) for v in high]
+            y = imp.emit("pad", [x], low=lo, high=hi, value=py)
+            if dynamic_value is not None:
+                # The value known only at run time: select it outside the original region.
+                yt = imp.type_of(y)
+                inside = np.zeros(yt.shape, dtype=bool)
+                inside[tuple(slice(a, a + s) for a, s in zip(lo, t.shape, strict=True))] = True
+                cv = bcast(imp, reshape(imp, dynamic_value, []), yt.shape)
+                mask = imp.const(inside, yt.with_dtype(DType.I1))
+                y = imp.emit("select", [mask, y, cv])
         for a in range(t.rank):  # negative pads crop
             if low[a] < 0 or high[a] < 0:
                 size = imp.type_of(y).shape[a]

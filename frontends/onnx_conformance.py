@@ -26,6 +26,8 @@ import numpy as np
 from gdv.ir.diagnostics import IRError
 
 DEFAULT_RESULTS = "build/onnx_node_results.json"
+LAYOUT = 2
+"""The cache's layout version: a cache written by another version is written again."""
 
 
 def generate(cache_dir: Path) -> list[Path]:
@@ -34,7 +36,7 @@ def generate(cache_dir: Path) -> list[Path]:
     from onnx import numpy_helper
     from onnx.backend.test.case.node import collect_testcases
 
-    stamp = cache_dir / f"complete-onnx-{onnx.__version__}"
+    stamp = cache_dir / f"complete-onnx-{onnx.__version__}-layout{LAYOUT}"
     if not stamp.exists():
         cache_dir.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
