@@ -420,7 +420,22 @@ class Importer:
             if node.op_type not in _WHY_NOT and self._expand_function(node, ins):
                 return
             raise self.unsupported(_WHY_NOT.get(node.op_type, "no exact IR decomposition"))
-        handler(self, node, ins, {a.name: _attr_value(a, self) for a in node.attribute})
+        try:
+            handler(self, node, ins, {a.name: _attr_value(a, self) for a in node.attribute})
+        except KeyError as e:  # a required attribute is missing: a malformed model
+            if not _is_attribute_of(node, e.args[0] if e.args else None):
+                raise
+            raise IRError(
+                f"ONNX node {printable(self.node_label, 80)} ({printable(node.op_type)}) lacks "
+                f"the attribute {e}",
+                self.loc(),
+            ) from None
+        except IndexError:  # fewer inputs than the op needs
+            raise IRError(
+                f"ONNX node {printable(self.node_label, 80)} ({printable(node.op_type)}) has "
+                f"too few inputs ({len(ins)})",
+                self.loc(),
+            ) from None
 
     def _expand_function(self, node: Any, ins: list[str]) -> bool:
         """Import an op that ONNX defines by a function body as that body's nodes (ONNX's own
@@ -526,6 +541,16 @@ class Importer:
 
 
 # --- helpers ----------------------------------------------------------------------------------
+
+
+def _is_attribute_of(node: Any, key: Any) -> bool:
+    """Whether `key` names an attribute of `node`'s op (so a KeyError on it means the model
+    left a required attribute out, not a bug here)."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, node.domain)
+    except Exception:
+        return False
+    return isinstance(key, str) and key in schema.attributes
 
 
 def _same_bits(arr: np.ndarray) -> bool:
@@ -1612,7 +1637,7 @@ def _gemm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
     alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
     if alpha != 1.0:
         y = imp.emit("mul", [imp.const(alpha, t), y])
-    if len(ins) > 2 and ins[2]:
+    if len(ins) > 2 and ins[2] and beta != 0.0:  # ONNX drops C when beta is 0 (no 0 * inf)
         c = bcast(imp, imp.dyn(ins[2]), t.shape)
         if beta != 1.0:
             c = imp.emit("mul", [imp.const(beta, t), c])

@@ -363,3 +363,20 @@ def test_gdv_import_refusal_exits_3(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["import", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "o.gdv")]) == 3
     (tmp_path / "junk.onnx").write_bytes(b"\x00\xffnot a model")
     assert main(["import", str(tmp_path / "junk.onnx"), "-o", str(tmp_path / "o.gdv")]) == 3
+
+
+def test_malformed_nodes_are_input_errors() -> None:
+    m = model([helper.make_node("MaxPool", ["x"], ["y"])], [("x", F, [1, 1, 4, 4])],
+              [("y", F, None)])  # fmt: skip
+    with pytest.raises(IRError, match="lacks the attribute 'kernel_shape'"):
+        import_model(m)
+
+
+def test_gemm_with_beta_zero_ignores_c() -> None:
+    a, b = randn(2, 3), randn(3, 4)
+    c = np.full((4,), np.inf, dtype=np.float32)
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], beta=0.0)
+    m = model([node], [("a", F, [2, 3]), ("b", F, [3, 4]), ("c", F, [4])], [("y", F, None)])
+    (got,) = gdv_run(m, {"a": a, "b": b, "c": c})
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5)
