@@ -94,3 +94,40 @@ def test_the_smt_meaning_of_a_program_agrees_with_the_reference(fn, seed, specia
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype
         assert same_bits(g, w).all(), (g, w)
+
+
+SWAPS = {"add": "sub", "sub": "add", "mul": "add", "max": "min", "min": "max", "div": "mul"}
+
+
+@given(programs(EXACT_OPS), st.data())
+def test_a_proof_is_never_contradicted_by_a_run(fn, data):
+    """Mutate one binary op; whenever the result is called equivalent, seeded runs agree, and
+    a refutation's counterexample really separates the two programs."""
+    from gdv.backends import reference
+
+    verify_function(fn)
+    assume(fn.returns and _small(fn, 256))
+    sites = [k for k, op in enumerate(fn.ops) if op.name in SWAPS]
+    assume(sites)
+    k = data.draw(st.sampled_from(sites))
+    mutant = renamed(fn)
+    op = mutant.ops[k]
+    mutant.ops[k] = Op(op.result, SWAPS[op.name], op.operands, op.attrs, op.type)
+    result = check_equivalence(fn, mutant, "fp", timeout=2)
+    if result.verdict == "equivalent":
+        for seed in range(3):
+            for draw in (reference.random_inputs, special_inputs):
+                try:
+                    inputs = draw(fn, seed)
+                except IRError:
+                    continue
+                renamed_inputs = {f"q{i}": inputs[p.name] for i, p in enumerate(fn.params)}
+                a = reference.run(fn, inputs)
+                b = reference.run(mutant, renamed_inputs)
+                assert all(same_bits(x, y).all() for x, y in zip(a, b, strict=True))
+    elif result.verdict == "not-equivalent":
+        cex = result.counterexample
+        renamed_inputs = {f"q{i}": cex.inputs[p.name] for i, p in enumerate(fn.params)}
+        a = reference.run(fn, cex.inputs)[cex.output]
+        b = reference.run(mutant, renamed_inputs)[cex.output]
+        assert not same_bits(a, b).all()
