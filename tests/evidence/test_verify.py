@@ -203,3 +203,12 @@ def test_a_rejected_compile_never_verifies(rejected, capsys) -> None:
     rc, _, err = _verify(capsys, str(rejected))
     assert rc == 1
     assert "not verified: ir-chain: stage wrong-pass" in err and "not-equivalent" in err
+
+
+def test_a_stage_claimed_real_without_fast_math_is_refused(bundle, capsys) -> None:
+    m = _manifest(bundle)
+    m["stages"][2]["theory"] = "real"
+    _save(bundle, m)
+    rc, _, err = _verify(capsys, str(bundle))
+    assert rc == 1
+    assert f"ir-chain: stage {m['stages'][2]['pass']} claims `real` but the pipeline" in err
