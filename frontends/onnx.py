@@ -726,7 +726,6 @@ _WHY_NOT = {
     "Loop": "control flow has no IR op",
     "If": "control flow has no IR op",
     "Scan": "control flow has no IR op",
-    "Mod": "integer division and remainder have no IR op",
     "BitShift": "bitwise ops have no IR op",
     "BitwiseAnd": "bitwise ops have no IR op",
     "BitwiseOr": "bitwise ops have no IR op",
@@ -938,8 +937,44 @@ def _binary(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> 
     if imp.type_of(b).dtype != t.dtype:
         raise imp.unsupported(f"mixed operand dtypes {t.dtype} and {imp.type_of(b).dtype}")
     if node.op_type == "Div" and not t.dtype.is_float:
-        raise imp.unsupported("integer division has no IR op")
+        _out(imp, node, _int_quotient(imp, a, b))
+        return
     _out(imp, node, imp.emit(_BINARY[node.op_type], [a, b]))
+
+
+def _int_quotient(imp: Importer, a: str, b: str) -> str:
+    """a / b truncated toward zero, for i8 and i32: convert(f64(a) / f64(b)). Exact: both
+    operands are exact in f64, and a quotient that is not an integer lies at least 1/|b| from
+    the nearest one, more than the f64 spacing there (|a/b| * 2^-52 < 2^-21 / |b|), so rounding
+    never reaches it and truncation gives the integer quotient. (i64 would not be exact.)"""
+    t = imp.type_of(a)
+    if t.dtype not in (DType.I8, DType.I32):
+        raise imp.unsupported(f"{t.dtype} division (exact only for i8 and i32)")
+    q = imp.emit("div", [convert(imp, a, DType.F64), convert(imp, b, DType.F64)])
+    return convert(imp, q, t.dtype)
+
+
+@handler("Mod")
+def _mod(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # r = a - b * trunc(a / b) (C fmod); with fmod = 0 the sign follows b: r + b where r is
+    # non-zero and its sign differs from b's. Integers only (a float remainder this way would
+    # round).
+    a, b = operands_bcast(imp, ins[:2])
+    t = imp.type_of(a)
+    if not t.dtype.is_int or imp.type_of(b).dtype != t.dtype:
+        raise imp.unsupported(f"{t.dtype} operands (integers only: a float remainder rounds)")
+    r = imp.emit("sub", [a, imp.emit("mul", [b, _int_quotient(imp, a, b)])])
+    if not attrs.get("fmod", 0):
+        zero = imp.const(0, t)
+        nonzero = imp.emit("cmp", [r, zero], dir="ne")
+        differ = imp.emit(
+            "cmp",
+            [imp.emit("cmp", [r, zero], dir="lt"), imp.emit("cmp", [b, zero], dir="lt")],
+            dir="ne",
+        )
+        fix = imp.emit("select", [nonzero, differ, imp.const(False, imp.type_of(nonzero))])
+        r = imp.emit("select", [fix, imp.emit("add", [r, b]), r])
+    _out(imp, node, r)
 
 
 @handler("Pow")

@@ -227,7 +227,8 @@ def test_unsupported_ops_are_refused_by_name(op: str, attrs: dict, why: str) -> 
 
 def test_unsupported_attribute_combinations_are_refused() -> None:
     cases = [
-        (helper.make_node("Div", ["a", "a"], ["y"]), TensorProto.INT32, "integer division"),
+        (helper.make_node("Div", ["a", "a"], ["y"]), I64, "i64 division"),
+        (helper.make_node("Mod", ["a", "a"], ["y"]), F, "a float remainder rounds"),
         (helper.make_node("MaxPool", ["a"], ["y", "i"], kernel_shape=[2, 2]), F, "Indices"),
         (helper.make_node("Conv", ["a", "a"], ["y"]), F, "3-D convolution"),
         (helper.make_node("Pad", ["a", "p"], ["y"], mode="bogus"), F, "mode 'bogus'"),
@@ -380,3 +381,36 @@ def test_gemm_with_beta_zero_ignores_c() -> None:
     (got,) = gdv_run(m, {"a": a, "b": b, "c": c})
     assert np.all(np.isfinite(got))
     np.testing.assert_allclose(got, a @ b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("op, fmod", [("Div", None), ("Mod", 0), ("Mod", 1)])
+def test_integer_division_and_remainder_exhaustive_i8(op: str, fmod: int | None) -> None:
+    """Every i8 pair (divisor not 0; -128 / -1 overflows and is left out) against numpy's
+    truncating quotient and its remainders (np.mod: the sign of b; np.fmod: the sign of a)."""
+    a, b = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij")
+    keep = (b != 0) & ~((a == -128) & (b == -1))
+    a, b = a[keep].astype(np.int8), b[keep].astype(np.int8)
+    attrs = {} if fmod is None else {"fmod": fmod}
+    node = helper.make_node(op, ["a", "b"], ["y"], **attrs)
+    i8 = TensorProto.INT8
+    m = model([node], [("a", i8, [a.size]), ("b", i8, [b.size])], [("y", i8, None)])
+    (got,) = gdv_run(m, {"a": a, "b": b})
+    wa, wb = a.astype(np.int64), b.astype(np.int64)
+    if op == "Div":
+        want = np.trunc(wa / wb).astype(np.int64)
+    else:
+        want = np.fmod(wa, wb) if fmod else np.mod(wa, wb)
+    np.testing.assert_array_equal(got.astype(np.int64), want)
+
+
+def test_integer_division_i32_extremes() -> None:
+    big = np.iinfo(np.int32)
+    a = np.array([big.max, big.min, big.max - 1, -7, 7, big.min + 1, 12345678], dtype=np.int32)
+    b = np.array([1, 2, big.max, 2, -2, big.max, -3], dtype=np.int32)
+    i32 = TensorProto.INT32
+    node = helper.make_node("Div", ["a", "b"], ["y"])
+    m = model([node], [("a", i32, [7]), ("b", i32, [7])], [("y", i32, None)])
+    (got,) = gdv_run(m, {"a": a, "b": b})
+    want = np.trunc(a.astype(np.float64) / b.astype(np.float64)).astype(np.int32)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, ort_run(m, {"a": a, "b": b})[0])
