@@ -731,9 +731,6 @@ _WHY_NOT = {
     "BitwiseOr": "bitwise ops have no IR op",
     "BitwiseXor": "bitwise ops have no IR op",
     "BitwiseNot": "bitwise ops have no IR op",
-    "ReduceProd": "a product reduction has no IR op",
-    "Round": "round-half-to-even has no IR op",
-    "IsNaN": "not expressible without a NaN test op (cmp ne x, x is the test, see Equal)",
     "Hardmax": "an index-valued reduction (argmax) has no IR op",
     "RandomUniform": "random number generation has no IR op",
     "RandomNormal": "random number generation has no IR op",
@@ -809,6 +806,56 @@ def _abs(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> Non
         _out(imp, node, imp.emit("select", [neg, imp.emit("sub", [zero, x]), x]))
     else:
         raise imp.unsupported(f"{t.dtype} operands are not supported")
+
+
+@handler("IsNaN")
+def _isnan(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    _require_float(imp, x)
+    _out(imp, node, imp.emit("cmp", [x, x], dir="ne"))  # only NaN differs from itself
+
+
+@handler("IsInf")
+def _isinf(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    pos, neg = attrs.get("detect_positive", 1), attrs.get("detect_negative", 1)
+    if pos and neg:
+        r = imp.emit("cmp", [imp.emit("abs", [x]), imp.const(math.inf, t)], dir="eq")
+    elif pos or neg:
+        r = imp.emit("cmp", [x, imp.const(math.inf if pos else -math.inf, t)], dir="eq")
+    else:
+        r = imp.const(False, t.with_dtype(DType.I1))
+    _out(imp, node, r)
+
+
+@handler("Round")
+def _round(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """Half to even, from exact steps: r = floor(x); d = x - r (exact for |x| < 2^(p-1));
+    d > 0.5 -> r + 1; d == 0.5 -> r + (r - 2 * floor(r / 2)) (r's parity); else r. A zero
+    result takes x's sign (x * 0.0); |x| >= 2^(p-1), infinities and NaN are x itself."""
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+
+    def c(v: float) -> str:
+        return imp.const(v, t)
+
+    r = imp.emit("floor", [x])
+    d = imp.emit("sub", [x, r])
+    half = c(0.5)
+    parity = imp.emit(
+        "sub", [r, imp.emit("mul", [c(2.0), imp.emit("floor", [imp.emit("mul", [r, half])])])]
+    )
+    up = imp.emit("add", [r, c(1.0)])
+    res = imp.emit("select", [imp.emit("cmp", [d, half], dir="gt"), up, r])
+    tie = imp.emit("cmp", [d, half], dir="eq")
+    res = imp.emit("select", [tie, imp.emit("add", [r, parity]), res])
+    is_zero = imp.emit("cmp", [res, c(0.0)], dir="eq")
+    res = imp.emit("select", [is_zero, imp.emit("mul", [x, c(0.0)]), res])
+    small = imp.emit(
+        "cmp", [imp.emit("abs", [x]), c(2.0 ** (t.dtype.significand_bits - 1))], dir="lt"
+    )
+    _out(imp, node, imp.emit("select", [small, res, x]))
 
 
 @handler("Reciprocal")
@@ -1471,7 +1518,7 @@ _REDUCE = {
     "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max", "ReduceMin": "reduce_min",
     "ReduceMean": "reduce_sum", "ReduceL1": "reduce_sum", "ReduceL2": "reduce_sum",
     "ReduceSumSquare": "reduce_sum", "ReduceLogSum": "reduce_sum",
-    "ReduceLogSumExp": "reduce_sum",
+    "ReduceLogSumExp": "reduce_sum", "ReduceProd": "",
 }  # fmt: skip
 
 
@@ -1485,6 +1532,9 @@ def _reduce(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> 
     axes = _reduce_axes(imp, node, ins, attrs, t.rank)
     if axes is None:  # noop_with_empty_axes: the input unchanged (the L1, L2... maps still apply)
         axes = []
+    if op == "ReduceProd":
+        _out(imp, node, _keep(imp, x, _reduce_prod(imp, x, axes), axes, attrs))
+        return
     if op not in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1"):
         _require_float(imp, x, f" by {op}")
     if op == "ReduceL1":
@@ -1510,6 +1560,32 @@ def _reduce(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> 
     elif op in ("ReduceLogSum", "ReduceLogSumExp"):
         r = imp.emit("log", [r])
     _out(imp, node, _keep(imp, x, r, axes, attrs))
+
+
+MAX_UNROLLED = 256
+"""The most products ReduceProd unrolls into (the IR has no product reduction)."""
+
+
+def _reduce_prod(imp: Importer, x: str, axes: list[int]) -> str:
+    """A left fold of mul over the reduced positions in row-major order, unrolled: the reduced
+    dims moved last and flattened, then one slice per position."""
+    t = imp.type_of(x)
+    kept = [d for d in range(t.rank) if d not in axes]
+    n = math.prod(t.shape[a] for a in axes)
+    out_shape = [t.shape[d] for d in kept]
+    if n > MAX_UNROLLED:
+        raise imp.unsupported(f"a product over {n} elements (unrolled up to {MAX_UNROLLED})")
+    if n == 0:
+        return imp.const(1, t.with_shape(out_shape))
+    if kept + axes != list(range(t.rank)):
+        x = imp.emit("transpose", [x], perm=kept + axes)
+    flat = reshape(imp, x, [*out_shape, n])
+    acc = None
+    for k in range(n):
+        part = reshape(imp, _slice1(imp, flat, len(out_shape), k, k + 1, 1), out_shape)
+        acc = part if acc is None else imp.emit("mul", [acc, part])
+    assert acc is not None
+    return acc
 
 
 @handler("GlobalAveragePool", "GlobalMaxPool")

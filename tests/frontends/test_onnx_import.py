@@ -414,3 +414,33 @@ def test_integer_division_i32_extremes() -> None:
     want = np.trunc(a.astype(np.float64) / b.astype(np.float64)).astype(np.int32)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, ort_run(m, {"a": a, "b": b})[0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_round_is_half_to_even_bit_exact(dtype: type) -> None:
+    halves = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 7.5, -7.5, -(2.0**23) - 0.5]
+    edges = [-0.4, -0.0, 0.0, 0.49999997, 2.0**23 + 1, 2.0**52 + 1, 1e30, 1e-30]
+    special = halves + edges + [np.inf, -np.inf, np.nan]
+    ties = np.round(RNG.uniform(-40, 40, 500)) + 0.5
+    x = np.concatenate([np.array(special), RNG.uniform(-40, 40, 2000), ties]).astype(dtype)
+    code = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    m = model([helper.make_node("Round", ["x"], ["y"])], [("x", code, [x.size])],
+              [("y", code, None)])  # fmt: skip
+    (got,) = gdv_run(m, {"x": x})
+    want = np.round(x)
+    same = (got.view(np.uint8) == want.view(np.uint8)).reshape(x.size, -1).all(axis=1)
+    assert np.all(same | (np.isnan(got) & np.isnan(want))), x[~same]
+
+
+def test_isnan_isinf_reduceprod() -> None:
+    x = np.array([[np.nan, np.inf, -np.inf, 1.5], [0.0, -2.0, 3.0, 0.5]], dtype=np.float32)
+    nodes = [
+        helper.make_node("IsNaN", ["x"], ["n"]),
+        helper.make_node("IsInf", ["x"], ["pi"], detect_negative=0),
+        helper.make_node("ReduceProd", ["x"], ["p"], axes=[1], keepdims=0),
+    ]
+    B = TensorProto.BOOL
+    m = model(nodes, [("x", F, [2, 4])], [("n", B, None), ("pi", B, None), ("p", F, None)])
+    got = gdv_run(m, {"x": x})
+    for g, w in zip(got, ort_run(m, {"x": x}), strict=True):
+        np.testing.assert_array_equal(g, w)
