@@ -13,10 +13,12 @@ from gdv.backends.reference import (  # noqa: F401  (importing the families fill
     conv,
     elementwise,
     gather,
-    kernel,
     layout,
     reduce,
 )
+
+# The kernel op's family file; its name would clash with the `kernel` decorator below.
+from gdv.backends.reference import kernel as kernel_family  # noqa: F401
 from gdv.backends.reference.compare import bit_equal, describe_difference
 from gdv.backends.reference.inputs import random_inputs
 from gdv.backends.reference.interpreter import apply, check_function, entry_function, run
