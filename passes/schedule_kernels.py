@@ -18,7 +18,7 @@ equivalence, are untouched, and no `real` claim is needed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import z3
 
@@ -145,15 +145,51 @@ def kernel_function(op: Op, types: dict) -> Function:
     return Function("src", params, [op.type], [op], [op.result])
 
 
+def split_accumulators(op: Op, accumulators: int) -> int:
+    """How many accumulators `op`'s float sum may use: `accumulators` where its one reduce dim
+    is longer than that and divisible by it, else 1."""
+    red = op.attrs["reduce"]
+    if accumulators <= 1 or op.attrs["combiner"] != "add" or not op.type.dtype.is_float:
+        return 1
+    if len(red) != 1 or op.attrs["space"][red[0]] <= accumulators:
+        return 1
+    return accumulators if op.attrs["space"][red[0]] % accumulators == 0 else 1
+
+
+def split_obligation(
+    pass_name: str, before: Op, after: Op, types: dict, body: Function | None, index: int
+) -> Obligation:
+    """The `real` claim that the blocked sum equals the sequential one (lemma `split`)."""
+    src = kernel_function(before, types)
+    tgt = replace(kernel_function(after, types), name="tgt")
+    return Obligation(
+        id=f"{pass_name}/split-accumulators/equivalence" + (f"#{index}" if index else ""),
+        kind="equivalence",
+        theory="real",
+        src=src,
+        tgt=tgt,
+        claim=f"%{before.result}: {after.attrs['accumulators']} accumulators sum the same "
+        "reals in another order",
+        assumptions=["split"],
+        loc=before.loc,
+        functions=[body] if body is not None else [],
+    )
+
+
 @dataclass(frozen=True)
 class ScheduleKernels(Pass):
+    """`accumulators` > 1 lets float sums run in that many blocks (a reordering, claimed under
+    `real`); the default keeps every reduction's order and meaning."""
+
     name = "schedule-kernels"
     stage_in = "loop"
+    accumulators: int = 1
 
     def run(self, module: Module) -> PassResult:
         bodies = bodies_used(module.functions)
         obligations: list[Obligation] = []
         functions = []
+        covers = splits = 0
         for fn in module.functions:
             types = fn.types()
             ops = []
@@ -161,19 +197,21 @@ class ScheduleKernels(Pass):
                 if op.name != "kernel" or fn.name in bodies or "tile" in op.attrs:
                     ops.append(op)
                     continue
-                new = Op(
-                    op.result,
-                    op.name,
-                    list(op.operands),
-                    {**op.attrs, **choose(op)},
-                    op.type,
-                    op.loc,
-                )
-                assert keeps_reduction_order(new.attrs), new.attrs
+                attrs = {**op.attrs, **choose(op)}
+                attrs["accumulators"] = blocks = split_accumulators(op, self.accumulators)
+                new = Op(op.result, op.name, list(op.operands), attrs, op.type, op.loc)
                 ops.append(new)
                 where = kernel_function(new, types)
                 body = module.function(new.attrs["body"])
-                index = len(obligations)
+                if blocks > 1:
+                    splits += 1
+                    obligations.append(
+                        split_obligation(self.name, op, new, types, body, splits - 1)
+                    )
+                else:
+                    assert keeps_reduction_order(new.attrs), new.attrs
+                index = covers
+                covers += 1
                 obligations.append(
                     Obligation(
                         id=f"{self.name}/tile-nest/coverage" + (f"#{index}" if index else ""),

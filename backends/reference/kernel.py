@@ -58,7 +58,8 @@ def _body_values(
 def _fold_last(op: Op, values: np.ndarray, ctx: Context) -> np.ndarray:
     """Left fold over the last axis with the kernel's combiner (the reduce kernels' fold)."""
     name = _FOLD[op.attrs["combiner"]]
-    red = Op("acc", name, ["x"], {"axes": [values.ndim - 1]}, op.type)
+    type_ = TensorType(op.type.dtype, values.shape[:-1])
+    red = Op("acc", name, ["x"], {"axes": [values.ndim - 1]}, type_)
     return KERNELS[OPS[name]](red, [values], ctx)
 
 
@@ -79,6 +80,13 @@ def _kernel(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
     # The reduced positions ride on one trailing axis, in row-major order of `reduce`.
     for d, g in zip(out, grids, strict=True):
         loop[d] = g.astype(np.int64)[..., None]
+    blocks = op.attrs.get("accumulators", 1)
+    if blocks > 1:  # blocks folded apart, then their results in order (one reduce dim)
+        (d,) = red
+        loop[d] = np.arange(count, dtype=np.int64).reshape((1,) * len(out_shape) + (-1,))
+        values = _body_values(body, args, maps, loop, (*out_shape, count), ctx)
+        partial = _fold_last(op, values.reshape(*out_shape, blocks, count // blocks), ctx)
+        return _fold_last(op, partial, ctx)
     step = max(1, CHUNK_ELEMENTS // max(1, math.prod(out_shape)))
     acc: np.ndarray | None = None
     for start in range(0, count, step):

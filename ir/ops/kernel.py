@@ -12,11 +12,15 @@ row-major order of the `reduce` dims as listed (acc = body(first); acc = combine
 body(next))), exactly the left fold of IR_SPEC.md section 3; an empty reduction gives the
 combiner's identity like `reduce_*`. `combiner` is "none" when `reduce` is empty.
 
+`accumulators = A > 1` (one reduce dim, of an extent K that A divides) changes the order, and
+so the meaning: the reduced positions split into A blocks of K/A in order, each folded as
+above, and the A partial results folded in order. A schedule that sets it is claimed equal
+only under the `real` theory.
+
 `body` names a function of the module with one rank-0 parameter per operand (its dtype) and one
 rank-0 result of the kernel's dtype, made of elementwise ops and scalar constants. The schedule
 attributes (`tile`, `order`, `vector`, `parallel`, `accumulators`) say how a backend runs the
-nest; they never change the meaning above, and a schedule that would (more than one
-accumulator, reduce dims reordered) is claimed under the `real` theory by the pass choosing it.
+nest; apart from `accumulators` they never change the meaning above.
 
 Obligations and interpreters see functions, not modules, so the bodies a kernel names are put
 in scope with `kernel_bodies(...)` by whoever runs or encodes a program (the reference `run`
@@ -154,6 +158,14 @@ def _check_schedule(attrs: dict[str, Any], n: int, out: list[int]) -> None:
     for key in ("vector", "accumulators"):
         if key in attrs and attrs[key] < 1:
             raise OpTypeError(f"{key} must be >= 1, got {attrs[key]}", attr=key)
+    acc = attrs.get("accumulators", 1)
+    red = attrs["reduce"]
+    if acc > 1 and (len(red) != 1 or attrs["space"][red[0]] % acc):
+        raise OpTypeError(
+            f"accumulators {acc} needs exactly one reduce dim whose extent it divides "
+            f"(reduce {red}, space {attrs['space']})",
+            attr="accumulators",
+        )
     parallel = attrs.get("parallel", [])
     if any(d not in out for d in parallel) or len(set(parallel)) != len(parallel):
         raise OpTypeError(f"parallel {parallel} must list distinct out dims {out}", attr="parallel")
@@ -181,7 +193,8 @@ KERNEL = register(
         _infer_kernel,
         "result[i_out] = fold(combiner, body(x_k[maps[k] . i + c_k] for each operand k)) over "
         "the reduce dims in row-major order (acc = first; acc = combine(acc, next)); empty "
-        "reduction: the combiner's identity. Schedule attributes never change the meaning.",
+        "reduction: the combiner's identity. accumulators = A > 1: A blocks folded apart, then "
+        "their results folded in order; other schedule attributes never change the meaning.",
         stage="loop",
     )
 )

@@ -409,7 +409,8 @@ def _kernel(draw) -> Drawn:
         attrs["order"] = list(draw(st.permutations(loops)))
         attrs["vector"] = draw(st.integers(1, 8))
         attrs["parallel"] = out[: draw(st.integers(0, len(out)))]
-        attrs["accumulators"] = draw(st.integers(1, 2))
+        even = len(reduce) == 1 and space[reduce[0]] % 2 == 0
+        attrs["accumulators"] = draw(st.integers(1, 2)) if even else 1
     return operand_types, attrs, TensorType(dtype, ())
 
 

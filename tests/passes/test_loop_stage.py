@@ -4,6 +4,7 @@ coverage and memory-safety claims refuted for a wrong schedule and an overlappin
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,13 +15,20 @@ from gdv.ir.core import Function, Param
 from gdv.ir.diagnostics import IRError
 from gdv.ir.dtypes import DType
 from gdv.ir.obligation import Obligation
+from gdv.ir.ops.kernel import kernel_bodies
 from gdv.ir.types import TensorType
 from gdv.ir.verifier import verify
 from gdv.passes.lower_to_kernels import LowerToKernels
 from gdv.passes.manager import PassManager
 from gdv.passes.plan_memory import Buffer, overlap_violation, plan
-from gdv.passes.schedule_kernels import DimLoop, coverage_violation, formula_text
+from gdv.passes.schedule_kernels import (
+    DimLoop,
+    ScheduleKernels,
+    coverage_violation,
+    formula_text,
+)
 from gdv.validate.discharge import discharge
+from gdv.validate.evaluate import evaluate
 
 KERNEL = """func @main(%x: f32[2,3], %w: f32[3,2]) -> f32[2,2] {
   %y = kernel(%x, %w) {body = "main.k0", space = [2, 2, 3],
@@ -151,3 +159,43 @@ def test_loop_stage_checks_kernel_bodies(body: str, message: str) -> None:
     with pytest.raises(IRError, match=re.escape(message)):
         verify(module, stage="loop")
     verify(parse(KERNEL), stage="loop")
+
+
+SUM4 = """func @main(%x: f32[4]) -> f32[] {
+  %y = kernel(%x) {body = "main.k0", space = [4], maps = [[[1, 0]]], out = [], reduce = [0],
+    combiner = "add"ACC} : f32[]
+  return %y
+}
+func @main.k0(%a: f32[]) -> f32[] {
+  return %a
+}
+"""
+
+
+def test_two_accumulators_sum_in_blocks_in_both_meanings() -> None:
+    # 1e8 + 1 rounds back to 1e8 in f32: in order the sum is 1, in two blocks 0.
+    x = np.array([1e8, 1, -1e8, 1], np.float32)
+    seq = parse(SUM4.replace("ACC", ""))
+    blocked = parse(SUM4.replace("ACC", ", accumulators = 2"))
+    assert reference.run(seq, {"x": x})[0] == 1.0
+    assert reference.run(blocked, {"x": x})[0] == 0.0
+    for module, want in ((seq, 1.0), (blocked, 0.0)):
+        with kernel_bodies(module.functions):
+            assert evaluate(module.entry, {"x": x})[0] == want
+
+
+def test_accumulators_are_claimed_under_real_and_proved() -> None:
+    src = SUM4.replace("[4]", "[64]").replace("ACC", "")
+    result = PassManager([ScheduleKernels(accumulators=4)]).run(parse(src))
+    (kernel,) = result.module.entry.ops
+    assert kernel.attrs["accumulators"] == 4
+    split = [o for o in result.obligations if o.kind == "equivalence"]
+    assert [(o.id, o.theory) for o in split] == [
+        ("schedule-kernels/split-accumulators/equivalence", "real")
+    ]
+    outs = discharge(result.obligations, jobs=1, use_cache=False)
+    assert [o.status for o in outs] == ["proved", "proved"], [o.reason for o in outs]
+    # The same claim bit-exact is false, and refuted.
+    exact = replace(split[0], theory="fp", id="test/split/equivalence")
+    (out,) = discharge([exact], jobs=1, use_cache=False)
+    assert out.status == "refuted"

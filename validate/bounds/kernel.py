@@ -6,6 +6,9 @@ element of that operand, so the operand's bound (interval, error, specials) boun
 relational facts speak of particular axes and are dropped. The body's ops are bounded by their
 own rules on tensors shaped like the space (reduced positions flattened into one trailing axis,
 so per-element event counts stay right), and the fold by the reduce rule over that axis.
+With `accumulators` > 1 the sum runs in blocks; the sequential rule still bounds it: a
+summation tree's error is at most u times the sum over terms of |term| times the additions the
+term goes through, and the sequential order (every term through the most) maximises that.
 """
 
 from __future__ import annotations

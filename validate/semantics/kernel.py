@@ -59,6 +59,16 @@ def kernel(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
                 full[d] = v
             return point(full)
 
-        return ctx.fold(FOLD_KIND[op.attrs["combiner"]], op.type.dtype, n, fold_body)
+        kind, dtype = FOLD_KIND[op.attrs["combiner"]], op.type.dtype
+        blocks = op.attrs.get("accumulators", 1)
+        if blocks > 1:  # A blocks of n/A folded apart, then the A partial results in order
+            t = n // blocks
+            return ctx.fold(
+                kind,
+                dtype,
+                blocks,
+                lambda a: ctx.fold(kind, dtype, t, lambda j: fold_body(a * t + j)),
+            )
+        return ctx.fold(kind, dtype, n, fold_body)
 
     return Tensor(op.type, at)
