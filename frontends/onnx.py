@@ -1482,6 +1482,62 @@ def _gather_elements(imp: Importer, node: Any, ins: list[str], attrs: dict[str, 
     _out(imp, node, imp.emit("take", [flat, lin], axis=0))
 
 
+@handler("OneHot")
+def _one_hot(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # out[..., k, ...] = (wrap(idx) == k) ? on : off, k along `axis`; idx wraps like Gather.
+    idx = imp.dyn(ins[0])
+    it = imp.type_of(idx)
+    if it.dtype.is_bool:
+        raise imp.unsupported(f"indices of type {it}")
+    depth = int(np.asarray(imp.static(ins[1], "depth")).reshape(-1)[0])
+    values = imp.dyn(ins[2])
+    vt = imp.type_of(values)
+    if vt.num_elements != 2 or depth < 1:
+        raise imp.unsupported(f"values {vt} and depth {depth}")
+    rank = it.rank + 1
+    axis = _norm_axis(imp, attrs.get("axis", -1), rank)
+    shape = list(it.shape)
+    shape.insert(axis, depth)
+    i = convert(imp, idx, DType.I64)  # ONNX casts indices to int64 (floats truncate)
+    i64 = imp.type_of(i)
+    neg = imp.emit("cmp", [i, imp.const(0, i64)], dir="lt")
+    i = imp.emit("select", [neg, imp.emit("add", [i, imp.const(depth, i64)]), i])
+    ib = imp.emit(
+        "broadcast", [i], i64.with_shape(shape), dims=[d for d in range(rank) if d != axis]
+    )
+    k = imp.emit("iota", [], TensorType(DType.I64, tuple(shape)), axis=axis)
+    hit = imp.emit("cmp", [ib, k], dir="eq")
+    flat = reshape(imp, values, [2])
+    out_t = vt.with_shape(shape)
+    off, on = (
+        imp.emit("broadcast", [reshape(imp, _slice1(imp, flat, 0, j, j + 1, 1), [])], out_t,
+                 dims=[])
+        for j in (0, 1)
+    )  # fmt: skip
+    _out(imp, node, imp.emit("select", [hit, on, off]))
+
+
+@handler("LpNormalization")
+def _lp_normalization(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # x / sqrt(sum(x * x)) for p = 2, x / sum(|x|) for p = 1, along `axis`; 0 where the norm
+    # is 0 (ONNX's reference: np.where(norm == 0, 0, x / norm)).
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    axis = _norm_axis(imp, attrs.get("axis", -1), t.rank)
+    p = attrs.get("p", 2)
+    if p == 2:
+        n = imp.emit("sqrt", [imp.emit("reduce_sum", [imp.emit("mul", [x, x])], axes=[axis])])
+    elif p == 1:
+        n = imp.emit("reduce_sum", [imp.emit("abs", [x])], axes=[axis])
+    else:
+        raise imp.unsupported(f"p = {p} (1 or 2)")
+    kept = [d for d in range(t.rank) if d != axis]
+    nb = imp.emit("broadcast", [n], t, dims=kept)
+    zero = imp.const(0.0, t)
+    is_zero = imp.emit("cmp", [nb, zero], dir="eq")
+    _out(imp, node, imp.emit("select", [is_zero, zero, imp.emit("div", [x, nb])]))
+
+
 @handler("Trilu")
 def _trilu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     x = imp.dyn(ins[0])
@@ -2068,7 +2124,9 @@ class BackendRep(_OnnxBackendRep):
             given = dict(zip(names, list(inputs), strict=False))
         arrays = {k: np.asarray(v) for k, v in given.items()}
         shapes = {k: a.shape for k, a in arrays.items()}
-        known = {k: a for k, a in arrays.items() if a.dtype.kind in "iu" and a.size <= 64}
+        # Small inputs may be fixed where an op needs a constant (a shape, axes, a depth):
+        # `import_model` uses them there only, never to fold arithmetic.
+        known = {k: a for k, a in arrays.items() if a.size <= 64}
         key = tuple(sorted((k, shapes[k], str(arrays[k].dtype)) for k in arrays)) + tuple(
             sorted((k, a.tobytes()) for k, a in known.items())
         )
