@@ -199,3 +199,23 @@ def test_accumulators_are_claimed_under_real_and_proved() -> None:
     exact = replace(split[0], theory="fp", id="test/split/equivalence")
     (out,) = discharge([exact], jobs=1, use_cache=False)
     assert out.status == "refuted"
+
+
+def test_gdv_tv_proves_a_lowered_program_equal_to_its_source(tmp_path, capsys) -> None:
+    from gdv.cli import main
+    from gdv.ir.printer import print_module
+
+    src = tmp_path / "src.gdv"
+    src.write_text(
+        "func @main(%x: f32[2,3], %w: f32[3,2]) -> f32[2,2] {\n"
+        "  %y = dot(%x, %w) {lhs_batch = [], rhs_batch = [], lhs_contract = [1], "
+        "rhs_contract = [0]} : f32[2,2]\n  %z = relu(%y) : f32[2,2]\n  return %z\n}\n"
+    )
+    lowered = PassManager([LowerToKernels()]).run(parse(src.read_text())).module
+    low = tmp_path / "low.gdv"
+    low.write_text(print_module(lowered))
+    assert main(["tv", str(src), str(low)]) == 0
+    clash = tmp_path / "clash.gdv"
+    clash.write_text(src.read_text() + "func @main.k0(%a: f32[]) -> f32[] {\n  return %a\n}\n")
+    assert main(["tv", str(clash), str(low)]) == 3
+    assert "defined differently" in capsys.readouterr().err
