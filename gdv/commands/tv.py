@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 
 from gdv.commands.basic import load_arg
-from gdv.ir.core import Function, Module
+from gdv.ir.core import Function
 from gdv.ir.diagnostics import IRError, Loc
-from gdv.ir.ops.kernel import kernel_bodies
 
 EXIT = {"equivalent": 0, "not-equivalent": 1, "unknown": 2}
 _SHOW_ELEMENTS = 16
@@ -98,8 +97,7 @@ def _tv(args: argparse.Namespace) -> int:
     ma, mb = load_arg(args.a), load_arg(args.b)
     fa, fb = entry(ma), entry(mb)
     theory = "real" if args.real else "fp"
-    with kernel_bodies(_bodies(ma, mb, (args.a, args.b))):
-        result = check_equivalence(ma, mb, theory, args.timeout, names=(args.a, args.b))
+    result = check_equivalence(ma, mb, theory, args.timeout, names=(args.a, args.b))
     cex = result.counterexample
     if cex is not None and args.cex:
         _write_cex(args.cex, cex.inputs)
@@ -108,21 +106,6 @@ def _tv(args: argparse.Namespace) -> int:
     else:
         print_report(result, fa, fb, args)
     return EXIT[result.verdict]
-
-
-def _bodies(ma: Module, mb: Module, names: tuple[str, str]) -> list[Function]:
-    """Both modules' functions, where loop-stage kernels find their bodies by name; a name the
-    two define differently is an input error (a kernel could not tell which it means)."""
-    entries = {f.name for f in (ma.entry, mb.entry) if f is not None}
-    for fb in mb.functions:
-        fa = ma.function(fb.name)
-        if fa is not None and fa != fb and fb.name not in entries:
-            raise IRError(
-                f"@{fb.name} is defined differently in {names[0]} and {names[1]}; kernel "
-                "bodies are found by name, so rename one",
-                fb.loc or Loc(names[1], 1, 1),
-            )
-    return [*ma.functions, *mb.functions]
 
 
 def to_json(result, fa: Function) -> dict[str, Any]:

@@ -201,7 +201,7 @@ def test_accumulators_are_claimed_under_real_and_proved() -> None:
     assert out.status == "refuted"
 
 
-def test_gdv_tv_proves_a_lowered_program_equal_to_its_source(tmp_path, capsys) -> None:
+def test_gdv_tv_proves_a_lowered_program_equal_to_its_source(tmp_path) -> None:
     from gdv.cli import main
     from gdv.ir.printer import print_module
 
@@ -215,7 +215,3 @@ def test_gdv_tv_proves_a_lowered_program_equal_to_its_source(tmp_path, capsys) -
     low = tmp_path / "low.gdv"
     low.write_text(print_module(lowered))
     assert main(["tv", str(src), str(low)]) == 0
-    clash = tmp_path / "clash.gdv"
-    clash.write_text(src.read_text() + "func @main.k0(%a: f32[]) -> f32[] {\n  return %a\n}\n")
-    assert main(["tv", str(clash), str(low)]) == 3
-    assert "defined differently" in capsys.readouterr().err
