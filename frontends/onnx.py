@@ -1538,6 +1538,38 @@ def _lp_normalization(imp: Importer, node: Any, ins: list[str], attrs: dict[str,
     _out(imp, node, imp.emit("select", [is_zero, zero, imp.emit("div", [x, nb])]))
 
 
+@handler("Resize", "Upsample")
+def _resize_nearest(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """Nearest-neighbour resizing: each output element is one input element, so the op is a
+    `take` at static positions. The positions are ONNX's own: its reference evaluator resizes
+    the element numbers 0..n-1 (exact in f64). Linear and cubic modes are refused."""
+    if attrs.get("mode", "nearest") != "nearest":
+        raise imp.unsupported(f"mode '{printable(attrs['mode'])}' (only nearest is exact)")
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.num_elements == 0 or t.num_elements > 2**24:
+        raise imp.unsupported(f"input {t}")
+    arrays: list[np.ndarray | None] = [None] * len(ins)
+    for k in range(1, len(ins)):
+        if ins[k]:
+            arrays[k] = np.asarray(imp.static(ins[k], "roi, scales and sizes"))
+    numbers = np.arange(t.num_elements, dtype=np.float64).reshape(t.shape)
+    maps = []
+    for offset in (0.0, 2.0**30):
+        arrays[0] = numbers + offset
+        outs = _reference_eval(node, ins, arrays, imp.opset)
+        if outs is None:
+            raise imp.unsupported("ONNX's reference evaluator cannot resize these inputs")
+        maps.append(outs[0])
+    idx, shifted = maps
+    if idx.shape != shifted.shape or not np.array_equal(shifted - idx, np.full_like(idx, 2**30)):
+        raise imp.unsupported("some outputs are not input elements (extrapolation)")
+    positions = idx.astype(np.int64)
+    it = TensorType(DType.I64, positions.shape)
+    flat = reshape(imp, x, [t.num_elements])
+    _out(imp, node, imp.emit("take", [flat, imp.const(positions, it)], axis=0))
+
+
 @handler("Trilu")
 def _trilu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     x = imp.dyn(ins[0])
