@@ -1947,6 +1947,94 @@ def _conv(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
     _out(imp, node, y)
 
 
+@handler("ConvTranspose")
+def _conv_transpose(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """The gradient of a convolution, as a convolution: x with stride-1 zeros inserted between
+    its elements (reshape, pad, reshape), padded by d*(k-1) - pad (cropped where negative),
+    convolved with the kernel flipped in space and its in/out channels swapped per group."""
+    x, w = imp.dyn(ins[0]), imp.dyn(ins[1])
+    tx, tw = imp.type_of(x), imp.type_of(w)
+    _require_float(imp, x)
+    nsp = tx.rank - 2
+    if nsp not in (1, 2):
+        raise imp.unsupported(f"{nsp}-D transposed convolution (only 1-D and 2-D)")
+    g = attrs.get("group", 1)
+    kernel = list(tw.shape[2:])
+    if "kernel_shape" in attrs and list(attrs["kernel_shape"]) != kernel:
+        raise imp.unsupported("kernel_shape differs from the weight's shape")
+    strides = list(attrs.get("strides", [1] * nsp))
+    dil = list(attrs.get("dilations", [1] * nsp))
+    out_pad = list(attrs.get("output_padding", [0] * nsp))
+    spatial = list(tx.shape[2:])
+    full = [
+        (i - 1) * st + op + (k - 1) * d + 1
+        for i, st, op, k, d in zip(spatial, strides, out_pad, kernel, dil, strict=True)
+    ]
+    auto = attrs.get("auto_pad", "NOTSET")
+    if "output_shape" in attrs or auto in ("SAME_UPPER", "SAME_LOWER"):
+        want = list(
+            attrs.get("output_shape", [i * st for i, st in zip(spatial, strides, strict=True)])
+        )
+        want = want[-nsp:]
+        pads = []
+        for f, o in zip(full, want, strict=True):
+            total = f - o  # negative: a larger output, padded further
+            half = int(total / 2)  # the spec's total_padding / 2, truncating
+            if auto == "SAME_LOWER":
+                pads.append([total - half, half])
+            else:
+                pads.append([half, total - half])
+    elif auto in ("NOTSET", "", "VALID"):
+        p = attrs.get("pads", [0] * (2 * nsp)) if auto != "VALID" else [0] * (2 * nsp)
+        pads = [[p[i], p[i + nsp]] for i in range(nsp)]
+    else:
+        raise imp.unsupported(f"auto_pad '{printable(auto)}'")
+    if nsp == 1:
+        x = reshape(imp, x, [tx.shape[0], tx.shape[1], 1, tx.shape[2]])
+        w = reshape(imp, w, [tw.shape[0], tw.shape[1], 1, tw.shape[2]])
+        strides, dil, kernel, pads = [1, *strides], [1, *dil], [1, *kernel], [[0, 0], *pads]
+        spatial = [1, *spatial]
+        out_pad = [0, *out_pad]
+    n, c = tx.shape[0], tx.shape[1]
+    if c % g or tw.shape[0] != c:
+        raise imp.unsupported(f"weight {tw} for input {tx} with group {g}")
+    cout_g = tw.shape[1]
+    # Zeros between elements: [N,C,H,W] -> [N,C,H,1,W,1] -> pad to [N,C,H,s,W,s] -> [N,C,Hs,Ws].
+    (sh, sw), (h, wd) = strides, spatial
+    if sh > 1 or sw > 1:
+        y = reshape(imp, x, [n, c, h, 1, wd, 1])
+        y = imp.emit("pad", [y], low=[0] * 6, high=[0, 0, 0, sh - 1, 0, sw - 1], value=0.0)
+        y = reshape(imp, y, [n, c, h * sh, wd * sw])
+        x = imp.emit(
+            "slice", [y], start=[0] * 4, limit=[n, c, (h - 1) * sh + 1, (wd - 1) * sw + 1],
+            stride=[1] * 4,
+        )  # fmt: skip
+    # Weights [C, O/g, kh, kw] -> [g, C/g, O/g, kh, kw] -> [g, O/g, C/g, kh, kw] -> [O, C/g, ...],
+    # flipped in space.
+    kh, kw = kernel
+    wt = reshape(imp, w, [g, c // g, cout_g, kh, kw])
+    wt = imp.emit("transpose", [wt], perm=[0, 2, 1, 3, 4])
+    wt = reshape(imp, wt, [g * cout_g, c // g, kh, kw])
+    wt = _take_indices(imp, wt, 2, list(range(kh - 1, -1, -1)))
+    wt = _take_indices(imp, wt, 3, list(range(kw - 1, -1, -1)))
+    conv_pad = []
+    for d, k, (lo, hi), op in zip(dil, kernel, pads, out_pad, strict=True):
+        conv_pad.append([d * (k - 1) - lo, d * (k - 1) - hi + op])
+    crop = [[max(-lo, 0), max(-hi, 0)] for lo, hi in conv_pad]
+    conv_pad = [[max(lo, 0), max(hi, 0)] for lo, hi in conv_pad]
+    for a, (lo, hi) in enumerate(crop):
+        if lo or hi:
+            size = imp.type_of(x).shape[2 + a]
+            x = _slice1(imp, x, 2 + a, lo, size - hi, 1)
+    y = imp.emit("conv2d", [x, wt], stride=[1, 1], padding=conv_pad, dilation=list(dil), groups=g)
+    ty = imp.type_of(y)
+    if len(ins) > 2 and ins[2]:
+        y = imp.emit("add", [y, imp.emit("broadcast", [imp.dyn(ins[2])], ty, dims=[1])])
+    if nsp == 1:
+        y = reshape(imp, y, [ty.shape[0], ty.shape[1], ty.shape[3]])
+    _out(imp, node, y)
+
+
 @handler("MaxPool", "AveragePool")
 def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     """Windows as strided slices of the padded input, combined elementwise: max (exact in any

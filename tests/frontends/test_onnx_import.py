@@ -180,6 +180,14 @@ CASES: list[tuple[str, list[Any], dict[str, np.ndarray], dict[str, np.ndarray], 
     ("resize_nearest", [helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest",
                                          nearest_mode="round_prefer_ceil")],
      {"x": randn(1, 2, 3, 4)}, {"sc": np.array([1, 1, 2.5, 0.75], dtype=np.float32)}, 17),
+    ("convtranspose_group_stride_pads", [
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], group=2, strides=[2, 3],
+                         pads=[1, 0, 0, 2], output_padding=[1, 1], dilations=[1, 2])],
+     {"x": randn(2, 4, 3, 4)}, {"w": randn(4, 3, 3, 2), "b": randn(6)}, 17),
+    ("convtranspose_output_shape", [
+        helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2],
+                         output_shape=[8, 9])],
+     {"x": randn(1, 2, 3, 4)}, {"w": randn(2, 3, 3, 3)}, 17),
     ("gelu_tanh", [helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")],
      {"x": randn(3, 4)}, {}, 20),
 ]  # fmt: skip
