@@ -246,9 +246,6 @@ class Importer:
             value = _py(np.asarray(value).astype(t.dtype.np)[()], t.dtype)
         return self.emit("constant", [], t, value=value)
 
-    def scalar_like(self, value: float, t: TensorType) -> str:
-        return self.const(value, t)
-
     # --- values -------------------------------------------------------------------------------
 
     def val(self, name: str) -> Val:
@@ -621,7 +618,8 @@ def _attr_value(a: Any, imp: Importer) -> Any:
 def _reference_eval(
     node: Any, ins: list[str], arrays: list[np.ndarray | None], opset: int
 ) -> list[np.ndarray] | None:
-    """Evaluate one integer shape-arithmetic node with ONNX's reference evaluator."""
+    """Evaluate one node on constant inputs with ONNX's reference evaluator (shape arithmetic,
+    nearest-resize positions); None when it cannot."""
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
@@ -973,8 +971,6 @@ _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}
 
 @handler(*_BINARY)
 def _binary(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
-    if attrs.get("broadcast") == 0 and node.op_type and imp.opset < 7:
-        pass
     if imp.opset < 7 and attrs.get("broadcast", 0) and "axis" in attrs:
         raise imp.unsupported("legacy broadcast with an axis is not supported")
     a, b = operands_bcast(imp, ins[:2])
@@ -1168,12 +1164,8 @@ def _cast(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
             raise imp.unsupported(f"casting to {_dtype_name(code)} (no IR dtype)")
     else:
         target = imp.val(ins[1]).type.dtype
-    if attrs.get("saturate", 1) == 0:
-        pass  # only meaningful for float8 targets, which are refused above
-    src = imp.val(ins[0]).type.dtype
-    if src.is_float and target.is_int:
-        # ONNX leaves out-of-range and NaN results undefined; the IR saturates.
-        pass
+    # `saturate` matters only for float8 targets, refused above. A float to integer cast of an
+    # out-of-range value or NaN is undefined in ONNX; the IR's convert saturates (NaN -> 0).
     _out(imp, node, convert(imp, imp.dyn(ins[0]), target))
 
 
@@ -2230,7 +2222,7 @@ class BackendRep(_OnnxBackendRep):
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self._cache: dict[Any, tuple[Module, dict[str, np.ndarray], dict[str, str]]] = {}
+        self._cache: dict[Any, tuple[Module, dict[str, np.ndarray]]] = {}
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         from gdv.backends import reference
@@ -2252,8 +2244,8 @@ class BackendRep(_OnnxBackendRep):
         )
         if key not in self._cache:
             module, weights = import_model(self.model, input_shapes=shapes, known_inputs=known)
-            self._cache[key] = (module, weights, {})
-        module, weights, _ = self._cache[key]
+            self._cache[key] = (module, weights)
+        module, weights = self._cache[key]
         fn = module.entry
         feeds = dict(weights)
         for p in fn.params:
