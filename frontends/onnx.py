@@ -1211,14 +1211,24 @@ def _size(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
 
 @handler("Range")
 def _range(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # output[i] = start + (i * delta), in the inputs' dtype, as ONNX defines it; the length
+    # max(ceil((limit - start) / delta), 0) must be static.
     start, limit, delta = (imp.static(i, "Range's inputs")[()] for i in ins[:3])
+    if float(delta) == 0:
+        raise imp.unsupported("delta is 0")
     n = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0)
-    dtype = np.asarray(start).dtype
-    # output[i] = start + i * delta, computed in the dtype, as ONNX defines it
-    out = np.array([start + np.asarray(i, dtype) * delta for i in range(n)], dtype=dtype)
-    if dtype.kind == "f":
-        raise imp.unsupported("a float Range is computed in float arithmetic at run time")
-    imp.set_static(node.output[0], out.reshape(n))
+    dtype = _np_to_ir(np.asarray(start).dtype)
+    if dtype is None or dtype.is_bool:
+        raise imp.unsupported(f"inputs of numpy dtype {np.asarray(start).dtype}")
+    if dtype.is_int:  # integer arithmetic: exact in numpy (wrapping like the IR)
+        with np.errstate(over="ignore"):
+            out = np.array([start + np.asarray(i, start.dtype) * delta for i in range(n)])
+        imp.set_static(node.output[0], out.astype(start.dtype).reshape(n))
+        return
+    t = TensorType(dtype, (n,))
+    i = imp.emit("iota", [], t, axis=0)
+    y = imp.emit("add", [imp.const(start, t), imp.emit("mul", [i, imp.const(delta, t)])])
+    _out(imp, node, y)
 
 
 @handler("Reshape")
