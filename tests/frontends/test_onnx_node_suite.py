@@ -29,8 +29,12 @@ while gdv rounds every op in the narrow dtype, as ONNX's per-op type rules say (
 
 
 @pytest.fixture(scope="module")
-def report(request: pytest.FixtureRequest) -> dict:
-    cache = Path(request.config.cache.mkdir("onnx_node_cases"))
+def report(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    store = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    if store is not None:
+        cache = Path(store.mkdir("onnx_node_cases"))
+    else:
+        cache = tmp_path_factory.mktemp("onnx_node_cases")
     results = Path(os.environ.get("GDV_ONNX_RESULTS", ROOT / DEFAULT_RESULTS))
     return run_all(cache, results)
 
