@@ -2037,10 +2037,11 @@ def _conv_transpose(imp: Importer, node: Any, ins: list[str], attrs: dict[str, A
     _out(imp, node, y)
 
 
-@handler("MaxPool", "AveragePool")
+@handler("MaxPool", "AveragePool", "LpPool")
 def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     """Windows as strided slices of the padded input, combined elementwise: max (exact in any
-    order) or a sum in window order divided by the window's element count."""
+    order), or a sum in window order divided by the window's element count (AveragePool), or
+    of |x|^p then raised to 1/p (LpPool; x * x and sqrt for p = 2)."""
     if len([o for o in node.output if o]) > 1:
         raise imp.unsupported("the Indices output has no IR op (an argmax)")
     x = imp.dyn(ins[0])
@@ -2048,6 +2049,16 @@ def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
     is_max = node.op_type == "MaxPool"
     if not t.dtype.is_float and not (is_max and t.dtype.is_int):
         raise imp.unsupported(f"{t.dtype} operands are not supported")
+    lp = attrs.get("p", 2) if node.op_type == "LpPool" else None
+    if lp is not None:
+        if lp < 1:
+            raise imp.unsupported(f"p = {lp}")
+        if lp == 2:
+            x = imp.emit("mul", [x, x])
+        elif lp == 1:
+            x = imp.emit("abs", [x])
+        else:
+            x = imp.emit("pow", [imp.emit("abs", [x]), imp.const(float(lp), t)])
     nsp = t.rank - 2
     kernel = list(attrs["kernel_shape"])
     strides = attrs.get("strides", [1] * nsp)
@@ -2085,7 +2096,12 @@ def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
         win = imp.emit("slice", [xp], start=start, limit=limit, stride=[1, 1, *strides])
         acc = win if acc is None else imp.emit("max" if is_max else "add", [acc, win])
     assert acc is not None
-    if not is_max:
+    if lp is not None:
+        if lp == 2:
+            acc = imp.emit("sqrt", [acc])
+        elif lp != 1:
+            acc = imp.emit("pow", [acc, imp.const(1.0 / lp, imp.type_of(acc))])
+    elif not is_max:
         include_pad = bool(attrs.get("count_include_pad", 0))
         counts = np.ones(outs, dtype=np.float64)
         for dim, (s, k, st, d, (lo, hi), o) in enumerate(
