@@ -1572,6 +1572,83 @@ def _resize_nearest(imp: Importer, node: Any, ins: list[str], attrs: dict[str, A
     _out(imp, node, imp.emit("take", [flat, imp.const(positions, it)], axis=0))
 
 
+@handler("GatherND")
+def _gather_nd(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # out[b..., i...] = x[b..., idx[b..., i..., :], ...]: a take from x reshaped to
+    # [B, prod(indexed dims), rest] at the linear index sum_j wrap(idx_j) * stride_j, per batch
+    # (batch offsets static). Indices are wrapped and kept inside their dims, like Gather.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    idx = imp.dyn(ins[1])
+    it = imp.type_of(idx)
+    b = attrs.get("batch_dims", 0)
+    if not it.dtype.is_int or it.rank < 1 or it.shape[:b] != t.shape[:b]:
+        raise imp.unsupported(f"indices {it} for data {t} with batch_dims {b}")
+    r = it.shape[-1]
+    if b + r > t.rank:
+        raise imp.unsupported(f"index depth {r} is too deep for {t}")
+    dims = t.shape[b : b + r]
+    if any(d == 0 for d in dims):
+        raise imp.unsupported("gathering from an empty dim")
+    nb = math.prod(t.shape[:b])
+    rest = list(t.shape[b + r :])
+    lead = list(it.shape[b:-1])
+    i = convert(imp, idx, DType.I64)
+    i = reshape(imp, i, [nb, math.prod(lead), r])
+    i64 = imp.type_of(i)
+    sizes = imp.const(np.broadcast_to(np.array(dims, np.int64), i64.shape).copy(), i64)
+    zero = imp.const(0, i64)
+    neg = imp.emit("cmp", [i, zero], dir="lt")
+    i = imp.emit("select", [neg, imp.emit("add", [i, sizes]), i])
+    top = imp.emit("sub", [sizes, imp.const(1, i64)])
+    i = imp.emit("min", [imp.emit("max", [i, zero]), top])
+    strides = [math.prod(dims[j + 1 :]) for j in range(r)]
+    sw = imp.const(np.broadcast_to(np.array(strides, np.int64), i64.shape).copy(), i64)
+    lin = imp.emit("reduce_sum", [imp.emit("mul", [i, sw])], axes=[2])  # [nb, L]
+    lt = imp.type_of(lin)
+    batch = np.arange(nb, dtype=np.int64)[:, None] * math.prod(dims)
+    lin = imp.emit("add", [lin, imp.const(np.broadcast_to(batch, lt.shape).copy(), lt)])
+    flat = reshape(imp, x, [nb * math.prod(dims), *rest])
+    y = imp.emit("take", [flat, lin], axis=0)  # [nb, L, rest...]
+    _out(imp, node, reshape(imp, y, [*t.shape[:b], *lead, *rest]))
+
+
+@handler("EyeLike")
+def _eye_like(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    t = imp.val(ins[0]).type
+    if t.rank != 2:
+        raise imp.unsupported(f"input {t} (2-D only)")
+    code = attrs.get("dtype")
+    dtype = t.dtype if code is None else _ONNX_DTYPES.get(code)
+    if dtype is None:
+        raise imp.unsupported(f"dtype {_dtype_name(code)} (no IR dtype)")
+    eye = np.eye(t.shape[0], t.shape[1], k=attrs.get("k", 0), dtype=dtype.np)
+    imp.set_static(node.output[0], eye)
+
+
+@handler("InstanceNormalization")
+def _instance_norm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # Per instance and channel over the spatial dims: m = sum(x) / n; d = x - m;
+    # v = sum(d * d) / n; d / sqrt(v + eps) * scale + B (ONNX's reference formula).
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    axes = list(range(2, t.rank))
+    if not axes:
+        raise imp.unsupported(f"input {t} has no spatial dims")
+    n = math.prod(t.shape[2:])
+    s = imp.emit("reduce_sum", [x], axes=axes)
+    rt = imp.type_of(s)
+    nn = imp.const(float(n), rt)
+    mean = imp.emit("div", [s, nn])
+    d = imp.emit("sub", [x, imp.emit("broadcast", [mean], t, dims=[0, 1])])
+    var = imp.emit("div", [imp.emit("reduce_sum", [imp.emit("mul", [d, d])], axes=axes), nn])
+    eps = imp.const(np.float32(attrs.get("epsilon", 1e-5)).astype(t.dtype.np), rt)
+    std = imp.emit("sqrt", [imp.emit("add", [var, eps])])
+    y = imp.emit("div", [d, imp.emit("broadcast", [std], t, dims=[0, 1])])
+    y = imp.emit("mul", [y, imp.emit("broadcast", [imp.dyn(ins[1])], t, dims=[1])])
+    _out(imp, node, imp.emit("add", [y, imp.emit("broadcast", [imp.dyn(ins[2])], t, dims=[1])]))
+
+
 @handler("Trilu")
 def _trilu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     x = imp.dyn(ins[0])
@@ -1849,8 +1926,11 @@ def _gemm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
 @handler("Einsum")
 def _einsum(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     eq = attrs["equation"].replace(" ", "")
-    if "..." in eq or "->" not in eq:
-        raise imp.unsupported(f"equation '{printable(eq)}' (needs explicit output, no ellipsis)")
+    if "..." in eq:
+        raise imp.unsupported(f"equation '{printable(eq)}' (no ellipsis)")
+    if "->" not in eq:  # implicit output: the letters used once, in alphabetical order
+        letters = eq.replace(",", "")
+        eq = eq + "->" + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
     lhs, out = eq.split("->")
     terms = lhs.split(",")
     xs = [imp.dyn(i) for i in ins]
