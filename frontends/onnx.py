@@ -249,8 +249,11 @@ class Importer:
     # --- values -------------------------------------------------------------------------------
 
     def val(self, name: str) -> Val:
-        if name not in self.vals:
-            raise self.unsupported(f"input '{printable(name)}' is not defined")
+        if name not in self.vals:  # a malformed model: an input error, not a refusal
+            where = f" at node {printable(self.node_label, 80)}" if self.node is not None else ""
+            raise IRError(
+                f"ONNX value '{printable(name)}' is used{where} but never defined", self.loc()
+            )
         return self.vals[name]
 
     def dyn(self, name: str) -> str:

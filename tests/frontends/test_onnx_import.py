@@ -476,3 +476,11 @@ def test_isnan_isinf_reduceprod() -> None:
     got = gdv_run(m, {"x": x})
     for g, w in zip(got, ort_run(m, {"x": x}), strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+def test_undefined_value_is_an_input_error() -> None:
+    m = model([helper.make_node("Relu", ["nowhere"], ["y"], name="r")], [("x", F, [2])],
+              [("y", F, None)])  # fmt: skip
+    with pytest.raises(IRError, match="'nowhere' is used at node r but never defined") as e:
+        import_model(m)
+    assert not isinstance(e.value, Unsupported)
