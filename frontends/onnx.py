@@ -1616,6 +1616,69 @@ def _gather_nd(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) 
     _out(imp, node, reshape(imp, y, [*t.shape[:b], *lead, *rest]))
 
 
+def _scatter_by_map(imp: Importer, data: str, updates: str, targets: np.ndarray) -> str:
+    """data with updates written at the static flat positions `targets` (one per element of
+    `updates`, row-major): a take from concat(data, updates) flattened, whose index map sends
+    each written position to its update (the last one, where several write) and every other
+    position to itself."""
+    t, ut = imp.type_of(data), imp.type_of(updates)
+    n = t.num_elements
+    mapping = np.arange(n, dtype=np.int64)
+    mapping[targets.reshape(-1)] = n + np.arange(ut.num_elements, dtype=np.int64)
+    both = imp.emit(
+        "concat", [reshape(imp, data, [n]), reshape(imp, updates, [ut.num_elements])], axis=0
+    )
+    idx = imp.const(mapping.reshape(t.shape), TensorType(DType.I64, t.shape))
+    return imp.emit("take", [both, idx], axis=0)
+
+
+def _static_indices(imp: Importer, name: str, sizes: Sequence[int]) -> np.ndarray:
+    """Static indices, wrapped, each within its size (refused otherwise)."""
+    idx = np.asarray(imp.static(name, "indices")).astype(np.int64)
+    size = np.asarray(sizes, dtype=np.int64)
+    if np.any((idx < -size) | (idx >= size)):
+        raise imp.unsupported("an index is out of range")
+    return np.where(idx < 0, idx + size, idx)
+
+
+@handler("ScatterElements", "Scatter")
+def _scatter_elements(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    if attrs.get("reduction", "none") != "none":
+        raise imp.unsupported(f"reduction '{printable(attrs['reduction'])}'")
+    data, updates = imp.dyn(ins[0]), imp.dyn(ins[2])
+    t, ut = imp.type_of(data), imp.type_of(updates)
+    axis = _norm_axis(imp, attrs.get("axis", 0), t.rank)
+    if ut.dtype != t.dtype or ut.rank != t.rank:
+        raise imp.unsupported(f"updates {ut} for data {t}")
+    idx = _static_indices(imp, ins[1], [t.shape[axis]])
+    if idx.shape != ut.shape:
+        raise imp.unsupported(f"indices {list(idx.shape)} and updates {ut} differ in shape")
+    coords = list(np.indices(idx.shape, dtype=np.int64))
+    coords[axis] = idx
+    targets = np.ravel_multi_index(tuple(coords), t.shape) if idx.size else idx
+    _out(imp, node, _scatter_by_map(imp, data, updates, np.asarray(targets)))
+
+
+@handler("ScatterND")
+def _scatter_nd(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    if attrs.get("reduction", "none") != "none":
+        raise imp.unsupported(f"reduction '{printable(attrs['reduction'])}'")
+    data, updates = imp.dyn(ins[0]), imp.dyn(ins[2])
+    t, ut = imp.type_of(data), imp.type_of(updates)
+    raw = np.asarray(imp.static(ins[1], "indices"))
+    r = raw.shape[-1] if raw.ndim else 0
+    if raw.ndim < 1 or r > t.rank or ut.dtype != t.dtype:
+        raise imp.unsupported(f"indices {list(raw.shape)} for data {t}")
+    idx = _static_indices(imp, ins[1], t.shape[:r])
+    rest = t.shape[r:]
+    if tuple(ut.shape) != (*idx.shape[:-1], *rest):
+        raise imp.unsupported(f"updates {ut} do not fit indices {list(idx.shape)}")
+    block = math.prod(rest)
+    starts = np.ravel_multi_index(tuple(np.moveaxis(idx, -1, 0)), t.shape[:r]) * block
+    targets = starts.reshape(-1, 1) + np.arange(block, dtype=np.int64)[None, :]
+    _out(imp, node, _scatter_by_map(imp, data, updates, targets))
+
+
 @handler("EyeLike")
 def _eye_like(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     t = imp.val(ins[0]).type
