@@ -268,7 +268,7 @@ def obligation_result(out: Any) -> dict:
         "location": str(ob.loc) if ob.loc else None,
         # A rewrite's obligation is about the two small functions `src` and `tgt`; anything
         # else is the whole-function fallback (what `allow_fallback` governs).
-        "scope": "local" if ob.src.name == "src" or ob.formula is not None else "whole-function",
+        "scope": "local" if ob.src.name == "src" or ob.kind != "equivalence" else "whole-function",
         "status": out.status,
         "reason": out.reason,
         "counterexample": None,

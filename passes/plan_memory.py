@@ -14,13 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import z3
-
 from gdv.ir.core import Function, Module
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import bodies_used
 from gdv.passes.base import Pass, PassResult
-from gdv.passes.schedule_kernels import formula_text
 
 ALIGN = 64
 
@@ -66,32 +63,14 @@ def plan(fn: Function) -> list[Buffer]:
     return placed
 
 
-def overlap_violation(buffers: list[Buffer], arena: int) -> z3.BoolRef:
-    """Two distinct buffers live at one time share a byte, or one leaves [0, arena)."""
-    off, size, start, end = (
-        z3.Function(f"{k}!", z3.IntSort(), z3.IntSort()) for k in ("offset", "size", "start", "end")
-    )
-    facts = []
-    for k, b in enumerate(buffers):
-        facts += [off(k) == b.offset, size(k) == b.size, start(k) == b.start, end(k) == b.end]
-    a, c = z3.Ints("a! b!")
-    n = len(buffers)
-    overlap = z3.And(
-        a != c,
-        start(a) <= end(c),
-        start(c) <= end(a),
-        size(a) > 0,
-        size(c) > 0,
-        off(a) < off(c) + size(c),
-        off(c) < off(a) + size(a),
-    )
-    outside = z3.Or(off(a) < 0, off(a) + size(a) > arena)
-    return z3.And(*facts, a >= 0, a < n, c >= 0, c < n, z3.Or(overlap, outside))
-
-
 def memory_obligation(pass_name: str, fn: Function, buffers: list[Buffer], arena: int, index: int):
     """The memory-safety claim of `buffers` in an arena of `arena` bytes."""
-    where = replace(fn, name="src", attrs={})
+    # The checker reads the plan off these attributes and recomputes liveness itself.
+    where = replace(
+        fn,
+        name="src",
+        attrs={"arena_bytes": arena, "buffers": [[b.name, b.offset, b.size] for b in buffers]},
+    )
     return Obligation(
         id=f"{pass_name}/arena/memory-safety" + (f"#{index}" if index else ""),
         kind="memory-safety",
@@ -100,7 +79,6 @@ def memory_obligation(pass_name: str, fn: Function, buffers: list[Buffer], arena
         tgt=where,
         claim=f"@{fn.name}: no two live buffers of the {arena}-byte arena overlap",
         loc=fn.loc,
-        formula=formula_text(overlap_violation(buffers, arena)),
     )
 
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import z3
-
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import bodies_used
@@ -29,80 +27,6 @@ from gdv.passes.base import Pass, PassResult
 
 VECTOR_BYTES = 32
 """The vector register width the lane count is chosen for (AVX2-sized)."""
-
-
-@dataclass(frozen=True)
-class DimLoop:
-    """One loop dim of a tiled nest: extent, tile, vector lanes (1: none), tile count."""
-
-    extent: int
-    tile: int
-    vector: int = 1
-    count: int | None = None
-    """Tile loop trip count; None: ceil(extent / tile), the one that covers the remainder."""
-
-    @property
-    def tiles(self) -> int:
-        return -(-self.extent // self.tile) if self.count is None else self.count
-
-
-def _min(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
-    return z3.If(a < b, a, b)
-
-
-def _visit(d: int, tag: str, loop: DimLoop) -> tuple[list[z3.ArithRef], z3.BoolRef, z3.ArithRef]:
-    """Symbolic indices (tile, chunk, lane) of a visit along dim d, whether the nest makes
-    it, and the coordinate it visits."""
-    o, c, lane = (z3.Int(f"{k}{tag}!{d}") for k in ("tile", "chunk", "lane"))
-    t, v = loop.tile, loop.vector
-    rem = _min(z3.IntVal(t), loop.extent - o * t)
-    valid = z3.And(o >= 0, o < loop.tiles, c >= 0, lane >= 0, lane < v, c * v + lane < rem)
-    return [o, c, lane], valid, o * t + c * v + lane
-
-
-def coverage_violation(loops: list[DimLoop]) -> z3.BoolRef:
-    """Some dim's loop visits a point outside its extent, visits a point twice, or misses one."""
-    cases = []
-    for d, loop in enumerate(loops):
-        n = loop.extent
-        ix1, ok1, p1 = _visit(d, "", loop)
-        ix2, ok2, p2 = _visit(d, "2", loop)
-        cases.append(z3.And(ok1, z3.Or(p1 < 0, p1 >= n)))
-        distinct = z3.Or(*(a != b for a, b in zip(ix1, ix2, strict=True)))
-        cases.append(z3.And(ok1, ok2, distinct, p1 == p2))
-        p = z3.Int(f"point!{d}")
-        t, v = loop.tile, loop.vector
-        o, r = p / t, p % t  # z3 div/mod by a positive constant: floor semantics
-        c, lane = r / v, r % v
-        rem = _min(z3.IntVal(t), n - o * t)
-        hit = z3.And(o >= 0, o < loop.tiles, c >= 0, lane >= 0, lane < v, c * v + lane < rem)
-        cases.append(z3.And(p >= 0, p < n, z3.Not(z3.And(hit, o * t + c * v + lane == p))))
-    return z3.Or(*cases) if cases else z3.BoolVal(False)
-
-
-def formula_text(violation: z3.BoolRef) -> str:
-    """The violation as SMT-LIB 2 text with `(set-logic ALL)`, as obligations store it."""
-    s = z3.Solver()
-    s.add(violation)
-    return "(set-logic ALL)\n" + s.to_smt2()
-
-
-def nest_of(attrs: dict) -> list[DimLoop]:
-    """The per-dim loops a kernel's schedule attributes describe."""
-    space, tile = attrs["space"], attrs.get("tile") or [max(1, n) for n in attrs["space"]]
-    lanes = attrs.get("vector", 1)
-    vdim = vector_dim(attrs)
-    return [
-        DimLoop(n, t, lanes if d == vdim else 1)
-        for d, (n, t) in enumerate(zip(space, tile, strict=True))
-    ]
-
-
-def vector_dim(attrs: dict) -> int | None:
-    """The loop dim whose intra-tile loop runs in vector lanes: the last out dim in `order`."""
-    order = attrs.get("order") or list(range(len(attrs["space"])))
-    outs = [d for d in order if d in attrs["out"]]
-    return outs[-1] if outs else None
 
 
 def keeps_reduction_order(attrs: dict) -> bool:
@@ -223,7 +147,6 @@ class ScheduleKernels(Pass):
                         f"{new.attrs['space']} points exactly once",
                         loc=op.loc,
                         functions=[body] if body is not None else [],
-                        formula=formula_text(coverage_violation(nest_of(new.attrs))),
                     )
                 )
             functions.append(

@@ -29,6 +29,7 @@ from gdv.ir.ops.kernel import kernel_bodies
 from gdv.ir.printer import print_function
 from gdv.validate.counterexample import Counterexample
 from gdv.validate.equivalence import build_query, check_equivalence
+from gdv.validate.schedules import claim_formula
 
 STATUSES = ("proved", "refuted", "unknown")
 _VERDICT_STATUS = {"equivalent": "proved", "not-equivalent": "refuted", "unknown": "unknown"}
@@ -74,8 +75,9 @@ def stable_smt2(text: str) -> str:
 
 def obligation_queries(ob: Obligation) -> list[str]:
     """The obligation's queries as SMT-LIB 2 text, one per output (a formula claim: its own)."""
-    if ob.formula is not None:
-        return [stable_smt2(ob.formula)]
+    formula = claim_formula(ob)
+    if formula is not None:
+        return [stable_smt2(formula)]
     with kernel_bodies(ob.functions):
         return [_query_text(ob, o) for o in range(len(ob.src.results))]
 
@@ -118,8 +120,9 @@ def cache_key(ob: Obligation) -> str:
     every value renamed in order. The queries are a deterministic function of these (and of
     the semantics version), so equal keys mean equal queries, while Z3's printed text can
     differ for equal queries (its let-bindings follow internal term ids)."""
-    if ob.formula is not None:
-        text = f"gdv-obligation kind={ob.kind} theory={ob.theory}\n{stable_smt2(ob.formula)}"
+    formula = claim_formula(ob)
+    if formula is not None:
+        text = f"gdv-obligation kind={ob.kind} theory={ob.theory}\n{stable_smt2(formula)}"
         return hashlib.sha256(text.encode()).hexdigest()
     bodies = {f.name: f for f in ob.functions}
     src_names: dict[str, str] = {}
@@ -203,7 +206,7 @@ def _quick_refute(ob: Obligation) -> Counterexample | None:
 
     size = sum(p.type.num_elements for p in ob.src.params)
     size += sum(o.type.num_elements for f in (ob.src, ob.tgt) for o in f.ops)
-    if ob.theory != "fp" or size > QUICK_REFUTE_ELEMENTS or ob.formula is not None:
+    if ob.theory != "fp" or size > QUICK_REFUTE_ELEMENTS or ob.kind != "equivalence":
         return None
     for seed in range(2):
         for origin, draw in (
@@ -221,11 +224,12 @@ def _solve_formula(ob: Obligation, timeout: float) -> tuple[str, float, str, Non
     """A formula claim asserts a violation: unsat proves the claim, a model refutes it."""
     import z3
 
-    assert ob.formula is not None
+    formula = claim_formula(ob)
+    assert formula is not None
     start = time.perf_counter()
     s = z3.Solver()
     s.set("timeout", max(1, int(timeout * 1000)))
-    s.from_string(ob.formula)
+    s.from_string(formula)
     r = s.check()
     seconds = time.perf_counter() - start
     if r == z3.unsat:
@@ -238,7 +242,7 @@ def _solve_formula(ob: Obligation, timeout: float) -> tuple[str, float, str, Non
 
 
 def _solve(ob: Obligation, timeout: float) -> tuple[str, float, str, Counterexample | None]:
-    if ob.formula is not None:
+    if claim_formula(ob) is not None:
         return _solve_formula(ob, timeout)
     with kernel_bodies(ob.functions):
         return _solve_equivalence(ob, timeout)

@@ -3,6 +3,7 @@ coverage and memory-safety claims refuted for a wrong schedule and an overlappin
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import replace
 
@@ -11,24 +12,18 @@ import pytest
 
 from gdv.api import parse
 from gdv.backends import reference
-from gdv.ir.core import Function, Param
+from gdv.ir.core import Module
 from gdv.ir.diagnostics import IRError
-from gdv.ir.dtypes import DType
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import kernel_bodies
-from gdv.ir.types import TensorType
 from gdv.ir.verifier import verify
 from gdv.passes.lower_to_kernels import LowerToKernels
 from gdv.passes.manager import PassManager
-from gdv.passes.plan_memory import Buffer, overlap_violation, plan
-from gdv.passes.schedule_kernels import (
-    DimLoop,
-    ScheduleKernels,
-    coverage_violation,
-    formula_text,
-)
+from gdv.passes.plan_memory import PlanMemory
+from gdv.passes.schedule_kernels import ScheduleKernels
 from gdv.validate.discharge import discharge
 from gdv.validate.evaluate import evaluate
+from gdv.validate.schedules import DimLoop, coverage_violation
 
 KERNEL = """func @main(%x: f32[2,3], %w: f32[3,2]) -> f32[2,2] {
   %y = kernel(%x, %w) {body = "main.k0", space = [2, 2, 3],
@@ -81,55 +76,71 @@ def test_lowered_program_equals_the_ops_it_replaces() -> None:
             assert a.tobytes() == b.tobytes()
 
 
-def _formula_obligation(kind: str, formula: str) -> Obligation:
-    """A formula claim; its functions only say where (here: nowhere in particular)."""
-    t = TensorType(DType.F32, (1,))
-    fn = Function("src", [Param("x", t)], [t], [], ["x"])
-    return Obligation(f"test/{kind}/{kind}", kind, "int", fn, fn, kind, formula=formula)
+def test_coverage_formula_holds_for_the_covering_nest_and_fails_without_the_remainder() -> None:
+    import z3
 
-
-def test_coverage_is_proved_for_the_covering_nest_and_refuted_without_the_remainder(
-    tmp_path,
-) -> None:
     good = [DimLoop(10, 4, 3), DimLoop(7, 7), DimLoop(300, 256)]
     bad = [DimLoop(10, 4, 3), DimLoop(7, 7), DimLoop(300, 256, count=300 // 256)]
-    outs = discharge(
-        [_formula_obligation("coverage", formula_text(coverage_violation(n))) for n in (good, bad)],
-        jobs=1,
-        use_cache=False,
-    )
-    assert [o.status for o in outs] == ["proved", "refuted"]
+    results = []
+    for nest in (good, bad):
+        s = z3.Solver()
+        s.add(coverage_violation(nest))
+        results.append(s.check())
+    assert results == [z3.unsat, z3.sat]
 
 
-def test_memory_plan_is_proved_and_an_overlapping_plan_refuted() -> None:
-    module = (
-        PassManager([LowerToKernels()])
-        .run(
-            parse(
-                KERNEL.replace(
-                    "  return %y",
-                    '  %z = kernel(%y) {body = "main.k1", space = [2, 2], maps = [[[1, 0, 0], '
-                    '[0, 1, 0]]], out = [0, 1], reduce = [], combiner = "none"} : f32[2,2]\n'
-                    "  return %z",
-                )
-                + "func @main.k1(%a: f32[]) -> f32[] {\n  %n = neg(%a) : f32[]\n  return %n\n}\n"
-            )
+def test_coverage_claims_of_scheduled_kernels_are_derived_from_the_ir_and_proved() -> None:
+    module = PassManager([LowerToKernels(), ScheduleKernels()]).run(parse(KERNEL)).module
+    result = ScheduleKernels().run(PassManager([LowerToKernels()]).run(parse(KERNEL)).module)
+    claims = [o for o in result.obligations if o.kind == "coverage"]
+    assert claims and all(o.formula is None for o in claims)  # the pass states, never proves
+    outs = discharge(claims, jobs=1, use_cache=False)
+    assert {o.status for o in outs} == {"proved"}
+    assert any("tile" in op.attrs for op in module.entry.ops)
+
+
+def _planned() -> tuple[Obligation, Module]:
+    src = (
+        KERNEL.replace(
+            "  return %y",
+            '  %z = kernel(%y) {body = "main.k1", space = [2, 2], maps = [[[1, 0, 0], '
+            '[0, 1, 0]]], out = [0, 1], reduce = [], combiner = "none"} : f32[2,2]\n'
+            "  return %z",
         )
-        .module
+        + "func @main.k1(%a: f32[]) -> f32[] {\n  %n = neg(%a) : f32[]\n  return %n\n}\n"
     )
-    buffers = plan(module.entry)
-    arena = max(b.offset + b.size for b in buffers)
-    overlapping = [Buffer("y", 0, 16, 0, 1), Buffer("z", 8, 16, 1, 2)]
+    lowered = PassManager([LowerToKernels()]).run(parse(src)).module
+    result = PlanMemory().run(lowered)
+    (claim,) = [o for o in result.obligations if o.kind == "memory-safety"]
+    return claim, result.module
+
+
+def _with_plan(claim: Obligation, buffers: list, arena: int) -> Obligation:
+    src = dataclasses.replace(claim.src, attrs={"arena_bytes": arena, "buffers": buffers})
+    return dataclasses.replace(claim, src=src, tgt=src)
+
+
+def test_memory_plan_is_proved_and_bad_plans_are_refuted_by_independent_liveness() -> None:
+    claim, module = _planned()
+    plan = module.entry.attrs["buffers"]
+    (y, oy, sy), (z, oz, sz) = plan
+    assert oy + sy <= oz  # y is live while z is made, so they cannot share bytes
+    overlapping = [[y, 0, 16], [z, 8, 16]]  # a plan whose own liveness would call this fine
+    missing = [[y, 0, 16]]
+    too_small = [[y, 0, 8], [z, 64, 16]]
+    outside = [[y, 0, 16], [z, 64, 16]]  # z leaves a 32-byte arena
     outs = discharge(
         [
-            _formula_obligation("memory-safety", formula_text(overlap_violation(buffers, arena))),
-            _formula_obligation("memory-safety", formula_text(overlap_violation(overlapping, 24))),
+            claim,
+            _with_plan(claim, overlapping, 24),
+            _with_plan(claim, missing, 16),
+            _with_plan(claim, too_small, 80),
+            _with_plan(claim, outside, 32),
         ],
         jobs=1,
         use_cache=False,
     )
-    assert [o.status for o in outs] == ["proved", "refuted"]
-    assert buffers[0].offset + buffers[0].size <= buffers[1].offset  # y is live while z is made
+    assert [o.status for o in outs] == ["proved", "refuted", "refuted", "refuted", "refuted"]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,173 @@
+"""The formulas of schedule claims, derived by the checker from the IR itself.
+
+A pass that schedules kernels or plans memory only states its claim (`coverage` of a kernel's
+tiled nest, `memory-safety` of a function's arena); this module reads the schedule attributes
+and the buffer plan off the IR it was given and builds the violation formula, computing the
+liveness of every value anew. So a pass whose own bookkeeping is wrong cannot write the formula
+that would excuse it. Unsat of the violation proves the claim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import z3
+
+from gdv.ir.core import Function
+from gdv.ir.obligation import Obligation
+
+
+def formula_text(violation: z3.BoolRef) -> str:
+    """The violation as SMT-LIB 2 text with `(set-logic ALL)`, as obligations store it."""
+    s = z3.Solver()
+    s.add(violation)
+    return "(set-logic ALL)\n" + s.to_smt2()
+
+
+@dataclass(frozen=True)
+class DimLoop:
+    """One loop dim of a tiled nest: extent, tile, vector lanes (1: none), tile count."""
+
+    extent: int
+    tile: int
+    vector: int = 1
+    count: int | None = None
+    """Tile loop trip count; None: ceil(extent / tile), the one that covers the remainder."""
+
+    @property
+    def tiles(self) -> int:
+        return -(-self.extent // self.tile) if self.count is None else self.count
+
+
+def _min(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
+    return z3.If(a < b, a, b)
+
+
+def _visit(d: int, tag: str, loop: DimLoop) -> tuple[list[z3.ArithRef], z3.BoolRef, z3.ArithRef]:
+    """Symbolic indices (tile, chunk, lane) of a visit along dim d, whether the nest makes
+    it, and the coordinate it visits."""
+    o, c, lane = (z3.Int(f"{k}{tag}!{d}") for k in ("tile", "chunk", "lane"))
+    t, v = loop.tile, loop.vector
+    rem = _min(z3.IntVal(t), loop.extent - o * t)
+    valid = z3.And(o >= 0, o < loop.tiles, c >= 0, lane >= 0, lane < v, c * v + lane < rem)
+    return [o, c, lane], valid, o * t + c * v + lane
+
+
+def coverage_violation(loops: list[DimLoop]) -> z3.BoolRef:
+    """Some dim's loop visits a point outside its extent, visits a point twice, or misses one."""
+    cases = []
+    for d, loop in enumerate(loops):
+        n = loop.extent
+        ix1, ok1, p1 = _visit(d, "", loop)
+        ix2, ok2, p2 = _visit(d, "2", loop)
+        cases.append(z3.And(ok1, z3.Or(p1 < 0, p1 >= n)))
+        distinct = z3.Or(*(a != b for a, b in zip(ix1, ix2, strict=True)))
+        cases.append(z3.And(ok1, ok2, distinct, p1 == p2))
+        p = z3.Int(f"point!{d}")
+        t, v = loop.tile, loop.vector
+        o, r = p / t, p % t  # z3 div/mod by a positive constant: floor semantics
+        c, lane = r / v, r % v
+        rem = _min(z3.IntVal(t), n - o * t)
+        hit = z3.And(o >= 0, o < loop.tiles, c >= 0, lane >= 0, lane < v, c * v + lane < rem)
+        cases.append(z3.And(p >= 0, p < n, z3.Not(z3.And(hit, o * t + c * v + lane == p))))
+    return z3.Or(*cases) if cases else z3.BoolVal(False)
+
+
+def nest_of(attrs: dict) -> list[DimLoop]:
+    """The per-dim loops a kernel's schedule attributes describe."""
+    space, tile = attrs["space"], attrs.get("tile") or [max(1, n) for n in attrs["space"]]
+    lanes = attrs.get("vector", 1)
+    vdim = vector_dim(attrs)
+    return [
+        DimLoop(n, t, lanes if d == vdim else 1)
+        for d, (n, t) in enumerate(zip(space, tile, strict=True))
+    ]
+
+
+def vector_dim(attrs: dict) -> int | None:
+    """The loop dim whose intra-tile loop runs in vector lanes: the last out dim in `order`."""
+    order = attrs.get("order") or list(range(len(attrs["space"])))
+    outs = [d for d in order if d in attrs["out"]]
+    return outs[-1] if outs else None
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One value's place: name, byte offset and size, live interval [start, end] in op steps."""
+
+    name: str
+    offset: int
+    size: int
+    start: int
+    end: int
+
+
+def live_buffers(fn: Function) -> list[Buffer]:
+    """The plan recorded on `fn` (`buffers = [[name, offset, bytes], ...]`) with each value's
+    live interval computed here from the ops: from the op that defines it to its last use (the
+    end of the function for returned values). A value without a buffer, or with a buffer too
+    small for its type, is an error."""
+    n = len(fn.ops)
+    last = {op.result: i for i, op in enumerate(fn.ops)}
+    for i, op in enumerate(fn.ops):
+        for v in op.operands:
+            if v in last:
+                last[v] = i
+    for r in fn.returns:
+        if r in last:
+            last[r] = n
+    recorded = {str(b[0]): (int(b[1]), int(b[2])) for b in fn.attrs.get("buffers", [])}
+    buffers = []
+    for i, op in enumerate(fn.ops):
+        need = op.type.num_elements * max(1, op.type.dtype.bits // 8)
+        if op.result not in recorded:
+            raise ValueError(f"%{op.result} has no buffer in the plan")
+        offset, size = recorded[op.result]
+        if size < need:
+            raise ValueError(f"%{op.result} needs {need} bytes, its buffer has {size}")
+        buffers.append(Buffer(op.result, offset, size, i, last[op.result]))
+    return buffers
+
+
+def overlap_violation(buffers: list[Buffer], arena: int) -> z3.BoolRef:
+    """Two distinct buffers live at one time share a byte, or one leaves [0, arena)."""
+    off, size, start, end = (
+        z3.Function(f"{k}!", z3.IntSort(), z3.IntSort()) for k in ("offset", "size", "start", "end")
+    )
+    facts = []
+    for k, b in enumerate(buffers):
+        facts += [off(k) == b.offset, size(k) == b.size, start(k) == b.start, end(k) == b.end]
+    a, c = z3.Ints("a! b!")
+    n = len(buffers)
+    overlap = z3.And(
+        a != c,
+        start(a) <= end(c),
+        start(c) <= end(a),
+        size(a) > 0,
+        size(c) > 0,
+        off(a) < off(c) + size(c),
+        off(c) < off(a) + size(a),
+    )
+    outside = z3.Or(off(a) < 0, off(a) + size(a) > arena)
+    return z3.And(*facts, a >= 0, a < n, c >= 0, c < n, z3.Or(overlap, outside))
+
+
+def memory_violation(fn: Function) -> z3.BoolRef:
+    """The violation of `fn`'s recorded arena plan (an incomplete plan is violated outright)."""
+    try:
+        buffers = live_buffers(fn)
+    except ValueError:
+        return z3.BoolVal(True)
+    return overlap_violation(buffers, int(fn.attrs.get("arena_bytes", 0)))
+
+
+def claim_formula(ob: Obligation) -> str | None:
+    """The SMT-LIB text of a formula claim, derived from the obligation's IR (`coverage`: the
+    kernel in `src`; `memory-safety`: the planned function in `src`), or the formula the
+    obligation carries for other kinds; None for an equivalence."""
+    if ob.kind == "coverage":
+        (kernel,) = [op for op in ob.src.ops if op.name == "kernel"]
+        return formula_text(coverage_violation(nest_of(kernel.attrs)))
+    if ob.kind == "memory-safety":
+        return formula_text(memory_violation(ob.src))
+    return ob.formula
