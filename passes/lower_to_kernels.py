@@ -17,7 +17,7 @@ meaning folds exactly as reduce_* and dot do, so these prove by congruence.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.obligation import Obligation
@@ -295,19 +295,6 @@ class LowerToKernels(Pass):
                     )
                 )
                 out.extend(kernels)
-            functions.append(
-                Function(
-                    fn.name,
-                    fn.params,
-                    fn.results,
-                    out,
-                    fn.returns,
-                    fn.attrs,
-                    fn.loc,
-                    fn.return_loc,
-                    fn.return_locs,
-                    fn.results_parenthesized,
-                )
-            )
+            functions.append(replace(fn, ops=out))
         new = Module(functions + bodies.made, module.filename)
         return PassResult(new, obligations, bool(obligations))

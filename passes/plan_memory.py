@@ -24,7 +24,10 @@ ALIGN = 64
 
 @dataclass(frozen=True)
 class Buffer:
-    """One value's place: name, byte offset and size, live interval [start, end] in op steps."""
+    """One value's place: name, byte offset and size, live interval [start, end] in op steps.
+
+    `gdv.validate.schedules` recomputes the liveness on its own, on purpose: the checker of
+    this plan must not reuse the planner's bookkeeping."""
 
     name: str
     offset: int

@@ -149,18 +149,5 @@ class ScheduleKernels(Pass):
                         functions=[body] if body is not None else [],
                     )
                 )
-            functions.append(
-                Function(
-                    fn.name,
-                    fn.params,
-                    fn.results,
-                    ops,
-                    fn.returns,
-                    fn.attrs,
-                    fn.loc,
-                    fn.return_loc,
-                    fn.return_locs,
-                    fn.results_parenthesized,
-                )
-            )
+            functions.append(replace(fn, ops=ops))
         return PassResult(Module(functions, module.filename), obligations, bool(obligations))
