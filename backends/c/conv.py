@@ -1,0 +1,65 @@
+"""C for conv2d (NCHW input, OIHW weights, cross-correlation), as the reference computes it:
+the input is padded with +0.0 (0 for integers) and every padded position takes part as
+0.0 * w; per output element the products, each rounded to the dtype, are folded left from the
+first over c (within the output channel's group), then kh, then kw. An empty window gives 0."""
+
+from __future__ import annotations
+
+from gdv.backends.c.elementwise import scalar
+from gdv.backends.c.emit import Program, comment, ctype, value_literal
+from gdv.backends.c.registry import lowering
+from gdv.ir.core import Op
+from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.types import TensorType
+
+
+@lowering(OPS["conv2d"])
+def _conv2d(prog: Program, op: Op) -> None:
+    types = prog.entry.types()
+    xt, wt = (types[o] for o in op.operands)
+    dtype = op.type.dtype
+    t = ctype(dtype, op, prog.module)
+    if dtype.is_bool:
+        raise prog.error(op, "conv2d of i1 values has no C lowering")
+    n, c, h, wd = xt.shape
+    o, cg, kh, kw = wt.shape
+    og = o // op.attrs["groups"]
+    (pt, _), (pl, _) = op.attrs["padding"]
+    sh, sw = op.attrs["stride"]
+    dh, dw = op.attrs["dilation"]
+    _, _, oh, ow = op.type.shape
+    scalar_t = TensorType(dtype, ())
+    mul = scalar(prog, Op("p", "mul", ["a", "b"], {}, scalar_t), ["xv", "wv"], [dtype, dtype])
+    add = scalar(prog, Op("s", "add", ["a", "b"], {}, scalar_t), ["acc", "p"], [dtype, dtype])
+    zero = value_literal(0, dtype)
+    name = prog.new_function()
+    body = f"""/* conv2d %{comment(op.result)} */
+static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r)
+{{
+  for (int64_t in = 0; in < {n}; in++)
+    for (int64_t io = 0; io < {o}; io++)
+      for (int64_t oy = 0; oy < {oh}; oy++)
+        for (int64_t ox = 0; ox < {ow}; ox++) {{
+          {t} acc = {zero};
+          int first = 1;
+          for (int64_t ci = 0; ci < {cg}; ci++)
+            for (int64_t i = 0; i < {kh}; i++)
+              for (int64_t j = 0; j < {kw}; j++) {{
+                const int64_t y = oy * {sh} + i * {dh} - {pt};
+                const int64_t z = ox * {sw} + j * {dw} - {pl};
+                const int64_t cx = (io / {max(1, og)}) * {cg} + ci;
+                const {t} xv = (y >= 0 && y < {h} && z >= 0 && z < {wd})
+                    ? x[((in * {c} + cx) * {h} + y) * {wd} + z] : {zero};
+                const {t} wv = w[((io * {cg} + ci) * {kh} + i) * {kw} + j];
+                const {t} p = {mul};
+                if (first) {{ acc = p; first = 0; }}
+                else acc = {add};
+              }}
+          r[((in * {o} + io) * {oh} + oy) * {ow} + ox] = acc;
+        }}
+}}
+"""
+    prog.functions.append(body)
+    prog.new_slot(op.result, op.type)
+    args = ", ".join([prog.var(v) for v in op.operands] + [prog.var(op.result)])
+    prog.body.append(f"  {name}({args});  /* %{comment(op.result)} */")

@@ -1,0 +1,206 @@
+"""C source building blocks: the name mangler, exact literals, C types, and the program being
+emitted.
+
+Safety (issue 5, item 5): no text of the program reaches the C source except through this
+file. C identifiers are generated from indices (`v3`, `gdv_k2`, `s5`); a program's names appear
+only inside comments, after `comment()` has escaped everything but a small safe alphabet;
+constants are emitted exactly, floats as hex-float literals and integers as decimal literals of
+a fixed type.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gdv.ir.core import Function, Module, Op
+from gdv.ir.diagnostics import IRError, Loc
+from gdv.ir.dtypes import DType
+from gdv.ir.numerics import literal_to_array
+from gdv.ir.types import TensorType
+
+CTYPE = {
+    DType.F64: "double",
+    DType.F32: "float",
+    DType.I64: "int64_t",
+    DType.I32: "int32_t",
+    DType.I8: "int8_t",
+    DType.I1: "uint8_t",  # numpy's bool: one byte holding 0 or 1
+}
+"""The C type holding each supported dtype (storage and temporaries alike)."""
+
+UNSUPPORTED_DTYPES = {
+    DType.F16: "f16 arithmetic is not lowered to C yet (no exact half-precision rounding helpers)",
+    DType.BF16: "bf16 arithmetic is not lowered to C yet (no exact bfloat16 rounding helpers)",
+}
+
+SUFFIX = {
+    DType.F64: "f64",
+    DType.F32: "f32",
+    DType.I64: "i64",
+    DType.I32: "i32",
+    DType.I8: "i8",
+    DType.I1: "i1",
+}
+"""A dtype's tag in generated helper names (from this table only, never from the program)."""
+
+_SAFE_COMMENT = re.compile(r"[^A-Za-z0-9_.%@ ,=\[\]\-]")
+
+
+def comment(text: str, limit: int = 80) -> str:
+    """`text` made safe inside a C block comment: only [A-Za-z0-9_.%@ ,=[]-] kept, every other
+    character (so `*/`, newlines, backslashes, non-ASCII) written as `?`; long text is cut."""
+    shown = text if len(text) <= limit else text[:limit] + "..."
+    return _SAFE_COMMENT.sub("?", shown)
+
+
+def where(op: Op, module: Module) -> Loc:
+    """The location to report for `op`."""
+    return op.name_loc or op.loc or Loc(module.filename, 1, 1)
+
+
+def ctype(dtype: DType, op: Op | None = None, module: Module | None = None) -> str:
+    """The C type of `dtype`; an IRError naming `op` when the target cannot hold it."""
+    if dtype in CTYPE:
+        return CTYPE[dtype]
+    reason = UNSUPPORTED_DTYPES.get(dtype, f"dtype {dtype} has no C type")
+    if op is None:
+        raise IRError(f"target c does not support dtype {dtype}: {reason}")
+    loc = where(op, module) if module is not None else op.loc
+    raise IRError(f"target c does not support {op.name} on {dtype}: {reason}", loc)
+
+
+def float_literal(x: float, dtype: DType) -> str:
+    """A float value (already a `dtype` value) as an exact C literal of type `dtype`."""
+    t = CTYPE[dtype]
+    if math.isnan(x):
+        return f"(({t})NAN)"
+    if math.isinf(x):
+        return f"(({t})INFINITY)" if x > 0 else f"(-({t})INFINITY)"
+    text = float(x).hex()  # exact; e.g. 0x1.8000000000000p+1, -0x0.0p+0
+    return f"{text}f" if dtype is DType.F32 else text
+
+
+def int_literal(v: int, dtype: DType) -> str:
+    """An integer value (in range for `dtype`) as a C expression of the dtype's type."""
+    if dtype is DType.I1:
+        return "((uint8_t)1)" if v else "((uint8_t)0)"
+    if v == -(2**63):
+        return f"(({CTYPE[dtype]})INT64_MIN)"
+    return f"(({CTYPE[dtype]})INT64_C({int(v)}))"
+
+
+def value_literal(x: np.generic | float | int | bool, dtype: DType) -> str:
+    """A value of `dtype` (numpy scalar or Python number, exact in the dtype) as C."""
+    if dtype.is_float:
+        return float_literal(float(x), dtype)
+    return int_literal(int(x), dtype)
+
+
+def attr_literal(value: object, dtype: DType) -> str:
+    """An attribute literal rounded once to nearest-even in `dtype` (IR_SPEC.md section 2)."""
+    return value_literal(literal_to_array(value, dtype)[()], dtype)  # type: ignore[arg-type]
+
+
+def identity(combiner: str, dtype: DType) -> str:
+    """The result of an empty fold (IR_SPEC.md section 3) as C."""
+    if combiner == "add":
+        return value_literal(0, dtype)
+    if dtype.is_float:
+        return float_literal(-math.inf if combiner == "max" else math.inf, dtype)
+    return int_literal(dtype.int_min if combiner == "max" else dtype.int_max, dtype)
+
+
+def strides(t: TensorType) -> list[int]:
+    """Row-major element strides of `t`."""
+    out = [1] * t.rank
+    for d in range(t.rank - 2, -1, -1):
+        out[d] = out[d + 1] * t.shape[d + 1]
+    return out
+
+
+@dataclass
+class Program:
+    """The C translation unit of one module's entry function, built op by op.
+
+    Every value of the entry function has a buffer slot; the generated entry point
+    `gdv_entry(void *const *buf)` reads its pointers from `buf[slot]`. A reshape shares its
+    operand's slot (same bytes, row-major order kept)."""
+
+    module: Module
+    entry: Function
+    functions: list[str] = field(default_factory=list)
+    body: list[str] = field(default_factory=list)
+    slot_of: dict[str, int] = field(default_factory=dict)
+    slot_types: list[TensorType] = field(default_factory=list)
+    libm: set[str] = field(default_factory=set)
+    helpers: set[str] = field(default_factory=set)
+    _var: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for p in self.entry.params:
+            self.new_slot(p.name, p.type)
+
+    # --- names ---------------------------------------------------------------------------
+
+    def var(self, value: str) -> str:
+        """The C variable (a typed pointer) holding value `value` of the entry function."""
+        return self._var[value]
+
+    def new_slot(self, value: str, type_: TensorType) -> None:
+        """Give `value` a buffer of its own."""
+        self.slot_of[value] = len(self.slot_types)
+        self.slot_types.append(type_)
+        self._var[value] = f"v{len(self._var)}"
+
+    def share_slot(self, value: str, operand: str) -> None:
+        """Let `value` live in `operand`'s buffer (a reshape)."""
+        self.slot_of[value] = self.slot_of[operand]
+        self._var[value] = f"v{len(self._var)}"
+
+    def new_function(self) -> str:
+        """A fresh C function name."""
+        return f"gdv_k{len(self.functions)}"
+
+    def error(self, op: Op, reason: str) -> IRError:
+        """The compile-time error for an op the target cannot do."""
+        return IRError(f"target c does not support {op.name}: {reason}", where(op, self.module))
+
+    # --- source ----------------------------------------------------------------------------
+
+    def source(self) -> str:
+        """The whole C11 translation unit."""
+        from gdv.backends.c.elementwise import HELPERS
+
+        lines = [
+            "/* Generated by gdv (target c). Program names appear only in comments. */",
+            "#include <float.h>",
+            "#include <math.h>",
+            "#include <stdint.h>",
+            "#include <string.h>",
+            "#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0",
+            '#error "gdv needs FLT_EVAL_METHOD == 0: float temporaries in their own type"',
+            "#endif",
+            "#ifdef __FAST_MATH__",
+            '#error "gdv needs IEEE arithmetic: no -ffast-math"',
+            "#endif",
+            "",
+        ]
+        for name in sorted(self.helpers):
+            lines.append(HELPERS[name])
+        lines += self.functions
+        lines.append("int gdv_entry(void *const *buf)")
+        lines.append("{")
+        for value, var in self._var.items():
+            t = self.slot_types[self.slot_of[value]]
+            lines.append(
+                f"  {CTYPE[t.dtype]} *const {var} = ({CTYPE[t.dtype]} *)buf[{self.slot_of[value]}];"
+                f"  /* %{comment(value)} : {comment(str(t))} */"
+            )
+        lines += self.body
+        lines.append("  return 0;")
+        lines.append("}")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,57 @@
+"""C for the loop stage's `kernel` op: one C function per kernel (backends/c/nest.py), its scalar
+body inlined at every point of the iteration space, op by op, with the C code of
+`backends/c/elementwise.py`."""
+
+from __future__ import annotations
+
+from gdv.backends.c.elementwise import scalar
+from gdv.backends.c.emit import CTYPE, Program, comment, ctype
+from gdv.backends.c.nest import Nest, emit_nest
+from gdv.backends.c.registry import lowering
+from gdv.ir.core import Function, Op
+from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops.kernel import BODY_OPS
+
+SCHEDULE_KEYS = ("tile", "order", "vector", "parallel", "accumulators")
+
+
+def body_code(prog: Program, body: Function):
+    """The nest body computing `body` (rank-0 ops) from the loaded operand scalars."""
+
+    def emit(loads: list[str], lines: list[str], indent: str) -> str:
+        env = {p.name: (x, p.type.dtype) for p, x in zip(body.params, loads, strict=True)}
+        for k, b in enumerate(body.ops):
+            if b.name not in BODY_OPS or b.type.rank != 0:
+                raise prog.error(b, "only scalar elementwise ops may appear in a kernel body")
+            args = [env[o][0] for o in b.operands]
+            dtypes = [env[o][1] for o in b.operands]
+            expr = scalar(prog, b, args, dtypes)
+            t = ctype(b.type.dtype, b, prog.module)
+            lines.append(f"{indent}const {t} s{k} = {expr};  /* %{comment(b.result)} */")
+            env[b.result] = (f"s{k}", b.type.dtype)
+        (name,) = body.returns
+        return env[name][0]
+
+    return emit
+
+
+@lowering(OPS["kernel"])
+def _kernel(prog: Program, op: Op) -> None:
+    body = prog.module.function(op.attrs["body"])
+    if body is None:
+        raise prog.error(op, "its body function is not in the module")
+    types = prog.entry.types()
+    operand_types = [types[o] for o in op.operands]
+    for t in [op.type, *operand_types]:
+        ctype(t.dtype, op, prog.module)
+    assert all(t.dtype in CTYPE for t in operand_types)
+    nest = Nest(
+        list(op.attrs["space"]),
+        op.attrs["maps"],
+        list(op.attrs["out"]),
+        list(op.attrs["reduce"]),
+        op.attrs["combiner"],
+        {k: op.attrs[k] for k in SCHEDULE_KEYS if k in op.attrs},
+    )
+    note = f"kernel %{comment(op.result)} body @{comment(op.attrs['body'])}"
+    emit_nest(prog, op, nest, operand_types, body_code(prog, body), note)

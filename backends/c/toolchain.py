@@ -1,0 +1,128 @@
+"""The system C compiler: detection, flags, compiling in a private directory, the .so cache.
+
+Flags: `-O2 -std=c11 -fPIC -shared -ffp-contract=off -fno-fast-math` (no FMA contraction, no
+reassociation: bit-exact IEEE arithmetic), `-fopenmp` when the compiler accepts it, and
+`-march=native` when it accepts that (the detected ISA features are recorded; with contraction
+off, wider instructions never change a result). A shared object is cached under
+`~/.cache/gdv/c/` (or `$GDV_C_CACHE`) by the SHA-256 of the source, compiler and flags.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from gdv.ir.diagnostics import IRError
+
+BASE_FLAGS = (
+    "-O2",
+    "-std=c11",
+    "-fPIC",
+    "-shared",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+)
+COMPILE_TIMEOUT_S = 120.0
+
+
+def compiler() -> str:
+    """The C compiler command: `$CC`, else `cc`."""
+    return os.environ.get("CC", "cc")
+
+
+def cache_dir() -> Path:
+    """Where compiled shared objects are kept."""
+    env = os.environ.get("GDV_C_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "gdv" / "c"
+
+
+def _accepts(cc: str, flag: str) -> bool:
+    """Whether `cc` compiles and links a trivial shared object with `flag`."""
+    with tempfile.TemporaryDirectory(prefix="gdv-c-probe-") as d:
+        src = Path(d, "probe.c")
+        src.write_text("int gdv_probe(void) { return 0; }\n")
+        try:
+            r = subprocess.run(
+                [cc, *BASE_FLAGS, flag, str(src), "-o", str(Path(d, "probe.so"))],
+                capture_output=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return r.returncode == 0
+
+
+@functools.cache
+def detect(cc: str) -> dict:
+    """The compiler's version and the extra flags it accepts."""
+    try:
+        r = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
+        version = r.stdout.splitlines()[0] if r.returncode == 0 and r.stdout else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        version = "unavailable"
+    extra = [f for f in ("-fopenmp", "-march=native") if _accepts(cc, f)]
+    return {"version": version, "openmp": "-fopenmp" in extra, "extra_flags": extra}
+
+
+def flags(cc: str) -> list[str]:
+    """Every flag a program is compiled with (the libm link last)."""
+    return [*BASE_FLAGS, *detect(cc)["extra_flags"], "-lm"]
+
+
+def isa_features() -> list[str]:
+    """The host's SIMD features of interest (from /proc/cpuinfo on Linux)."""
+    wanted = ("sse2", "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "neon", "asimd")
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return [platform.machine()]
+    found: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            found.update(line.split(":", 1)[1].split())
+    return [f for f in wanted if f in found]
+
+
+def build(source: str) -> Path:
+    """The shared object of `source`: from the cache, or compiled now (then cached).
+
+    A compiler failure is an IRError naming the generated source, which is kept."""
+    cc = compiler()
+    if shutil.which(cc) is None and not os.path.exists(cc):
+        raise IRError(f"target c: no C compiler found (tried '{cc}'; set CC)")
+    all_flags = flags(cc)
+    key = hashlib.sha256(
+        "\0".join([source, cc, detect(cc)["version"], *all_flags]).encode()
+    ).hexdigest()
+    cached = cache_dir() / f"{key}.so"
+    if cached.exists():
+        return cached
+    work = Path(tempfile.mkdtemp(prefix="gdv-c-"))  # private: mode 0700
+    src = work / "program.c"
+    src.write_text(source)
+    out = work / "program.so"
+    cmd = [cc, *BASE_FLAGS, *detect(cc)["extra_flags"], str(src), "-o", str(out), "-lm"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        failed = r.returncode != 0 or not out.exists()
+        detail = (r.stderr or r.stdout or "").strip()[-2000:]
+        status = f"exit status {r.returncode}"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        failed, detail, status = True, str(e), "did not run"
+    if failed:
+        raise IRError(
+            f"target c: the C compiler failed ({status}); the generated source is kept at "
+            f"{src}" + (f"\n{detail}" if detail else "")
+        )
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    tmp = cache_dir() / f".{key}.{os.getpid()}.tmp"
+    shutil.copyfile(out, tmp)
+    os.replace(tmp, cached)
+    shutil.rmtree(work, ignore_errors=True)
+    return cached
