@@ -35,7 +35,7 @@ PASSES: dict[str, type[Pass]] = {
 """Every pass by name."""
 
 LEVELS = (0, 1, 2)
-TARGETS = ("reference",)
+TARGETS = ("reference", "c")
 
 
 def pipeline(target: str = "reference", level: int = 2, fast_math: bool = False) -> list[Pass]:
