@@ -72,6 +72,10 @@ class Compilation:
                 f"refusing to run a compile whose obligations are {self.verdict}",
                 Loc(self.source.filename, 1, 1),
             )
+        if self.options.target == "c":
+            from gdv.backends import c
+
+            return c.run(self.module, inputs)
         from gdv.backends import reference
 
         return reference.run(self.module, inputs)
@@ -112,6 +116,10 @@ def compile_module(
         printer=log or print,
     )
     result = manager.run(module)
+    if options.target == "c":  # what the target cannot do is a compile-time error
+        from gdv.backends import c
+
+        c.lower(result.module)
     records = external + result.records
     stages += result.stages[1:]
     _record_bound_changes(records, stages)
