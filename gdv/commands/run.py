@@ -13,7 +13,7 @@ from gdv.commands.basic import load_arg
 from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.dtypes import DType
 
-TARGETS = ("reference",)
+TARGETS = ("reference", "c")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed for inputs not given (default 0)")
     p.add_argument("--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
-    p.add_argument("--target", default="reference", help="reference (default)")
+    p.add_argument(
+        "--target",
+        default="reference",
+        help="reference (default), or c (compiled at -O2, proved, run as C)",
+    )
     p.add_argument("--ideal", action="store_true", help="evaluate every float in f64")
     p.set_defaults(handler=run)
 
@@ -89,7 +93,10 @@ def run(args: argparse.Namespace) -> int:
     inputs = reference.random_inputs(fn, args.seed)
     for key, arr in given.items():
         inputs[key] = _as_param_dtype(key, arr, params[key].type.dtype)
-    outputs = reference.run(module, inputs, mode="ideal" if args.ideal else "exact")
+    if args.target == "c":
+        outputs = _run_c(args, module, inputs)
+    else:
+        outputs = reference.run(module, inputs, mode="ideal" if args.ideal else "exact")
     if args.output:
         _write_npz_atomically(args.output, {f"out{i}": o for i, o in enumerate(outputs)})
         print(f"wrote {len(outputs)} output(s) to {args.output}")
@@ -99,6 +106,17 @@ def run(args: argparse.Namespace) -> int:
             with np.printoptions(threshold=64, edgeitems=3, linewidth=100):
                 print(np.asarray(o))
     return 0
+
+
+def _run_c(args: argparse.Namespace, module, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Compile with the c pipeline at -O2, prove it, and run it as C."""
+    from gdv.driver import CompileOptions, compile_module
+    from gdv.ir.printer import print_module
+
+    if args.ideal:
+        raise IRError("--ideal runs on the reference target only", Loc("<command line>", 1, 1))
+    source = args.file if args.file != "-" else print_module(module)
+    return compile_module(source, CompileOptions(target="c"))(**inputs)
 
 
 def _write_npz_atomically(path: str, arrays: dict[str, np.ndarray]) -> None:
