@@ -16,6 +16,7 @@ from gdv.ir import ops
 LAYERS = [
     ("reference meaning", "gdv.backends.reference.registry", "KERNELS", "gdv.backends.reference"),
     ("error bound", "gdv.validate.bounds.registry", "RULES", "gdv.validate.bounds"),
+    ("C lowering", "gdv.backends.c.registry", "RULES", "gdv.backends.c"),
 ]
 
 
