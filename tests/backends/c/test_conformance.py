@@ -1,0 +1,353 @@
+"""Conformance of the C target to the reference backend (issue 5, item 4).
+
+Hypothesis draws shapes (size-0 and size-1 dims, extents that tiles do not divide), schedules
+(tile, order with the reduce dims anywhere, accumulators) and values (NaN, infinities, signed
+zeros, subnormals); the C result must equal the reference's bit for bit (all NaNs one value),
+except for transcendentals, whose last bits are implementation-defined (IR_SPEC.md section 3):
+those are compared within a few ulp. Programs are written in the textual IR directly, one module
+(one C compile) per example.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from gdv.api import parse
+from gdv.backends import c, reference
+from gdv.ir.dtypes import DType
+
+FLOATS = {DType.F32: np.float32, DType.F64: np.float64}
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 5e-324, -1e-45, 3.4e38, 1e308, 0.5]
+
+
+@st.composite
+def _float_array(draw, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
+    """Seeded normal values (their sums round, so a changed order shows) with some positions
+    replaced by special values: NaN, infinities, signed zeros, subnormals, huge values."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    scale = draw(st.sampled_from([1.0, 1e-3, 1e30]))
+    with np.errstate(over="ignore"):  # 1e308 is inf in f32: one more infinity
+        x = np.array(rng.standard_normal(shape) * scale, dtype=FLOATS[dtype], ndmin=0)
+        special = np.array(SPECIAL, dtype=np.float64).astype(FLOATS[dtype])
+    share = draw(st.sampled_from([0.0, 0.1, 0.5]))
+    mask = np.asarray(rng.random(shape) < share)
+    x[mask] = special[np.asarray(rng.integers(0, len(special), shape))][mask]
+    return x
+
+
+def _array(dtype: DType, shape: tuple[int, ...]) -> st.SearchStrategy:
+    if dtype.is_float:
+        return _float_array(dtype, shape)
+    if dtype is DType.I1:
+        return hnp.arrays(np.bool_, shape)
+    return hnp.arrays(dtype.np, shape)
+
+
+shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)
+
+
+def _ty(dtype: DType, shape: tuple[int, ...]) -> str:
+    return f"{dtype}[{','.join(map(str, shape))}]"
+
+
+def _same(got: np.ndarray, want: np.ndarray, ulps: int = 0) -> bool:
+    if ulps == 0 or not np.issubdtype(want.dtype, np.floating):
+        return reference.bit_equal(got, want)
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    nan = np.isnan(w)
+    if not np.array_equal(np.isnan(g), nan):
+        return False
+    spacing = np.abs(np.spacing(want.astype(want.dtype)).astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        close = (g == w) | (np.abs(g - w) <= ulps * spacing)
+    return bool(np.all(close | nan))
+
+
+def _check(text: str, inputs: dict[str, np.ndarray], ulps: list[int] | None = None) -> None:
+    module = parse(text)
+    got = c.run(module, inputs)
+    want = reference.run(module, inputs)
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        tol = ulps[k] if ulps else 0
+        assert _same(g, w, tol), f"result {k}:\n{reference.describe_difference(g, w)}\n{text}"
+
+
+EXACT_UNARY = ["neg", "abs", "sqrt", "floor", "relu"]
+EXACT_BINARY = ["add", "sub", "mul", "div", "max", "min"]
+TRANSCENDENTAL = ["exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "rsqrt"]
+
+
+@settings(max_examples=25)
+@given(data=st.data(), dtype=st.sampled_from([DType.F32, DType.F64]), shape=shapes)
+def test_float_elementwise_ops_bit_exact(data, dtype: DType, shape: tuple[int, ...]) -> None:
+    t = _ty(dtype, shape)
+    other = DType.F64 if dtype is DType.F32 else DType.F32
+    lines = [f"func @main(%x: {t}, %y: {t}, %p: {_ty(DType.I1, shape)}) -> ("]
+    body, results = [], []
+    for k, name in enumerate(EXACT_UNARY):
+        body.append(f"  %u{k} = {name}(%x) : {t}")
+        results.append((f"%u{k}", t))
+    for k, name in enumerate(EXACT_BINARY):
+        body.append(f"  %b{k} = {name}(%x, %y) : {t}")
+        results.append((f"%b{k}", t))
+    for k, d in enumerate(["lt", "le", "gt", "ge", "eq", "ne"]):
+        body.append(f'  %c{k} = cmp(%x, %y) {{dir = "{d}"}} : {_ty(DType.I1, shape)}')
+        results.append((f"%c{k}", _ty(DType.I1, shape)))
+    body.append(f"  %s = select(%p, %x, %y) : {t}")
+    results.append(("%s", t))
+    for k, d in enumerate([other, DType.I64, DType.I32, DType.I8, DType.I1]):
+        body.append(f"  %v{k} = convert(%x) : {_ty(d, shape)}")
+        results.append((f"%v{k}", _ty(d, shape)))
+    lines[0] += ", ".join(r[1] for r in results) + ") {"
+    text = "\n".join([*lines, *body, "  return " + ", ".join(r[0] for r in results), "}"])
+    inputs = {
+        "x": data.draw(_array(dtype, shape)),
+        "y": data.draw(_array(dtype, shape)),
+        "p": data.draw(_array(DType.I1, shape)),
+    }
+    _check(text, inputs)
+
+
+@settings(max_examples=15)
+@given(data=st.data(), dtype=st.sampled_from([DType.F32, DType.F64]), shape=shapes)
+def test_transcendentals_within_ulps(data, dtype: DType, shape: tuple[int, ...]) -> None:
+    t = _ty(dtype, shape)
+    names = [*TRANSCENDENTAL, "pow"]
+    ops = [f"  %t{k} = {n}(%x) : {t}" for k, n in enumerate(TRANSCENDENTAL)]
+    ops.append(f"  %t{len(TRANSCENDENTAL)} = pow(%x, %y) : {t}")
+    text = "\n".join(
+        [
+            f"func @main(%x: {t}, %y: {t}) -> ({', '.join([t] * len(names))}) {{",
+            *ops,
+            "  return " + ", ".join(f"%t{k}" for k in range(len(names))),
+            "}",
+        ]
+    )
+    inputs = {"x": data.draw(_array(dtype, shape)), "y": data.draw(_array(dtype, shape))}
+    # f32: libm in double rounded once, as the reference: within one ulp. f64: the two libms
+    # (numpy's and the C library's) may each be off by an ulp or so.
+    _check(text, inputs, [1 if dtype is DType.F32 else 4] * len(names))
+
+
+@settings(max_examples=20)
+@given(data=st.data(), dtype=st.sampled_from([DType.I64, DType.I32, DType.I8]), shape=shapes)
+def test_integer_ops_wrap_bit_exact(data, dtype: DType, shape: tuple[int, ...]) -> None:
+    t = _ty(dtype, shape)
+    ops = [
+        f"  %b{k} = {n}(%x, %y) : {t}" for k, n in enumerate(["add", "sub", "mul", "max", "min"])
+    ]
+    ops.append(f"  %f = convert(%x) : {_ty(DType.F32, shape)}")
+    ops.append(f"  %d = convert(%x) : {_ty(DType.F64, shape)}")
+    ops.append(f"  %n = convert(%x) : {_ty(DType.I8, shape)}")
+    ops.append(f'  %c = cmp(%x, %y) {{dir = "lt"}} : {_ty(DType.I1, shape)}')
+    names = [f"%b{k}" for k in range(5)] + ["%f", "%d", "%n", "%c"]
+    types = [t] * 5 + [_ty(d, shape) for d in (DType.F32, DType.F64, DType.I8, DType.I1)]
+    text = "\n".join(
+        [
+            f"func @main(%x: {t}, %y: {t}) -> ({', '.join(types)}) {{",
+            *ops,
+            "  return " + ", ".join(names),
+            "}",
+        ]
+    )
+    _check(text, {"x": data.draw(_array(dtype, shape)), "y": data.draw(_array(dtype, shape))})
+
+
+@st.composite
+def _reduction_kernel(draw):
+    """A kernel folding over one or two reduce dims, with a random schedule."""
+    dtype = draw(st.sampled_from([DType.F32, DType.F64, DType.I32]))
+    combiner = draw(st.sampled_from(["add", "max", "min"]))
+    m = draw(st.sampled_from([3, 1, 0, 2, 5, 6]))
+    n = draw(st.sampled_from([2, 1, 0, 3, 4, 5]))
+    k = draw(st.sampled_from([7, 4, 9, 1, 0, 2, 3, 5, 6, 8]))
+    two = draw(st.booleans())
+    j = draw(st.sampled_from([2, 3, 0, 1])) if two else 1
+    space = [m, n, k, j] if two else [m, n, k]
+    red = [2, 3] if two else [2]
+    dims = len(space)
+    acc = 1
+    if not two:
+        acc = draw(st.sampled_from([a for a in range(1, 5) if k % a == 0]))
+    tile = [draw(st.integers(1, 7)) for _ in space]
+    order = draw(st.permutations(list(range(dims))))
+    parallel = draw(st.sampled_from([[], [0]]))
+
+    def row(coef: dict[int, int], const: int = 0) -> list[int]:
+        return [coef.get(d, 0) for d in range(dims)] + [const]
+
+    # x[i, k(, j)] and w[k(, j), n]: a matmul-like contraction through affine maps.
+    xmap = [row({0: 1}), row({2: 1})] + ([row({3: 1})] if two else [])
+    wmap = [row({2: 1})] + ([row({3: 1})] if two else []) + [row({1: 1})]
+    xs = (m, k, j) if two else (m, k)
+    ws = (k, j, n) if two else (k, n)
+    op = "mul" if draw(st.booleans()) else "sub"
+    t = str(dtype)
+    text = "\n".join(
+        [
+            f"func @main(%x: {_ty(dtype, xs)}, %w: {_ty(dtype, ws)}) -> {_ty(dtype, (m, n))} {{",
+            f'  %r = kernel(%x, %w) {{body = "b", space = {space}, maps = [{xmap}, {wmap}], '
+            f'out = [0, 1], reduce = {red}, combiner = "{combiner}", tile = {tile}, '
+            f"order = {list(order)}, vector = 8, parallel = {parallel}, accumulators = {acc}}}"
+            f" : {_ty(dtype, (m, n))}",
+            "  return %r",
+            "}",
+            f"func @b(%a: {t}[], %c: {t}[]) -> {t}[] {{",
+            f"  %p = {op}(%a, %c) : {t}[]",
+            "  return %p",
+            "}",
+        ]
+    )
+    inputs = {"x": draw(_array(dtype, xs)), "w": draw(_array(dtype, ws))}
+    return text, inputs
+
+
+@settings(max_examples=40)
+@given(case=_reduction_kernel())
+def test_reduction_kernels_bit_exact(case) -> None:
+    text, inputs = case
+    _check(text, inputs)
+
+
+@settings(max_examples=15)
+@given(data=st.data(), dtype=st.sampled_from([DType.F32, DType.F64, DType.I32]), shape=shapes)
+def test_layout_and_reduce_ops_outside_kernels(data, dtype: DType, shape) -> None:
+    t = _ty(dtype, shape)
+    rank = len(shape)
+    perm = list(reversed(range(rank)))
+    tshape = tuple(shape[p] for p in perm)
+    axes = list(range(0, rank, 2))
+    rshape = tuple(s for d, s in enumerate(shape) if d not in axes)
+    bshape = (2, *shape)
+    sl = [(0, s, 2) for s in shape]
+    sshape = tuple((s + 1) // 2 for s in shape)
+    flat = int(np.prod(shape))
+    ops = [
+        f"  %t = transpose(%x) {{perm = {perm}}} : {_ty(dtype, tshape)}",
+        f"  %s = reduce_sum(%x) {{axes = {axes}}} : {_ty(dtype, rshape)}",
+        f"  %m = reduce_max(%x) {{axes = {axes}}} : {_ty(dtype, rshape)}",
+        f"  %n = reduce_min(%x) {{axes = {axes}}} : {_ty(dtype, rshape)}",
+        f"  %b = broadcast(%x) {{dims = {list(range(1, rank + 1))}}} : {_ty(dtype, bshape)}",
+        f"  %l = slice(%x) {{start = {[a for a, _, _ in sl]}, limit = {[b for _, b, _ in sl]}, "
+        f"stride = {[c for _, _, c in sl]}}} : {_ty(dtype, sshape)}",
+        f"  %f = reshape(%x) : {_ty(dtype, (flat,))}",
+        f"  %i = iota() {{axis = 0}} : {_ty(dtype, (flat, 2))}",
+    ]
+    names = ["%t", "%s", "%m", "%n", "%b", "%l", "%f", "%i"]
+    types = [op.rsplit(" : ", 1)[1] for op in ops]
+    text = "\n".join(
+        [f"func @main(%x: {t}) -> ({', '.join(types)}) {{", *ops, "  return " + ", ".join(names)]
+        + ["}"]
+    )
+    _check(text, {"x": data.draw(_array(dtype, shape))})
+
+
+def test_constants_are_exact() -> None:
+    text = """
+func @main(%x: f32[3]) -> (f32[3], f64[2,2], i64[3], i8[2], f32[3], f32[4]) {
+  %a = constant() {value = 0.1} : f32[3]
+  %b = constant() {value = [[0.1, -0.0], [5e-324, 1.7976931348623157e308]]} : f64[2,2]
+  %c = constant() {value = [-9223372036854775808, 9223372036854775807, 0]} : i64[3]
+  %d = constant() {value = [-128, 127]} : i8[2]
+  %e = kernel(%x) {body = "k", space = [3], maps = [[[1, 0]]], out = [0], reduce = [],
+      combiner = "none"} : f32[3]
+  %f = constant() {value = [nan, inf, -inf, 1e-45]} : f32[4]
+  return %a, %b, %c, %d, %e, %f
+}
+func @k(%v: f32[]) -> f32[] {
+  %z = constant() {value = -0.0} : f32[]
+  %t = constant() {value = 3.0000001} : f32[]
+  %m = mul(%v, %t) : f32[]
+  %s = add(%m, %z) : f32[]
+  return %s
+}
+"""
+    _check(text, {"x": np.array([-0.0, 1e-45, np.inf], np.float32)})
+
+
+@settings(max_examples=10)
+@given(
+    data=st.data(),
+    n=st.integers(0, 2),
+    hw=st.integers(1, 5),
+    k=st.integers(1, 3),
+    stride=st.integers(1, 2),
+    pad=st.integers(0, 2),
+    groups=st.sampled_from([1, 2]),
+)
+def test_conv2d_bit_exact(data, n, hw, k, stride, pad, groups) -> None:
+    c, o = 2, 4
+    size = hw + 2 * pad - k
+    if size < 0:
+        return
+    oh = size // stride + 1
+    xs, ws, ys = (n, c, hw, hw), (o, c // groups, k, k), (n, o, oh, oh)
+    text = (
+        f"func @main(%x: {_ty(DType.F32, xs)}, %w: {_ty(DType.F32, ws)}) -> "
+        f"{_ty(DType.F32, ys)} {{\n"
+        f"  %y = conv2d(%x, %w) {{stride = [{stride}, {stride}], padding = [[{pad}, {pad}], "
+        f"[{pad}, {pad}]], dilation = [1, 1], groups = {groups}}} : {_ty(DType.F32, ys)}\n"
+        "  return %y\n}"
+    )
+    _check(text, {"x": data.draw(_array(DType.F32, xs)), "w": data.draw(_array(DType.F32, ws))})
+
+
+def _kernel_text(space, maps, shapes, red, combiner, schedule, body_op, dtype="f32") -> str:
+    out = [d for d in range(len(space)) if d not in red]
+    rshape = tuple(space[d] for d in out)
+    params = ", ".join(f"%a{k}: {dtype}[{','.join(map(str, s))}]" for k, s in enumerate(shapes))
+    extra = "".join(f", {k} = {v}" for k, v in schedule.items())
+    bparams = ", ".join(f"%p{k}: {dtype}[]" for k in range(len(shapes)))
+    args = ", ".join(f"%p{k}" for k in range(len(shapes)))
+    body = f"  %q = {body_op}({args}) : {dtype}[]\n  return %q" if body_op else "  return %p0"
+    return (
+        f"func @main({params}) -> {dtype}[{','.join(map(str, rshape))}] {{\n"
+        f'  %r = kernel({", ".join(f"%a{k}" for k in range(len(shapes)))}) {{body = "b", '
+        f"space = {list(space)}, maps = {maps}, out = {out}, reduce = {red}, "
+        f'combiner = "{combiner}"{extra}}} : {dtype}[{",".join(map(str, rshape))}]\n'
+        f"  return %r\n}}\nfunc @b({bparams}) -> {dtype}[] {{\n{body}\n}}"
+    )
+
+
+SCHEDULES = [
+    {},
+    {"tile": [2, 3, 4, 2], "order": [3, 2, 1, 0], "parallel": [0]},
+    {"tile": [1, 4, 1, 1], "order": [2, 0, 3, 1], "vector": 8},
+]
+
+
+def test_reduce_order_is_row_major_over_reduce_dims_whatever_the_schedule() -> None:
+    rng = np.random.default_rng(0)
+    space = [3, 5, 7, 3]  # out (0, 1), reduce (2, 3): 21 positions per output, folded in order
+    maps = [
+        [[1, 0, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0]],
+        [[0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 1, 0, 0, 0]],
+    ]
+    inputs = {
+        "a0": rng.standard_normal((3, 7, 3)).astype(np.float32),
+        "a1": rng.standard_normal((7, 3, 5)).astype(np.float32),
+    }
+    for combiner in ("add", "max", "min"):
+        for schedule in SCHEDULES:
+            for red in ([2, 3], [3, 2]):
+                text = _kernel_text(
+                    space, maps, [(3, 7, 3), (7, 3, 5)], red, combiner, schedule, "mul"
+                )
+                _check(text, inputs)
+
+
+@pytest.mark.parametrize("blocks", [1, 3, 7])
+def test_accumulators_fold_blocks_then_partials(blocks: int) -> None:
+    rng = np.random.default_rng(blocks)
+    maps = [[[1, 0, 0], [0, 1, 0]]]
+    x = (rng.standard_normal((4, 21)) * 1e3).astype(np.float32)
+    x[0] = -0.0  # an all -0.0 row: a fold started from +0.0 would give +0.0
+    for schedule in ({"accumulators": blocks}, {"accumulators": blocks, "tile": [3, 21]}):
+        text = _kernel_text([4, 21], maps, [(4, 21)], [1], "add", schedule, None)
+        _check(text, {"a0": x})
