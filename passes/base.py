@@ -10,6 +10,7 @@ read, so a proof failure names the exact rule and place.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterable
@@ -28,15 +29,16 @@ class PassResult:
     changed: bool = False
 
 
-class Pass:
+class Pass(abc.ABC):
     """Base of every pass: subclasses are frozen dataclasses with a class-level `name`."""
 
     name: ClassVar[str] = ""
     stage_in: ClassVar[str] = "graph"
     """The stage the pass's input is verified at."""
 
-    def run(self, module: Module) -> PassResult:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abc.abstractmethod
+    def run(self, module: Module) -> PassResult:
+        """The new module and the obligations that justify it; never calls a solver."""
 
 
 class Names:
