@@ -8,6 +8,9 @@ import sys
 from hypothesis import HealthCheck, settings
 
 # "ci": derandomized, so CI is repeatable; "dev": more examples for local fuzzing.
+# Shared test helpers live in tests/support.py (`import support`).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 settings.register_profile(
     "ci",
     derandomize=True,

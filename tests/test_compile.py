@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support import WrongPass
 
 import gdv
 from gdv.backends import reference
 from gdv.cli import main
 from gdv.driver import CompileOptions, compile_module, write_evidence
-from gdv.ir.core import Module
 from gdv.passes import pipelines
-from gdv.passes.base import Pass, PassResult, Rewrite, Site, rewrite_module
+from gdv.passes.base import Pass
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.gdv"))
@@ -68,24 +67,6 @@ def test_twelve_identical_layers_prove_once_and_hit_the_cache(tmp_path) -> None:
     again = compile_module(_layers(12), opts)
     assert again.verdict == "proved"
     assert all(o.cached for o in again.outcomes)  # a 100% hit rate
-
-
-def _wrong_rule(site: Site) -> Rewrite | None:
-    """A deliberately wrong rule: x + 0.0 -> x claimed bit-exact (false for x = -0.0)."""
-    op = site.op
-    if op.name == "add":
-        c = site.producer(1)
-        if c is not None and c.name == "constant" and c.attrs["value"] == 0.0:
-            return Rewrite("add-zero-bitexact", [], op.operands[0], [c, op])
-    return None
-
-
-@dataclass(frozen=True)
-class WrongPass(Pass):
-    name = "wrong-pass"
-
-    def run(self, module: Module) -> PassResult:
-        return rewrite_module(module, self.name, [_wrong_rule])
 
 
 def test_a_wrong_rule_is_caught_with_a_counterexample_and_named(monkeypatch, tmp_path) -> None:

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support import WrongPass
 
 from gdv.cli import main
 from gdv.driver import CompileOptions, compile_module, write_evidence
 from gdv.evidence.bundle import sha256
 from gdv.evidence.solvers import for_cvc5, solve
-from gdv.ir.core import Module
 from gdv.passes import pipelines
-from gdv.passes.base import Pass, PassResult, Rewrite, Site, rewrite_module
+from gdv.passes.base import Pass
 
 TRIVIALLY_UNSAT = "(set-logic ALL)\n(assert false)\n(check-sat)\n"
 SAT = "(set-logic ALL)\n(declare-fun a () Int)\n(assert (> a 0))\n(check-sat)\n"
@@ -145,24 +144,6 @@ def test_signatures(bundle, small_source, tmp_path, capsys) -> None:
     (signed / "manifest.sig").write_text(sig)
     rc, _, err = _verify(capsys, str(signed), "--trust-key", str(other_pub))
     assert rc == 1 and "signature" in err
-
-
-def _wrong_rule(site: Site) -> Rewrite | None:
-    """A deliberately wrong rule: x + 0.0 -> x claimed bit-exact (false for x = -0.0)."""
-    op = site.op
-    if op.name == "add":
-        c = site.producer(1)
-        if c is not None and c.name == "constant" and c.attrs["value"] == 0.0:
-            return Rewrite("add-zero-bitexact", [], op.operands[0], [c, op])
-    return None
-
-
-@dataclass(frozen=True)
-class WrongPass(Pass):
-    name = "wrong-pass"
-
-    def run(self, module: Module) -> PassResult:
-        return rewrite_module(module, self.name, [_wrong_rule])
 
 
 @pytest.fixture

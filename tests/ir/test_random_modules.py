@@ -3,14 +3,12 @@ canonical and round-trips (IR_SPEC.md section 1), and composites decompose into 
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import load_module
 
 from gdv.ir import ops as op_registry
 from gdv.ir.core import Function, Module, Op
@@ -20,20 +18,7 @@ from gdv.ir.parser import parse
 from gdv.ir.printer import print_module
 from gdv.ir.verifier import verify
 
-
-def _load_strategies():
-    name = "gdv_tests_ir_strategies"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).with_name("strategies.py")
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-S = _load_strategies()
+S = load_module("ir/strategies.py")
 
 
 def test_every_registered_op_has_a_generator() -> None:

@@ -4,12 +4,9 @@ program (transcendental-free), evaluated on concrete inputs, equals the referenc
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from support import load_module
 
 from gdv.ir.core import Function, Op, Param
 from gdv.ir.diagnostics import IRError
@@ -20,19 +17,7 @@ from gdv.validate.counterexample import same_bits, special_inputs
 from gdv.validate.equivalence import check_equivalence
 from gdv.validate.evaluate import evaluate
 
-
-def _strategies():
-    name = "gdv_tests_ir_strategies"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "ir" / "strategies.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-S = _strategies()
+S = load_module("ir/strategies.py")
 # Kernels need body functions in scope; they have their own agreement case.
 OPS = sorted(n for n in REGISTRY if n != "kernel")
 EXACT_OPS = sorted(

@@ -3,33 +3,20 @@ against slow pure-Python definitions."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import load_module
 
 from gdv.backends.reference import apply, bit_equal, describe_difference
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.types import TensorType
 
-
-def _load(name: str):
-    key = f"gdv_tests_backends_reference_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-slow = _load("slow_reference")
+slow = load_module("backends/reference/slow_reference.py")
 
 
 def check(got: np.ndarray, want: np.ndarray) -> None:

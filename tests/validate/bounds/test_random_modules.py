@@ -4,31 +4,17 @@ crashes, an infinite bound always says why, and every finite bound holds when th
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 from hypothesis import HealthCheck, assume, given, settings
+from support import load_module
 
 from gdv.ir.diagnostics import IRError
 from gdv.ir.verifier import verify_function
 from gdv.validate.bounds import analyze
 from gdv.validate.bounds.measure import make_inputs, output_errors
 
-
-def _strategies():
-    name = "gdv_tests_ir_strategies"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[2] / "ir" / "strategies.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-S = _strategies()
+S = load_module("ir/strategies.py")
 
 
 @settings(max_examples=50, suppress_health_check=list(HealthCheck))
