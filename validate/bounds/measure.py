@@ -13,7 +13,17 @@ and round at every step), `flat` (each row along the last axis one value times 1
 per-row scale 1e-9..1e-5: near-zero variance with inexact means, layer_norm's worst case),
 `constant` (each tensor one
 value plus relative noise 1e-6: near-zero variance for layer_norm, catastrophic cancellation in
-x - mean), `tiny` (values near the dtype's underflow threshold where the range allows them).
+x - mean), `tiny` (values near the dtype's underflow threshold where the range allows them),
+`signs` (every element at lo or hi, the choice a product of one random sign per index of each
+axis, the signs drawn once per axis length: tensors that share an axis length share its signs,
+so contractions over it add up without cancellation, and layer_norm passes the pattern on),
+`scaled` (near-constant rows whose relative spread is drawn log-uniformly from 1e-7..1e-1: the
+variance comes near layer_norm's eps, where its sensitivity to the mean's rounding peaks).
+
+`worst_error` searches harder: every family, then each parameter drawn from its own family,
+then a hill climb on the worst inputs found (re-draw one parameter, or move a random few of
+its elements to a range end, to a random value, or by a few ulps), keeping any step that does
+not lower the measured error. Every candidate stays within the declared ranges.
 """
 
 from __future__ import annotations
@@ -26,7 +36,17 @@ from gdv.ir.core import Function, Module, Param
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import float_to_float
 
-KINDS = ("random", "endpoints", "aligned", "upper", "constant", "flat", "tiny")
+KINDS = (
+    "random",
+    "endpoints",
+    "aligned",
+    "upper",
+    "constant",
+    "flat",
+    "tiny",
+    "signs",
+    "scaled",
+)
 
 _TINY = {
     DType.F64: 2.0**-1020,
@@ -43,12 +63,33 @@ def _range(p: Param, default: tuple[float, float] | None) -> tuple[float, float]
     return float(r[0]), float(r[1])
 
 
+def _axis_signs(length: int, seed: int) -> np.ndarray:
+    """One random sign per index of an axis of `length`, the same for every tensor."""
+    return np.where(np.random.default_rng([seed, length]).random(length) < 0.5, -1.0, 1.0)
+
+
 def _floats(
-    p: Param, kind: str, rng: np.random.Generator, default: tuple[float, float] | None
+    p: Param,
+    kind: str,
+    rng: np.random.Generator,
+    default: tuple[float, float] | None,
+    seed: int = 0,
 ) -> np.ndarray:
     lo, hi = _range(p, default)
     shape = p.type.shape
-    if kind == "endpoints":
+    if kind == "signs":
+        sign = np.ones(shape)
+        for axis, length in enumerate(shape):
+            view = [1] * len(shape)
+            view[axis] = length
+            sign = sign * _axis_signs(length, seed).reshape(view)
+        wide = np.where(sign > 0, hi, lo)
+    elif kind == "scaled" and len(shape) >= 1:
+        rows = shape[:-1] + (1,)
+        c = rng.uniform(lo, hi, rows)
+        scale = 10.0 ** rng.uniform(-7, -1, rows)
+        wide = np.clip(c * (1 + scale * rng.uniform(-1, 1, shape)), lo, hi)
+    elif kind == "endpoints":
         wide = np.where(rng.random(shape) < 0.5, lo, hi)
     elif kind == "aligned":
         wide = np.full(shape, hi if rng.random() < 0.5 else lo)
@@ -68,7 +109,13 @@ def _floats(
         wide = np.clip(np.where(rng.random(shape) < 0.5, -scale, scale), lo, hi)
     else:
         wide = rng.uniform(lo, hi, shape)
-    out = float_to_float(np.asarray(wide, dtype=np.float64), p.type.dtype)
+    return _to_dtype(p, np.asarray(wide, dtype=np.float64), lo, hi)
+
+
+def _to_dtype(p: Param, wide: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """`wide` rounded to `p`'s dtype, kept within [lo, hi]."""
+    shape = p.type.shape
+    out = float_to_float(wide, p.type.dtype)
     # Rounding to the dtype may step just outside the range; step back in.
     w = out.astype(np.float64)
     if (w < lo).any() or (w > hi).any():
@@ -100,7 +147,7 @@ def make_inputs(
     out = {}
     for p in fn.params:
         if p.type.dtype.is_float:
-            out[p.name] = _floats(p, kind, rng, default_range)
+            out[p.name] = _floats(p, kind, rng, default_range, seed)
         elif p.type.dtype.is_bool:
             out[p.name] = rng.random(p.type.shape) < 0.5
         else:
@@ -129,3 +176,108 @@ def output_errors(
         err = float(np.max(np.abs(a64[both] - b64[both]))) if both.any() else 0.0
         out.append((err, b64))
     return out
+
+
+def _mutate(
+    fn: Function,
+    inputs: dict[str, np.ndarray],
+    rng: np.random.Generator,
+    default_range: tuple[float, float] | None,
+) -> dict[str, np.ndarray]:
+    """`inputs` with one float parameter changed (see the module doc), within its range."""
+    params = [p for p in fn.params if p.type.dtype.is_float and p.type.num_elements]
+    out = dict(inputs)
+    if not params:
+        return out
+    p = params[rng.integers(len(params))]
+    lo, hi = _range(p, default_range)
+    move = rng.integers(5)
+    if move == 0:  # re-draw the whole parameter from a family
+        kind = KINDS[rng.integers(len(KINDS))]
+        seed = int(rng.integers(2**31))
+        try:
+            out[p.name] = make_inputs(fn, kind, seed, default_range)[p.name]
+        except ValueError:
+            pass
+        return out
+    x = inputs[p.name].astype(np.float64)
+    flat = x.reshape(-1).copy()
+    count = max(1, int(flat.size * 10.0 ** rng.uniform(-3, -0.5)))
+    idx = rng.choice(flat.size, size=min(count, flat.size), replace=False)
+    if move == 1:  # to the range's ends
+        flat[idx] = np.where(rng.random(idx.size) < 0.5, lo, hi)
+    elif move == 2:  # anywhere in the range
+        flat[idx] = rng.uniform(lo, hi, idx.size)
+    elif move == 3:  # a few ulps
+        u = 2.0**-p.type.dtype.significand_bits
+        flat[idx] = flat[idx] * (1 + u * rng.integers(-4, 5, idx.size))
+    else:  # a row's spread around its mean, scaled (layer_norm's variance against eps)
+        rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+        r = rng.integers(rows.shape[0])
+        mean = rows[r].mean()
+        rows[r] = mean + (rows[r] - mean) * 10.0 ** rng.uniform(-3, 1)
+        flat = rows.reshape(-1)
+    x = np.clip(flat, lo, hi).reshape(x.shape)
+    try:
+        out[p.name] = _to_dtype(p, x, lo, hi).astype(p.type.dtype.np)
+    except ValueError:
+        pass
+    return out
+
+
+def worst_error(
+    module: Module,
+    output: int = 0,
+    budget: int = 400,
+    seed: int = 0,
+    default_range: tuple[float, float] | None = None,
+) -> tuple[float, str, dict[str, np.ndarray]]:
+    """The largest error of output `output` that a search of `budget` runs finds: (error, how
+    it was found, the inputs). A third of the budget goes to the families (each parameter from
+    one family, then each from its own), the rest to the hill climb (module doc)."""
+    fn = module.entry if isinstance(module, Module) else module
+    rng = np.random.default_rng(seed)
+    best, how, best_inputs = -1.0, "-", {}
+    runs = 0
+
+    def measure(inputs: dict[str, np.ndarray]) -> float:
+        nonlocal runs
+        runs += 1
+        return output_errors(module, inputs)[output][0]
+
+    start = budget // 3
+    while runs < start:
+        k = runs
+        if k < 2 * len(KINDS):  # every family, twice
+            kind = KINDS[k % len(KINDS)]
+            try:
+                inputs = make_inputs(fn, kind, int(rng.integers(2**31)), default_range)
+            except ValueError:
+                runs += 1
+                continue
+            label = kind
+        else:  # each parameter from its own family
+            inputs, kinds = {}, []
+            for p in fn.params:
+                kind = KINDS[rng.integers(len(KINDS))]
+                try:
+                    drawn = make_inputs(fn, kind, int(rng.integers(2**31)), default_range)
+                except ValueError:
+                    kind = "random"
+                    drawn = make_inputs(fn, kind, int(rng.integers(2**31)), default_range)
+                inputs[p.name] = drawn[p.name]
+                kinds.append(kind)
+            label = "mixed"
+        e = measure(inputs)
+        if e > best:
+            best, how, best_inputs = e, label, inputs
+    climbed = 0
+    while runs < budget and best_inputs and math.isfinite(best):
+        candidate = _mutate(fn, best_inputs, rng, default_range)
+        e = measure(candidate)
+        if e >= best:
+            climbed += e > best
+            best, best_inputs = e, candidate
+    if climbed:
+        how = f"{how}+climb"
+    return best, how, best_inputs
