@@ -18,17 +18,28 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
 - convert: float->float rounds to nearest-even (C casts), float->int truncates and saturates
   with NaN -> 0 (helper), int->float rounds to nearest-even (C casts), int->int wraps, to i1
   is `x != 0`.
+- f16 and bf16 (IR_SPEC.md section 7, as the reference's `via_f64` and `Working`): values are
+  bit patterns (`uint16_t`); each op widens its operands exactly to double, computes there and
+  rounds once to the dtype with the exact helpers below (`gdv_round_f16`, `gdv_round_bf16`: the
+  double's bits rounded to nearest-even by integer arithmetic, subnormals, overflow to inf,
+  NaN kept). For add sub mul div sqrt that is the correctly rounded result (53 >= 2p + 2);
+  neg and abs flip or clear the sign bit; max/min compare the widened values and return one of
+  the operands' bit patterns; int->f16/bf16 rounds the integer once (`gdv_i2f16`, `gdv_i2bf16`).
+  No _Float16 or __bf16: their arithmetic and conversions are the compiler's choice.
 """
 
 from __future__ import annotations
 
 from gdv.backends.c.emit import (
     CTYPE,
+    NARROW,
     SUFFIX,
     Program,
     attr_literal,
     comment,
     ctype,
+    load,
+    store,
     strides,
     value_literal,
 )
@@ -84,11 +95,128 @@ def _float_to_int(dst: DType) -> str:
     )
 
 
-HELPERS: dict[str, str] = {}
-"""C helper functions by name, emitted once each when a program uses them."""
+_FORMAT = {DType.F16: (11, 15, 0x7C00, 0x0200), DType.BF16: (8, 127, 0x7F80, 0x0040)}
+"""f16/bf16: precision p (hidden bit included), emax, the infinity's bits, the quiet-NaN bit."""
+
+
+def _narrow_helpers() -> str:
+    """Exact conversions between double and the f16/bf16 bit patterns, and from int64_t.
+
+    gdv_round_*: double -> bits rounded once to nearest-even from the double's exact value,
+    with integer arithmetic on the double's bits (no dependence on the FPU's rounding mode):
+    subnormal results, overflow to infinity (ties to the largest finite value's odd neighbour
+    included), infinities and signed zeros kept, any NaN a quiet NaN of the same sign.
+    gdv_i2*: int64_t -> bits rounded once (as the reference's round-to-odd path gives).
+    gdv_widen_*: bits -> double, exact (NaN stays NaN, its sign kept)."""
+    out = [
+        "static inline double gdv_widen_bf16(uint16_t h)",
+        "{",
+        "  const uint32_t u = (uint32_t)h << 16;",
+        "  float f;",
+        "  memcpy(&f, &u, sizeof f);",
+        "  return (double)f;",
+        "}",
+        "static inline double gdv_widen_f16(uint16_t h)",
+        "{",
+        "  const uint64_t s = (uint64_t)(h >> 15) << 63;",
+        "  const uint64_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;",
+        "  uint64_t u;",
+        "  double d;",
+        "  if (e == 0) {",
+        "    d = (double)m * 0x1p-24;  /* subnormal or zero: exact */",
+        "    memcpy(&u, &d, sizeof u);",
+        "    u |= s;",
+        "  } else if (e == 31) {",
+        "    u = s | UINT64_C(0x7ff0000000000000) | (m << 42);  /* inf, or NaN (m != 0) */",
+        "  } else {",
+        "    u = s | ((e + 1008) << 52) | (m << 42);",
+        "  }",
+        "  memcpy(&d, &u, sizeof d);",
+        "  return d;",
+        "}",
+    ]
+    for dtype, (p, emax, inf, quiet) in _FORMAT.items():
+        s = SUFFIX[dtype]
+        emin = 1 - emax
+        out += [
+            f"static inline uint16_t gdv_round_{s}(double x)",
+            "{",
+            "  uint64_t u;",
+            "  memcpy(&u, &x, sizeof u);",
+            "  const uint16_t sign = (uint16_t)((u >> 48) & 0x8000u);",
+            "  const int e64 = (int)((u >> 52) & 0x7ff);",
+            "  const uint64_t m = u & UINT64_C(0xfffffffffffff);",
+            f"  if (e64 == 0x7ff) return (uint16_t)(sign | 0x{inf:04x}u | (m ? 0x{quiet:04x}u"
+            " : 0u));",
+            "  if (e64 == 0) return sign;  /* zero, or a double subnormal: far below half the"
+            " least subnormal */",
+            "  const int e = e64 - 1023;",
+            f"  if (e > {emax}) return (uint16_t)(sign | 0x{inf:04x}u);",
+            "  const uint64_t sig = m | (UINT64_C(1) << 52);",
+            f"  const int shift = {53 - p} + (e < {emin} ? {emin} - e : 0);",
+            "  if (shift > 63) return sign;",
+            "  uint64_t kept = sig >> shift;",
+            "  const uint64_t rem = sig & ((UINT64_C(1) << shift) - 1);",
+            "  const uint64_t half = UINT64_C(1) << (shift - 1);",
+            "  if (rem > half || (rem == half && (kept & 1u))) kept++;",
+            f"  if (e < {emin}) return (uint16_t)(sign | kept);  /* subnormal (or the least"
+            " normal) */",
+            "  /* the hidden bit of `kept` carries into the exponent field, up to infinity */",
+            f"  return (uint16_t)(sign | (((uint64_t)(e - ({emin})) << {p - 1}) + kept));",
+            "}",
+            f"static inline uint16_t gdv_i2{s}(int64_t v)",
+            "{",
+            "  const uint16_t sign = v < 0 ? 0x8000u : 0u;",
+            "  const uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;",
+            "  if (a == 0) return 0;",
+            "  int e = 63;",
+            "  while (!(a >> e)) e--;",
+            f"  if (e > {emax}) return (uint16_t)(sign | 0x{inf:04x}u);",
+            f"  const int shift = e - {p - 1};",
+            "  uint64_t kept;",
+            "  if (shift <= 0) {",
+            "    kept = a << -shift;",
+            "  } else {",
+            "    kept = a >> shift;",
+            "    const uint64_t rem = a & ((UINT64_C(1) << shift) - 1);",
+            "    const uint64_t half = UINT64_C(1) << (shift - 1);",
+            "    if (rem > half || (rem == half && (kept & 1u))) kept++;",
+            "  }",
+            f"  return (uint16_t)(sign | (((uint64_t)(e - ({emin})) << {p - 1}) + kept));",
+            "}",
+        ]
+    return "\n".join(out) + "\n"
+
+
+def _narrow_extreme(kind: str, dtype: DType) -> str:
+    s = SUFFIX[dtype]
+    cmp = ">" if kind == "max" else "<"
+    zero = "signbit(y)" if kind == "max" else "signbit(x)"
+    return (
+        f"static inline uint16_t gdv_{kind}_{s}(uint16_t a, uint16_t b)\n"
+        "{\n"
+        f"  const double x = gdv_widen_{s}(a), y = gdv_widen_{s}(b);\n"
+        f"  uint16_t r = x {cmp} y ? a : b;\n"
+        f"  if (x == y && {zero}) r = a;\n"
+        "  if (isnan(y)) r = b;\n"
+        "  if (isnan(x)) r = a;\n"
+        "  return r;\n"
+        "}\n"
+    )
+
+
+NARROW_HELPER = "gdv_narrow"
+"""The helper block every f16/bf16 program needs (emit.load / emit.store call it)."""
+
+HELPERS: dict[str, str] = {NARROW_HELPER: _narrow_helpers()}
+"""C helper functions by name, emitted once each when a program uses them, in this order (a
+helper comes after the ones it calls)."""
 for _d in (DType.F32, DType.F64):
     for _k in ("max", "min"):
         HELPERS[f"gdv_{_k}_{SUFFIX[_d]}"] = _float_extreme(_k, _d)
+for _d in NARROW:
+    for _k in ("max", "min"):
+        HELPERS[f"gdv_{_k}_{SUFFIX[_d]}"] = _narrow_extreme(_k, _d)
 for _d in (DType.I64, DType.I32, DType.I8):
     HELPERS[f"gdv_f2{SUFFIX[_d]}"] = _float_to_int(_d)
 
@@ -97,37 +225,92 @@ _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
 def _via_double(expr: str, dtype: DType) -> str:
+    if dtype in NARROW:
+        return store(expr, dtype)
     return f"(({CTYPE[dtype]})({expr}))" if dtype is DType.F32 else f"({expr})"
 
 
+def convert_helpers(src: DType, dst: DType) -> set[str]:
+    """The helpers `convert_expr(_, src, dst)` calls."""
+    out = set()
+    if src in NARROW or dst in NARROW:
+        out.add(NARROW_HELPER)
+    if src.is_float and dst.is_int:
+        out.add(f"gdv_f2{SUFFIX[dst]}")
+    return out
+
+
 def convert_expr(x: str, src: DType, dst: DType) -> str:
-    """C for `convert` of the C expression `x` from `src` to `dst` (both supported dtypes)."""
+    """C for `convert` of the C expression `x` from `src` to `dst` (stored values, both sides);
+    the helpers it needs are `convert_helpers(src, dst)`."""
+    if src is dst:
+        return f"({x})"
     if dst is DType.I1:
-        return f"((uint8_t)(({x}) != 0))"
+        return f"((uint8_t)({load(x, src)} != 0))"  # NaN != 0; -0.0 == 0
     if src.is_float and not dst.is_float:
-        return f"gdv_f2{SUFFIX[dst]}((double)({x}))"
+        return f"gdv_f2{SUFFIX[dst]}((double){load(x, src)})"
     if not src.is_float and not dst.is_float:
         return f"(({CTYPE[dst]})(int64_t)({x}))"
+    if dst in NARROW:
+        if not src.is_float:
+            return f"gdv_i2{SUFFIX[dst]}((int64_t)({x}))"
+        return store(f"(double){load(x, src)}", dst)  # one rounding from the exact value
+    if src in NARROW:
+        return f"(({CTYPE[dst]}){load(x, src)})"  # exact in double; f32: one rounding
     return f"(({CTYPE[dst]})({x}))"  # float<->float, int->float: round to nearest-even
 
 
+def _narrow_scalar(prog: Program, name: str, op: Op, args: list[str], dtype: DType) -> str:
+    """C for float op `name` on f16/bf16 bit patterns `args`: computed in double from the
+    exact widened values, rounded once to `dtype` (the reference's via_f64)."""
+    s = SUFFIX[dtype]
+    x = [load(a, dtype) for a in args]
+    if name in ("max", "min"):
+        prog.helpers.add(f"gdv_{name}_{s}")
+        return f"gdv_{name}_{s}({args[0]}, {args[1]})"
+    if name == "relu":
+        prog.helpers.add(f"gdv_max_{s}")
+        return f"gdv_max_{s}({args[0]}, ((uint16_t)0x0000u))"
+    if name == "neg":
+        return f"((uint16_t)(({args[0]}) ^ 0x8000u))"
+    if name == "abs":
+        return f"((uint16_t)(({args[0]}) & 0x7fffu))"
+    if name in _ARITH:
+        return store(f"{x[0]} {_ARITH[name]} {x[1]}", dtype)
+    if name in ("sqrt", "floor"):
+        return store(f"{name}({x[0]})", dtype)
+    prog.libm.add(LIBM[name])
+    if name == "rsqrt":
+        return store(f"1.0 / sqrt({x[0]})", dtype)
+    if name == "sigmoid":
+        return store(f"1.0 / (1.0 + exp(-{x[0]}))", dtype)
+    if name == "pow":
+        return store(f"pow({x[0]}, {x[1]})", dtype)
+    return store(f"{LIBM[name]}({x[0]})", dtype)
+
+
 def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> str:
-    """The C expression computing body op `op` (rank 0) on the C expressions `args`."""
+    """The C expression computing body op `op` (rank 0) on the C expressions `args`.
+
+    Operands and result are stored values (`CTYPE`): f16/bf16 bit patterns are widened and the
+    result rounded inside the expression, so callers load, store and fold it unchanged."""
     name, dtype = op.name, op.type.dtype
     for d in [dtype, *arg_dtypes]:
         ctype(d, op, prog.module)
+        if d in NARROW:
+            prog.helpers.add(NARROW_HELPER)
     if name == "constant":
         leaves = list(iter_leaves(op.attrs["value"]))
         return attr_literal(leaves[0], dtype)
     if name == "convert":
         src = arg_dtypes[0]
-        if src.is_float and not dtype.is_float and not dtype.is_bool:
-            prog.helpers.add(f"gdv_f2{SUFFIX[dtype]}")
+        prog.helpers.update(convert_helpers(src, dtype))
         return convert_expr(args[0], src, dtype)
     if name == "select":
         return f"(({args[0]}) ? ({args[1]}) : ({args[2]}))"
     if name == "cmp":
-        return f"((uint8_t)(({args[0]}) {_CMP[op.attrs['dir']]} ({args[1]})))"
+        a, b = (load(x, d) for x, d in zip(args, arg_dtypes, strict=True))
+        return f"((uint8_t)({a} {_CMP[op.attrs['dir']]} {b}))"
     t = CTYPE[dtype]
     if not dtype.is_float:  # integer add sub mul max min
         a, b = args
@@ -135,6 +318,8 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
             rel = ">" if name == "max" else "<"
             return f"(({a}) {rel} ({b}) ? ({a}) : ({b}))"
         return f"(({t})((uint64_t)(int64_t)({a}) {_ARITH[name]} (uint64_t)(int64_t)({b})))"
+    if dtype in NARROW:
+        return _narrow_scalar(prog, name, op, args, dtype)
     f = "" if dtype is DType.F64 else "f"
     if name in _ARITH:
         return f"(({args[0]}) {_ARITH[name]} ({args[1]}))"
@@ -217,6 +402,7 @@ def _iota(prog: Program, op: Op) -> None:
     stride, size = strides(op.type)[axis], op.type.shape[axis]
     index = f"((int64_t)((i / {stride}) % {max(1, size)}))"
     value = index if dtype is DType.I64 else convert_expr(index, DType.I64, dtype)
+    prog.helpers.update(convert_helpers(DType.I64, dtype))
     prog.body.append(
         f"  for (int64_t i = 0; i < {op.type.num_elements}; i++) {out}[i] = {value};"
         f"  /* iota %{comment(op.result)} */"

@@ -25,21 +25,34 @@ from gdv.ir.types import TensorType
 CTYPE = {
     DType.F64: "double",
     DType.F32: "float",
+    DType.F16: "uint16_t",  # the IEEE binary16 bit pattern (numpy float16's bytes)
+    DType.BF16: "uint16_t",  # the bfloat16 bit pattern (ml_dtypes.bfloat16's bytes)
     DType.I64: "int64_t",
     DType.I32: "int32_t",
     DType.I8: "int8_t",
     DType.I1: "uint8_t",  # numpy's bool: one byte holding 0 or 1
 }
-"""The C type holding each supported dtype (storage and temporaries alike)."""
+"""The C type holding each dtype: buffers, loaded operands, body temporaries, accumulators.
 
-UNSUPPORTED_DTYPES = {
-    DType.F16: "f16 arithmetic is not lowered to C yet (no exact half-precision rounding helpers)",
-    DType.BF16: "bf16 arithmetic is not lowered to C yet (no exact bfloat16 rounding helpers)",
-}
+f16 and bf16 values are held as their bit patterns everywhere (never as _Float16 or __bf16):
+every C expression `scalar()` (backends/c/elementwise.py) builds for them takes and gives bit
+patterns, so loop nests load, store and fold them like any other value."""
+
+NARROW = (DType.F16, DType.BF16)
+"""The float dtypes held as bit patterns and computed in double (IR_SPEC.md section 7)."""
+
+COMPUTE_CTYPE = {**CTYPE, DType.F16: "double", DType.BF16: "double"}
+"""The C type a dtype's arithmetic runs in: the dtype itself, except f16 and bf16, whose values
+are widened exactly to double (`load`), operated on there and rounded once back (`store`)."""
+
+UNSUPPORTED_DTYPES: dict[DType, str] = {}
+"""Dtypes the target cannot hold, with the reason (none left)."""
 
 SUFFIX = {
     DType.F64: "f64",
     DType.F32: "f32",
+    DType.F16: "f16",
+    DType.BF16: "bf16",
     DType.I64: "i64",
     DType.I32: "i32",
     DType.I8: "i8",
@@ -73,9 +86,30 @@ def ctype(dtype: DType, op: Op | None = None, module: Module | None = None) -> s
     raise IRError(f"target c does not support {op.name} on {dtype}: {reason}", loc)
 
 
+def load(expr: str, dtype: DType) -> str:
+    """C for the `COMPUTE_CTYPE` value of the stored `dtype` value `expr` (exact). The helper it
+    calls for f16/bf16 is `NARROW_HELPER` (backends/c/elementwise.py), which the caller adds to
+    the program's helpers."""
+    return f"gdv_widen_{SUFFIX[dtype]}({expr})" if dtype in NARROW else f"({expr})"
+
+
+def store(expr: str, dtype: DType) -> str:
+    """C for the stored `dtype` value of the `COMPUTE_CTYPE` value `expr`: f16/bf16 rounded once
+    to nearest-even (overflow to inf, NaN kept), other dtypes unchanged."""
+    return f"gdv_round_{SUFFIX[dtype]}({expr})" if dtype in NARROW else f"({expr})"
+
+
+def bits(x: float, dtype: DType) -> int:
+    """The bit pattern of the f16/bf16 value `x` (already a `dtype` value)."""
+    return int(np.asarray(np.float64(x)).astype(dtype.np).view(np.uint16))
+
+
 def float_literal(x: float, dtype: DType) -> str:
-    """A float value (already a `dtype` value) as an exact C literal of type `dtype`."""
+    """A float value (already a `dtype` value) as an exact C literal of type `dtype`: a hex
+    float, or the bit pattern for f16/bf16."""
     t = CTYPE[dtype]
+    if dtype in NARROW:
+        return f"((uint16_t)0x{bits(x, dtype):04x}u)"
     if math.isnan(x):
         return f"(({t})NAN)"
     if math.isinf(x):
@@ -189,8 +223,11 @@ class Program:
             "#endif",
             "",
         ]
-        for name in sorted(self.helpers):
-            lines.append(HELPERS[name])
+        unknown = self.helpers - set(HELPERS)
+        assert not unknown, f"unknown C helpers {sorted(unknown)}"
+        for name in HELPERS:  # definition order: a helper follows the helpers it calls
+            if name in self.helpers:
+                lines.append(HELPERS[name])
         lines += self.functions
         lines.append("int gdv_entry(void *const *buf)")
         lines.append("{")

@@ -1,12 +1,17 @@
 """C for the layout family outside kernels: reshape shares its operand's buffer (row-major order
 is kept, values are never written twice), broadcast, transpose and slice are affine copies (one
-loop nest each, backends/c/nest.py); concat and pad are not lowered yet."""
+loop nest each, backends/c/nest.py); concat copies each operand's row-major runs into place,
+pad fills the result with its value (rounded once to the dtype, exact as a C literal) and then
+copies the operand into the interior. No arithmetic: the same in every dtype (f16/bf16 bit
+patterns are moved as they are)."""
 
 from __future__ import annotations
 
-from gdv.backends.c.emit import Program, comment, ctype
+import math
+
+from gdv.backends.c.emit import Program, attr_literal, comment, ctype, strides
 from gdv.backends.c.nest import Nest, emit_nest
-from gdv.backends.c.registry import lowering, unsupported
+from gdv.backends.c.registry import lowering
 from gdv.ir.core import Op
 from gdv.ir.ops import REGISTRY as OPS
 
@@ -69,9 +74,73 @@ def _slice(prog: Program, op: Op) -> None:
     _copy(prog, op, rows)
 
 
-unsupported(
-    OPS["concat"], "concat outside a kernel is not lowered to C yet (no piecewise nests)", __name__
-)
-unsupported(
-    OPS["pad"], "pad outside a kernel is not lowered to C yet (no piecewise nests)", __name__
-)
+def _call(prog: Program, op: Op, name: str, lines: list[str]) -> None:
+    """Append C function `name` (its `lines`), give the result a buffer, call it."""
+    prog.functions.append("\n".join(lines) + "\n")
+    prog.new_slot(op.result, op.type)
+    args = [prog.var(o) for o in op.operands] + [prog.var(op.result)]
+    prog.body.append(f"  {name}({', '.join(args)});  /* %{comment(op.result)} */")
+
+
+@lowering(OPS["concat"])
+def _concat(prog: Program, op: Op) -> None:
+    """result[o, off_k + j, q] = operand_k[o, j, q]: per outer index o, each operand's run of
+    (its axis size) x (inner size) elements is copied to its offset along the axis."""
+    t = ctype(op.type.dtype, op, prog.module)
+    types = prog.entry.types()
+    axis = op.attrs["axis"]
+    shape = op.type.shape
+    outer, inner = math.prod(shape[:axis]), math.prod(shape[axis + 1 :])
+    total = shape[axis]
+    name = prog.new_function()
+    params = [f"const {t} *restrict a{k}" for k in range(len(op.operands))]
+    lines = [
+        f"/* concat %{comment(op.result)} */",
+        f"static void {name}({', '.join([*params, f'{t} *restrict r'])})",
+        "{",
+        f"  for (int64_t o = 0; o < INT64_C({outer}); o++) {{",
+    ]
+    offset = 0
+    for k, operand in enumerate(op.operands):
+        run = types[operand].shape[axis] * inner
+        if run:
+            lines.append(
+                f"    memcpy(r + o * INT64_C({total * inner}) + INT64_C({offset * inner}), "
+                f"a{k} + o * INT64_C({run}), sizeof({t}) * (size_t)INT64_C({run}));"
+            )
+        offset += types[operand].shape[axis]
+    lines += ["  }", "}"]
+    _call(prog, op, name, lines)
+
+
+@lowering(OPS["pad"])
+def _pad(prog: Program, op: Op) -> None:
+    """result = value everywhere, then result[low + i] = operand[i]."""
+    dtype = op.type.dtype
+    t = ctype(dtype, op, prog.module)
+    x = prog.entry.types()[op.operands[0]]
+    low = op.attrs["low"]
+    value = attr_literal(op.attrs["value"], dtype)
+    out_st, x_st = strides(op.type), strides(x)
+    name = prog.new_function()
+    lines = [
+        f"/* pad %{comment(op.result)} */",
+        f"static void {name}(const {t} *restrict a0, {t} *restrict r)",
+        "{",
+        f"  for (int64_t i = 0; i < INT64_C({op.type.num_elements}); i++) r[i] = {value};",
+    ]
+    ind = "  "
+    for d, size in enumerate(x.shape):
+        lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({size}); i{d}++)")
+        ind += "  "
+    dst = " + ".join(
+        [f"INT64_C({sum(lo * s for lo, s in zip(low, out_st, strict=True))})"]
+        + [f"INT64_C({s}) * i{d}" for d, s in enumerate(out_st)]
+    )
+    src = " + ".join(["INT64_C(0)"] + [f"INT64_C({s}) * i{d}" for d, s in enumerate(x_st)])
+    if x.num_elements:
+        lines.append(f"{ind}r[{dst}] = a0[{src}];")
+    else:
+        lines = lines[:4] + ["  (void)a0;"]
+    lines.append("}")
+    _call(prog, op, name, lines)
