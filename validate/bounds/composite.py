@@ -204,7 +204,20 @@ def _layer_norm_closed(
     error sigma <= (1 - rho)^(-1/2) (1 + theta) - 1, theta the ulp assumption, and
       |y^ - y| <= Ed (1 + sigma) / sqrt(eps) + Y sigma + u (Y + Ed / sqrt(eps))(1 + sigma) + eta
     with |y| <= Y = min(sqrt(n - 1), max|d| / sqrt(eps)) (Samuelson's inequality). The affine
-    part (y * gamma) + beta goes through the mul and add rules. None when it does not apply."""
+    part (y * gamma) + beta goes through the mul and add rules. None when it does not apply.
+
+    The mean's error is one shift of the whole row, and a row of d sums to 0 exactly, so it
+    moves the variance only to second order: with m^ = m + delta (|delta| <= Dm, the mean's
+    bound) and x^_i = x_i + e_i (|e_i| <= ex), d^_i = (d_i + e_i - delta)(1 + eps_i), i.e.
+    d^ - d = -delta 1 + r with r_i = eps_i d_i + f_i, |f_i| <= F = ex (1+u) + u Dm. Then
+    n (v~ - v) = 2 d.r + |r|^2 - 2 delta sum r + n delta^2 (d.1 = 0), and with |d|^2 = n v,
+    |sum eps_i d_i| <= u sqrt(n) |d|:
+      |v~ - v| <= 2 u v + 2 sqrt(v) F + (u sqrt(v) + F + Dm)^2,
+    so |v~ - v| / w <= 2u + F / sqrt(eps) + (u + (F + Dm) / sqrt(eps))^2 (sup over v >= 0),
+    used in place of s + s^2 when smaller (and v~/w <= 1 + that in place of (1+s)^2). Likewise
+    |d^_i - d_i| <= D0 + u |d_i| with D0 = (Dm + ex)(1 + u), so the first term of the bound on
+    |y^ - y| becomes D0 (1 + sigma) / sqrt(eps) + u Y (1 + sigma), and the final rounding's
+    u (Y (1+u) + D0 / sqrt(eps))(1 + sigma)."""
     from gdv.validate.bounds.elementwise import _add_sub, _mul, transcendental_error
     from gdv.validate.bounds.model import Err, lin_add, lin_scale, mag, make_tb
 
@@ -228,31 +241,51 @@ def _layer_norm_closed(
     eps_lo, eps_hi, e_eps = eps.lo, eps.hi, eps.err.total
     root = math.sqrt(eps_lo)
     s = ed / root
+    mean, ex = steps[2][1], x.err.total
+    assert steps[2][0].name == "div" and steps[4][0].operands[0] == op.operands[0]
+    dm = mean.err.total
+    f = ex * (1 + u) + u * dm
+    shift = 2 * u + f / root + (u + (f + dm) / root) ** 2
+    rv = min(s + s * s, shift)  # >= |v~ - v| / w
     g = (n + 1) * u / (1 - (n + 1) * u)
     rho = (
-        g * (1 + s) * (1 + s)
-        + s
-        + s * s
+        g * (1 + rv)
+        + rv
         + (2 * eta * (1 + g) + e_eps) / eps_lo
-        + u * ((1 + g) * (1 + s) * (1 + s) + (2 * eta * (1 + g) + eps_hi + e_eps) / eps_lo)
+        + u * ((1 + g) * (1 + rv) + (2 * eta * (1 + g) + eps_hi + e_eps) / eps_lo)
     )
     if not rho < 0.5:
         return None
     theta = rsqrt_rel + rsqrt_abs * math.sqrt((v_max + eps_hi) * (1 + rho))
     sigma = (1 - rho) ** -0.5 * (1 + theta) - 1
     y_max = min(math.sqrt(n - 1), dmax / root)
-    total = ed * (1 + sigma) / root + y_max * sigma + u * (y_max + ed / root) * (1 + sigma) + eta
-    s_lin = lin_scale(d.err.lin, 1 / root)
-    rho_lin = lin_add(
-        {us: (n + 1) + 1 + eps_hi / eps_lo, etas: 2 / eps_lo},
-        s_lin,
-        lin_scale(eps.err.lin, 1 / eps_lo),
+    d0 = (dm + ex) * (1 + u)
+    total = min(
+        ed * (1 + sigma) / root + y_max * sigma + u * (y_max + ed / root) * (1 + sigma),
+        (d0 / root + u * y_max) * (1 + sigma)
+        + y_max * sigma
+        + u * (y_max * (1 + u) + d0 / root) * (1 + sigma),
     )
+    total += eta
+    if shift < s + s * s:  # the mean's error enters the variance at second order only
+        s_lin = lin_scale(lin_add(mean.err.lin, x.err.lin), 1 / root)
+        rho_lin = lin_add(
+            {us: (n + 1) + 3 + eps_hi / eps_lo, etas: 2 / eps_lo},
+            lin_scale(x.err.lin, 1 / root),
+            lin_scale(eps.err.lin, 1 / eps_lo),
+        )
+    else:
+        s_lin = lin_scale(d.err.lin, 1 / root)
+        rho_lin = lin_add(
+            {us: (n + 1) + 1 + eps_hi / eps_lo, etas: 2 / eps_lo},
+            s_lin,
+            lin_scale(eps.err.lin, 1 / eps_lo),
+        )
     theta_lin, _, _ = transcendental_error(ctx, "rsqrt", dtype, 1.0, 1.0)
     root_w = math.sqrt(v_max + eps_hi)
     theta_lin = {s: v * (root_w if s.startswith("eta") else 1.0) for s, v in theta_lin[0].items()}
     sigma_lin = lin_add(lin_scale(rho_lin, 0.5), theta_lin)
-    lin = lin_add(s_lin, lin_scale(sigma_lin, y_max), {us: y_max, etas: 1.0})
+    lin = lin_add(s_lin, lin_scale(sigma_lin, y_max), {us: 2 * y_max, etas: 1.0})
     y = make_tb(op.type, (-y_max, y_max), Err.make(lin, total))
     names = [fresh(f"{op.result}.{w}") for w in ("y", "gamma", "beta", "scaled")]
     g_tb = gamma_tb.with_(type=op.type, facts={})
