@@ -1,0 +1,1382 @@
+"""PyTorch programs (`torch.export`) to graph-stage IR.
+
+`import_program(ep)` turns an `ExportedProgram` into a verified IR `Module` and a weights dict.
+The program is first brought to core ATen by `run_decompositions`, except for the ops that map
+to an IR composite or a short IR sequence more directly (`linear`, `layer_norm`, `gelu`,
+`softmax`, `scaled_dot_product_attention`, `embedding`, `matmul`, `dropout`), which are kept.
+
+- Parameters, buffers and lifted constants become parameters of `@main` (after the user
+  inputs) named by their graph placeholder, with the state-dict name in `torch_name`; their
+  values go to the weights, and each carries `range = [min, max]` of its (finite) values.
+  User inputs keep their names, mangled like ONNX names (`gdv.frontends.onnx.mangle`) where
+  needed (the original then in `torch_name`).
+- Shapes are static: a program exported with dynamic dims is refused.
+- Integer and boolean computations on values known at import time (`arange`, masks built from
+  it, slices of integer buffers, ...) are evaluated by torch itself at import time.
+- Elementwise arithmetic on f16 and bf16 runs in f32 and rounds back, as torch's CPU kernels
+  do (for one add, mul, div or sqrt this equals computing in the narrow dtype: f32 has more
+  than twice the bits); reductions, norms and contractions on them accumulate in f32 likewise.
+- Every op or argument combination that cannot be expressed is refused with
+  `unsupported PyTorch op aten.X at node NAME: reason`; a malformed file is an input error.
+  Where an op's result type differs from what torch recorded for the node, the import is
+  refused too (never a silently different program).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gdv.frontends.onnx import (
+    _matmul,
+    _nested,
+    _py,
+    _same_bits,
+    _slice1,
+    bcast,
+    broadcast_shape,
+    convert,
+    mangle,
+    reshape,
+)
+from gdv.ir.core import Function, Module, Op, Param
+from gdv.ir.diagnostics import IRError, Loc, printable
+from gdv.ir.dtypes import DType
+from gdv.ir.ops import REGISTRY, OpTypeError
+from gdv.ir.types import TensorType
+from gdv.ir.verifier import verify
+
+try:  # torch is an optional dependency (the `torch` extra)
+    import torch
+except ModuleNotFoundError:  # pragma: no cover - exercised only without the extra
+    torch = None  # type: ignore[assignment]
+
+
+class Unsupported(IRError):
+    """A PyTorch op or argument combination gdv cannot express exactly."""
+
+
+# --- dtypes -----------------------------------------------------------------------------------
+
+
+def _dtype_table() -> dict[Any, DType]:
+    if torch is None:
+        return {}
+    return {
+        torch.float32: DType.F32,
+        torch.float64: DType.F64,
+        torch.float16: DType.F16,
+        torch.bfloat16: DType.BF16,
+        torch.int64: DType.I64,
+        torch.int32: DType.I32,
+        torch.int8: DType.I8,
+        torch.bool: DType.I1,
+    }
+
+
+_DTYPES = _dtype_table()
+_TORCH_OF = {v: k for k, v in _DTYPES.items()}
+_NARROW = (DType.F16, DType.BF16)
+
+
+def _opmath(dtype: DType) -> DType:
+    """The dtype torch's CPU kernels compute in for `dtype` (f16 and bf16 go through f32)."""
+    return DType.F32 if dtype in _NARROW else dtype
+
+
+def to_numpy(t: Any) -> np.ndarray:
+    """A torch tensor's values as a numpy array of the IR dtype's numpy type (bf16 via
+    ml_dtypes, bit for bit)."""
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(DType.BF16.np).copy()
+    return t.numpy().copy()
+
+
+def from_numpy(a: np.ndarray) -> Any:
+    """The inverse of `to_numpy`."""
+    a = np.ascontiguousarray(a)
+    if a.dtype == DType.BF16.np:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
+# --- values -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Val:
+    """A torch value during import: its IR type, the IR value holding it (once emitted), its
+    contents where known at import time (a torch tensor), and for parameters, buffers and
+    constants the IR parameter that supplies it."""
+
+    type: TensorType
+    name: str | None = None
+    static: Any = None
+    param: str | None = None
+
+
+@dataclass
+class _State:
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    ops: list[Op] = field(default_factory=list)
+    types: dict[str, TensorType] = field(default_factory=dict)
+    counter: int = 0
+
+
+class Importer:
+    """Imports one (decomposed) ExportedProgram. Use `import_program`."""
+
+    def __init__(
+        self,
+        ep: Any,
+        *,
+        filename: str = "<torch>",
+        input_ranges: Mapping[str, Sequence[float]] | None = None,
+    ) -> None:
+        self.ep = ep
+        self.filename = filename
+        self.input_ranges = dict(input_ranges or {})
+        self.vals: dict[str, Val] = {}
+        self.tuples: dict[str, list[Val | None]] = {}
+        self.st = _State()
+        self.node: Any = None
+        self.user_params: list[Param] = []
+        self.state_params: dict[str, Param] = {}
+        self.used_state: list[str] = []
+
+    # --- errors -------------------------------------------------------------------------------
+
+    def loc(self) -> Loc:
+        return Loc(self.filename, 1, 1)
+
+    def unsupported(self, reason: str) -> Unsupported:
+        op = _op_name(self.node.target) if self.node is not None else "?"
+        label = self.node.name if self.node is not None else "?"
+        return Unsupported(
+            f"unsupported PyTorch op {printable(op, 80)} at node {printable(label, 80)}: {reason}",
+            self.loc(),
+        )
+
+    # --- emission (the same interface as the ONNX importer's, so its helpers apply) -----------
+
+    def fresh(self) -> str:
+        self.st.counter += 1
+        return f"tmp.v{self.st.counter}"
+
+    def emit(
+        self, name: str, operands: Sequence[str], type_: TensorType | None = None, **attrs: Any
+    ) -> str:
+        spec = REGISTRY[name]
+        types = [self.st.types[o] for o in operands]
+        written = type_ if type_ is not None else types[0]
+        try:
+            t = spec.infer(types, attrs, written)
+        except OpTypeError as e:
+            raise self.unsupported(f"cannot express as IR {name}: {e.message}") from None
+        result = self.fresh()
+        self.st.ops.append(Op(result, name, list(operands), dict(attrs), t))
+        self.st.types[result] = t
+        return result
+
+    def type_of(self, name: str) -> TensorType:
+        return self.st.types[name]
+
+    def const(self, value: Any, t: TensorType) -> str:
+        """A constant of type `t`: a scalar splat or an array of t's shape."""
+        if isinstance(value, np.ndarray):
+            arr = value.astype(t.dtype.np)
+            if arr.size and _same_bits(arr):
+                value = _py(arr.flat[0], t.dtype)
+            else:
+                value = _nested(arr, t.dtype)
+        else:
+            value = _py(np.asarray(value).astype(t.dtype.np)[()], t.dtype)
+        return self.emit("constant", [], t, value=value)
+
+    # --- values -------------------------------------------------------------------------------
+
+    def val(self, arg: Any) -> Val:
+        if not isinstance(arg, torch.fx.Node):
+            raise self.unsupported(f"expected a tensor, got {printable(repr(arg), 60)}")
+        if arg.name not in self.vals:
+            raise IRError(f"graph value '{printable(arg.name)}' is used before it is defined")
+        return self.vals[arg.name]
+
+    def dyn(self, arg: Any) -> str:
+        """The IR value holding torch value `arg`, emitting a constant or parameter if needed."""
+        v = self.val(arg)
+        if v.name is not None:
+            return v.name
+        if v.param is not None:
+            v.name = v.param
+            self.st.types[v.param] = v.type
+            if v.param not in self.st.weights:
+                self.st.weights[v.param] = to_numpy(v.static)
+                self.used_state.append(v.param)
+            return v.name
+        assert v.static is not None
+        v.name = self.const(to_numpy(v.static), v.type)
+        return v.name
+
+    def static(self, arg: Any) -> Any:
+        """The torch tensor `arg` holds when it is known at import time, else None."""
+        if isinstance(arg, torch.fx.Node):
+            return self.vals[arg.name].static if arg.name in self.vals else None
+        return None
+
+    def set(self, node: Any, ir: str) -> None:
+        self.vals[node.name] = Val(self.st.types[ir], name=ir)
+
+    def set_static(self, node: Any, value: Any) -> None:
+        self.vals[node.name] = Val(_tensor_type(self, value), static=value)
+
+    # --- driving ------------------------------------------------------------------------------
+
+    def run(self) -> tuple[Module, dict[str, np.ndarray]]:
+        from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
+
+        sig = self.ep.graph_signature
+        state = self.ep.state_dict
+        constants = getattr(self.ep, "constants", {}) or {}
+        kinds: dict[str, Any] = {}
+        for spec in sig.input_specs:
+            if not isinstance(spec.arg, TensorArgument):
+                raise Unsupported(
+                    f"input '{printable(getattr(spec.arg, 'name', '?'))}' is not a tensor "
+                    f"({type(spec.arg).__name__}): export with tensor inputs only",
+                    self.loc(),
+                )
+            kinds[spec.arg.name] = spec
+        for node in self.ep.graph.nodes:
+            self.node = None
+            if node.op == "placeholder":
+                spec = kinds.get(node.name)
+                if spec is None:
+                    raise IRError(f"placeholder '{printable(node.name)}' has no input spec")
+                if spec.kind == InputKind.USER_INPUT:
+                    t = _meta_type(self, node)
+                    pname = mangle(node.name)
+                    attrs: dict[str, Any] = {} if pname == node.name else {"torch_name": node.name}
+                    if node.name in self.input_ranges:
+                        lo, hi = self.input_ranges[node.name]
+                        attrs["range"] = [lo, hi]
+                    self.user_params.append(Param(pname, t, attrs))
+                    self.st.types[pname] = t
+                    self.vals[node.name] = Val(t, name=pname)
+                elif spec.kind in (
+                    InputKind.PARAMETER,
+                    InputKind.BUFFER,
+                    InputKind.CONSTANT_TENSOR,
+                ):
+                    source = state if spec.target in state else constants
+                    if spec.target not in source:
+                        raise IRError(
+                            f"the value of '{printable(spec.target)}' is missing from the program"
+                        )
+                    value = source[spec.target].detach()
+                    t = _tensor_type(self, value, what=f"'{printable(spec.target)}'")
+                    pname = mangle(node.name)
+                    self.state_params[pname] = Param(pname, t, _state_attrs(spec.target, value))
+                    self.vals[node.name] = Val(t, static=value, param=pname)
+                else:
+                    raise Unsupported(
+                        f"input '{printable(node.name)}' of kind {spec.kind.name} is not supported",
+                        self.loc(),
+                    )
+            elif node.op == "call_function":
+                self.node = node
+                self.import_node(node)
+            elif node.op == "output":
+                self.node = None
+                outs = node.args[0]
+                for spec in sig.output_specs:
+                    if spec.kind != OutputKind.USER_OUTPUT:
+                        raise Unsupported(
+                            f"the program has a {spec.kind.name} output (it mutates state); "
+                            "export an inference program that does not",
+                            self.loc(),
+                        )
+                returns = []
+                for arg in outs:
+                    if not isinstance(arg, torch.fx.Node):
+                        raise Unsupported(
+                            f"an output is not a tensor ({printable(repr(arg), 60)})", self.loc()
+                        )
+                    returns.append(self.dyn(arg))
+                self.returns = returns
+            else:
+                self.node = node
+                raise self.unsupported(f"graph node kind '{node.op}' is not supported")
+        self.node = None
+        params = list(self.user_params) + [self.state_params[p] for p in self.used_state]
+        results = [self.st.types[r] for r in self.returns]
+        self._rename(params)
+        fn = Function("main", params, results, self.st.ops, self.returns)
+        module = Module([fn], filename=self.filename)
+        verify(module)
+        return module, dict(self.st.weights)
+
+    def _rename(self, params: list[Param]) -> None:
+        """Give ops that define torch values those values' names: readable IR."""
+        taken = {p.name for p in params}
+        rename: dict[str, str] = {}
+        for fx_name, v in self.vals.items():
+            if v.name and v.name.startswith("tmp.v") and v.name not in rename:
+                new = mangle(fx_name)
+                if new not in taken:
+                    rename[v.name] = new
+                    taken.add(new)
+        for op in self.st.ops:
+            op.result = rename.get(op.result, op.result)
+            op.operands = [rename.get(o, o) for o in op.operands]
+        self.returns = [rename.get(r, r) for r in self.returns]
+
+    def import_node(self, node: Any) -> None:
+        target = node.target
+        if target is operator.getitem:
+            source, k = node.args
+            parts = self.tuples.get(source.name)
+            if parts is None or not isinstance(k, int) or not -len(parts) <= k < len(parts):
+                raise self.unsupported("getitem on a value that is not a tuple of tensors")
+            if parts[k] is None:
+                raise self.unsupported(f"output {k} of {source.name} is not supported")
+            self.vals[node.name] = parts[k]
+            return
+        name = _op_name(target)
+        if name in _IGNORED:
+            return
+        if self._try_fold(node):
+            return
+        fn = HANDLERS.get(name)
+        if fn is None:
+            raise self.unsupported(_WHY_NOT.get(name, "no IR mapping"))
+        args = _bind(self, target, node.args, node.kwargs)
+        fn(self, node, args)
+        self._check(node)
+
+    def _check(self, node: Any) -> None:
+        """The IR type of each result equals what torch recorded for the node."""
+        meta = node.meta.get("val")
+        if isinstance(meta, (tuple, list)):
+            parts = self.tuples.get(node.name, [])
+            pairs = [(m, p) for m, p in zip(meta, parts, strict=False) if p is not None]
+        else:
+            pairs = [(meta, self.vals.get(node.name))]
+        for m, v in pairs:
+            if m is None or v is None or not hasattr(m, "shape"):
+                continue
+            want = _tensor_type(self, m)
+            if v.type != want:
+                raise self.unsupported(f"gdv's mapping gives {v.type}, torch gives {want}")
+
+    def _try_fold(self, node: Any) -> bool:
+        """Evaluate an op with torch when every tensor operand is known and every result is an
+        integer or boolean tensor (index and mask arithmetic: exact)."""
+        meta = node.meta.get("val")
+        metas = meta if isinstance(meta, (tuple, list)) else [meta]
+        if not metas or not all(
+            hasattr(m, "dtype") and (m.dtype == torch.bool or not m.dtype.is_floating_point)
+            for m in metas
+        ):
+            return False
+        if any(m.dtype not in _DTYPES for m in metas):
+            return False
+        ok = [True]
+
+        def sub(a: Any) -> Any:
+            if isinstance(a, torch.fx.Node):
+                s = self.static(a)
+                if s is None:
+                    ok[0] = False
+                return s
+            if isinstance(a, (list, tuple)):
+                return type(a)(sub(x) for x in a)
+            return a
+
+        args = sub(list(node.args))
+        kwargs = {k: sub(v) for k, v in node.kwargs.items()}
+        if not ok[0]:
+            return False
+        if _op_name(node.target) in _NO_FOLD:
+            return False
+        try:
+            out = node.target(*args, **kwargs)
+        except Exception:  # not evaluable here: fall back to the op's own mapping
+            return False
+        if isinstance(meta, (tuple, list)):
+            self.tuples[node.name] = [Val(_tensor_type(self, o), static=o) for o in out]
+        else:
+            self.set_static(node, out)
+        return True
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _op_name(target: Any) -> str:
+    if target is operator.getitem:
+        return "getitem"
+    name = getattr(target, "__name__", None)
+    if hasattr(target, "_schema") and hasattr(target, "namespace"):
+        return str(target)
+    return str(name or target)
+
+
+def _bind(imp: Importer, target: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict:
+    """The op's arguments by schema name, defaults filled in."""
+    schema = target._schema
+    out: dict[str, Any] = {}
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    if len(args) > len(positional):
+        raise imp.unsupported(f"{len(args)} positional arguments")
+    for a, v in zip(positional, args, strict=False):
+        out[a.name] = v
+    for a in schema.arguments:
+        if a.name in out:
+            continue
+        if a.name in kwargs:
+            out[a.name] = kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+        else:
+            out[a.name] = None
+    return out
+
+
+def _tensor_type(imp: Importer, t: Any, what: str | None = None) -> TensorType:
+    dt = _DTYPES.get(t.dtype)
+    label = what or (f"node {printable(imp.node.name, 80)}" if imp.node is not None else "a value")
+    if dt is None:
+        why = f"dtype {t.dtype} of {label} has no IR dtype"
+        raise imp.unsupported(why) if imp.node is not None else Unsupported(why, imp.loc())
+    dims = []
+    for d in t.shape:
+        if not isinstance(d, int):
+            why = f"{label} has a symbolic dim '{printable(str(d))}': export with static shapes"
+            raise imp.unsupported(why) if imp.node is not None else Unsupported(why, imp.loc())
+        dims.append(int(d))
+    return TensorType(dt, tuple(dims))
+
+
+def _meta_type(imp: Importer, node: Any) -> TensorType:
+    meta = node.meta.get("val")
+    if meta is None or not hasattr(meta, "shape"):
+        raise Unsupported(f"input '{printable(node.name)}' is not a tensor", imp.loc())
+    return _tensor_type(imp, meta, what=f"input '{printable(node.name)}'")
+
+
+def _state_attrs(target: str, value: Any) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"torch_name": target}
+    arr = to_numpy(value)
+    if arr.size and arr.dtype != np.bool_:
+        if arr.dtype.kind in "iu":
+            attrs["range"] = [int(arr.min()), int(arr.max())]
+        else:
+            wide = np.asarray(arr, dtype=np.float64)
+            if np.all(np.isfinite(wide)):
+                attrs["range"] = [float(wide.min()), float(wide.max())]
+    return attrs
+
+
+def _out_type(imp: Importer, node: Any) -> TensorType:
+    meta = node.meta.get("val")
+    if meta is None or not hasattr(meta, "dtype"):
+        raise imp.unsupported("the node has no recorded tensor result")
+    return _tensor_type(imp, meta)
+
+
+def _arg_dtype(imp: Importer, a: Any) -> Any:
+    """A stand-in for `a` in torch's type promotion (the category matters: dimensioned tensor,
+    zero-dim tensor, Python number)."""
+    if isinstance(a, torch.fx.Node):
+        t = imp.val(a).type
+        return torch.empty((0,) * t.rank if t.rank else (), dtype=_TORCH_OF[t.dtype])
+    return a
+
+
+def _promoted(imp: Importer, *args: Any) -> DType:
+    try:
+        dt = torch.result_type(*[_arg_dtype(imp, a) for a in args])
+    except Exception as e:
+        raise imp.unsupported(f"no promoted dtype ({printable(str(e), 80)})") from None
+    if dt not in _DTYPES:
+        raise imp.unsupported(f"dtype {dt} has no IR dtype")
+    return _DTYPES[dt]
+
+
+def _operand(imp: Importer, a: Any, dtype: DType, shape: Sequence[int]) -> str:
+    """`a` (a graph value or a Python number) in `dtype`, broadcast to `shape`."""
+    if isinstance(a, torch.fx.Node):
+        return bcast(imp, convert(imp, imp.dyn(a), dtype), shape)
+    if isinstance(a, bool) or isinstance(a, (int, float)):
+        if dtype.is_int and isinstance(a, float) and not float(a).is_integer():
+            raise imp.unsupported(f"a non-integer scalar {a} on {dtype}")
+        if dtype.is_int and not dtype.int_min <= int(a) <= dtype.int_max:
+            raise imp.unsupported(f"scalar {a} does not fit {dtype}")
+        return imp.const(a, TensorType(dtype, tuple(shape)))
+    raise imp.unsupported(f"operand {printable(repr(a), 60)} is not a tensor or a number")
+
+
+def _shape_of(imp: Importer, *args: Any) -> tuple[int, ...]:
+    shapes = [imp.val(a).type.shape for a in args if isinstance(a, torch.fx.Node)]
+    return broadcast_shape(imp, *shapes) if shapes else ()
+
+
+def _norm_dim(imp: Importer, d: int, rank: int) -> int:
+    r = max(rank, 1)
+    a = d + r if d < 0 else d
+    if not 0 <= a < r:
+        raise imp.unsupported(f"dim {d} is out of range for rank {rank}")
+    return a
+
+
+def _narrow_in(imp: Importer, x: str) -> tuple[str, DType]:
+    """x in its opmath dtype, and the dtype to round the result back to."""
+    t = imp.type_of(x)
+    return convert(imp, x, _opmath(t.dtype)), t.dtype
+
+
+def _require_float(imp: Importer, x: str) -> TensorType:
+    t = imp.type_of(x)
+    if not t.dtype.is_float:
+        raise imp.unsupported(f"{t.dtype} operands are not supported")
+    return t
+
+
+# --- handlers ---------------------------------------------------------------------------------
+
+Handler = Callable[[Importer, Any, dict[str, Any]], None]
+HANDLERS: dict[str, Handler] = {}
+
+_IGNORED = {
+    "aten._assert_tensor_metadata.default",
+    "aten._assert_scalar.default",
+    "aten.sym_constrain_range_for_size.default",
+    "aten.sym_constrain_range.default",
+    "aten._assert_async.msg",
+}
+"""Checks with no result: nothing to import."""
+
+_NO_FOLD = {
+    "aten.empty.memory_format",
+    "aten.empty_like.default",
+    "aten.empty_strided.default",
+    "aten.rand.default",
+    "aten.randn.default",
+    "aten.randint.low",
+    "aten.bernoulli.p",
+}
+"""Ops whose result is not a function of their arguments (uninitialised or random)."""
+
+_WHY_NOT = {
+    "aten.empty.memory_format": "uninitialised memory has no IR meaning",
+    "aten.empty_like.default": "uninitialised memory has no IR meaning",
+    "aten.empty_strided.default": "uninitialised memory has no IR meaning",
+    "aten.rand.default": "random number generation has no IR op",
+    "aten.randn.default": "random number generation has no IR op",
+    "aten.native_dropout.default": "training-mode dropout (random masks) has no IR op",
+    "aten.argmax.default": "an index-valued reduction has no IR op",
+    "aten.argmin.default": "an index-valued reduction has no IR op",
+    "aten.cumsum.default": "a running sum has no IR op",
+    "aten.sort.default": "sorting has no IR op",
+    "aten.topk.default": "sorting has no IR op",
+    "aten.nonzero.default": "its output shape depends on the data",
+    "aten.log1p.default": "no exact IR decomposition (log(1 + x) rounds 1 + x)",
+    "aten.expm1.default": "no exact IR decomposition (exp(x) - 1 cancels)",
+}
+
+
+def handler(*names: str) -> Callable[[Handler], Handler]:
+    def deco(fn: Handler) -> Handler:
+        for n in names:
+            HANDLERS[n] = fn
+        return fn
+
+    return deco
+
+
+# --- elementwise ------------------------------------------------------------------------------
+
+_UNARY = {
+    "aten.exp.default": "exp", "aten.log.default": "log", "aten.sqrt.default": "sqrt",
+    "aten.rsqrt.default": "rsqrt", "aten.tanh.default": "tanh", "aten.sigmoid.default": "sigmoid",
+    "aten.erf.default": "erf", "aten.sin.default": "sin", "aten.cos.default": "cos",
+}  # fmt: skip
+
+
+@handler(*_UNARY)
+def _unary(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    x = imp.dyn(a["self"])
+    if not out.dtype.is_float:
+        raise imp.unsupported(f"{out.dtype} results are not supported")
+    x = convert(imp, x, _opmath(out.dtype))  # integer inputs promote to the float result
+    y = imp.emit(_UNARY[_op_name(node.target)], [x])
+    imp.set(node, convert(imp, y, out.dtype))
+
+
+_EXACT_UNARY = {"aten.neg.default": "neg", "aten.abs.default": "abs", "aten.floor.default": "floor"}
+
+
+@handler(*_EXACT_UNARY, "aten.ceil.default", "aten.relu.default")
+def _exact_unary(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # These are exact in any dtype: no detour through f32.
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    name = _op_name(node.target)
+    if t.dtype.is_bool:
+        raise imp.unsupported("boolean operands are not supported")
+    if t.dtype.is_int:
+        zero = imp.const(0, t)
+        if name == "aten.neg.default":  # wraps like torch's two's-complement negation
+            y = imp.emit("sub", [zero, x])
+        elif name == "aten.abs.default":
+            y = imp.emit(
+                "select", [imp.emit("cmp", [x, zero], dir="lt"), imp.emit("sub", [zero, x]), x]
+            )
+        elif name == "aten.relu.default":
+            y = imp.emit("max", [x, zero])
+        else:  # floor and ceil of an integer are the integer
+            y = x
+    elif name == "aten.ceil.default":  # ceil(x) = -floor(-x), exact (signs of zero and NaN too)
+        y = imp.emit("neg", [imp.emit("floor", [imp.emit("neg", [x])])])
+    elif name == "aten.relu.default":
+        y = imp.emit("relu", [x])
+    else:
+        y = imp.emit(_EXACT_UNARY[name], [x])
+    imp.set(node, y)
+
+
+@handler("aten.reciprocal.default")
+def _reciprocal(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    x = convert(imp, imp.dyn(a["self"]), _opmath(out.dtype))
+    y = imp.emit("div", [imp.const(1.0, imp.type_of(x)), x])
+    imp.set(node, convert(imp, y, out.dtype))
+
+
+_BINARY = {
+    "aten.add.Tensor": "add", "aten.add.Scalar": "add", "aten.sub.Tensor": "sub",
+    "aten.sub.Scalar": "sub", "aten.mul.Tensor": "mul", "aten.mul.Scalar": "mul",
+    "aten.div.Tensor": "div", "aten.div.Scalar": "div", "aten.rsub.Scalar": "sub",
+    "aten.rsub.Tensor": "sub", "aten.maximum.default": "max", "aten.minimum.default": "min",
+}  # fmt: skip
+
+
+@handler(*_BINARY)
+def _binary(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    name = _op_name(node.target)
+    ir = _BINARY[name]
+    x, y = a["self"], a["other"]
+    if name.startswith("aten.rsub"):
+        x, y = y, x
+    out = _out_type(imp, node)
+    if out.dtype.is_bool:
+        raise imp.unsupported("boolean operands are not supported")
+    if ir == "div" and not out.dtype.is_float:
+        raise imp.unsupported(f"{out.dtype} division")
+    compute = _opmath(out.dtype)
+    shape = out.shape
+    lhs = _operand(imp, x, compute, shape)
+    alpha = a.get("alpha", 1)
+    if alpha is not None and alpha != 1:  # x + alpha * y, as torch's kernels compute it
+        y = imp.emit(
+            "mul", [_operand(imp, alpha, compute, shape), _operand(imp, y, compute, shape)]
+        )
+        rhs = y
+    else:
+        rhs = _operand(imp, y, compute, shape)
+    imp.set(node, convert(imp, imp.emit(ir, [lhs, rhs]), out.dtype))
+
+
+@handler("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.pow.Scalar")
+def _pow(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    if not out.dtype.is_float:
+        raise imp.unsupported(f"{out.dtype} powers (IR pow takes floats)")
+    compute = _opmath(out.dtype)
+    base = a.get("self")
+    e = a.get("exponent")
+    x = _operand(imp, base, compute, out.shape)
+    if isinstance(e, (int, float)) and not isinstance(e, bool):
+        # torch's CPU kernel special-cases these exponents; so does this mapping, bit for bit.
+        if e == 1:
+            y = x
+        elif e == 2:
+            y = imp.emit("mul", [x, x])
+        elif e == 3:
+            y = imp.emit("mul", [imp.emit("mul", [x, x]), x])
+        elif e == 0.5:
+            y = imp.emit("sqrt", [x])
+        elif e == -0.5:
+            y = imp.emit("rsqrt", [x])
+        elif e == -1:
+            y = imp.emit("div", [imp.const(1.0, imp.type_of(x)), x])
+        elif e == -2:
+            y = imp.emit("div", [imp.const(1.0, imp.type_of(x)), imp.emit("mul", [x, x])])
+        else:
+            y = imp.emit("pow", [x, _operand(imp, e, compute, out.shape)])
+    else:
+        y = imp.emit("pow", [x, _operand(imp, e, compute, out.shape)])
+    imp.set(node, convert(imp, y, out.dtype))
+
+
+_CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+
+
+@handler(*[f"aten.{c}.{k}" for c in _CMP for k in ("Tensor", "Scalar")])
+def _cmp(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    op = _op_name(node.target).split(".")[1]
+    out = _out_type(imp, node)
+    dtype = _promoted(imp, a["self"], a["other"])
+    x = _operand(imp, a["self"], dtype, out.shape)
+    y = _operand(imp, a["other"], dtype, out.shape)
+    imp.set(node, imp.emit("cmp", [x, y], dir=_CMP[op]))
+
+
+def _as_bool(imp: Importer, arg: Any, shape: Sequence[int]) -> str:
+    x = imp.dyn(arg)
+    t = imp.type_of(x)
+    if not t.dtype.is_bool:  # logical_* read any dtype as "non-zero"
+        x = imp.emit("cmp", [x, imp.const(0, t)], dir="ne")
+    return bcast(imp, x, shape)
+
+
+@handler(
+    "aten.logical_and.default", "aten.logical_or.default", "aten.logical_xor.default",
+    "aten.bitwise_and.Tensor", "aten.bitwise_or.Tensor", "aten.bitwise_xor.Tensor",
+)  # fmt: skip
+def _logic(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    name = _op_name(node.target)
+    out = _out_type(imp, node)
+    if name.startswith("aten.bitwise") and not out.dtype.is_bool:
+        raise imp.unsupported(f"bitwise ops on {out.dtype} have no IR op")
+    x = _as_bool(imp, a["self"], out.shape)
+    y = _as_bool(imp, a["other"], out.shape)
+    t = imp.type_of(x)
+    if "and" in name:
+        r = imp.emit("select", [x, y, imp.const(False, t)])
+    elif "xor" in name:
+        r = imp.emit("cmp", [x, y], dir="ne")
+    else:
+        r = imp.emit("select", [x, imp.const(True, t), y])
+    imp.set(node, r)
+
+
+@handler("aten.logical_not.default", "aten.bitwise_not.default")
+def _not(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    if _op_name(node.target) == "aten.bitwise_not.default" and not out.dtype.is_bool:
+        raise imp.unsupported(f"bitwise ops on {out.dtype} have no IR op")
+    x = _as_bool(imp, a["self"], out.shape)
+    t = imp.type_of(x)
+    imp.set(node, imp.emit("select", [x, imp.const(False, t), imp.const(True, t)]))
+
+
+@handler("aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar")
+def _where(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    c = imp.dyn(a["condition"])
+    if not imp.type_of(c).dtype.is_bool:
+        raise imp.unsupported("the condition must be boolean")
+    c = bcast(imp, c, out.shape)
+    x = _operand(imp, a["self"], out.dtype, out.shape)
+    y = _operand(imp, a["other"], out.dtype, out.shape)
+    imp.set(node, imp.emit("select", [c, x, y]))
+
+
+@handler(
+    "aten.clamp.default", "aten.clamp.Tensor", "aten.clamp_min.default", "aten.clamp_max.default",
+    "aten.hardtanh.default",
+)  # fmt: skip
+def _clamp(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # torch: min(max(x, lo), hi); NaN stays NaN (so does IR max/min).
+    name = _op_name(node.target)
+    out = _out_type(imp, node)
+    if out.dtype.is_bool:
+        raise imp.unsupported("boolean operands are not supported")
+    if name == "aten.hardtanh.default":
+        lo, hi = a["min_val"], a["max_val"]
+    elif name == "aten.clamp_min.default":
+        lo, hi = a["min"], None
+    elif name == "aten.clamp_max.default":
+        lo, hi = None, a["max"]
+    else:
+        lo, hi = a["min"], a["max"]
+    x = _operand(imp, a["self"], out.dtype, out.shape)
+    if lo is not None:
+        x = imp.emit("max", [x, _operand(imp, lo, out.dtype, out.shape)])
+    if hi is not None:
+        x = imp.emit("min", [x, _operand(imp, hi, out.dtype, out.shape)])
+    imp.set(node, x)
+
+
+@handler("aten.leaky_relu.default")
+def _leaky_relu(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # x > 0 ? x : x * slope, as torch's kernel.
+    x = imp.dyn(a["self"])
+    t = _require_float(imp, x)
+    xc, back = _narrow_in(imp, x)
+    tc = imp.type_of(xc)
+    pos = imp.emit("cmp", [xc, imp.const(0.0, tc)], dir="gt")
+    neg = imp.emit("mul", [xc, imp.const(a["negative_slope"], tc)])
+    imp.set(node, convert(imp, imp.emit("select", [pos, xc, neg]), t.dtype))
+
+
+@handler("aten.gelu.default")
+def _gelu(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    x = imp.dyn(a["self"])
+    _require_float(imp, x)
+    approximate = a.get("approximate") or "none"
+    if approximate not in ("none", "tanh"):
+        raise imp.unsupported(f"approximate = '{printable(approximate)}'")
+    xc, back = _narrow_in(imp, x)
+    imp.set(node, convert(imp, imp.emit("gelu", [xc], approximate=approximate), back))
+
+
+@handler("aten.silu.default")
+def _silu(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # x / (1 + exp(-x)) is torch's formula; IR sigmoid is 1 / (1 + exp(-x)) as one op, so
+    # x * sigmoid(x) differs in the last bit: within tolerance, not bit-exact.
+    x = imp.dyn(a["self"])
+    _require_float(imp, x)
+    xc, back = _narrow_in(imp, x)
+    imp.set(node, convert(imp, imp.emit("mul", [xc, imp.emit("sigmoid", [xc])]), back))
+
+
+# --- conversions, copies, creation -------------------------------------------------------------
+
+
+@handler(
+    "aten.clone.default", "aten.alias.default", "aten.detach.default",
+    "aten.lift_fresh_copy.default", "aten.contiguous.default",
+)  # fmt: skip
+def _identity(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    imp.vals[node.name] = imp.val(a["self"])
+
+
+@handler("aten.dropout.default")
+def _dropout(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    if a.get("train") and a.get("p"):
+        raise imp.unsupported("training-mode dropout (random masks) has no IR op")
+    imp.vals[node.name] = imp.val(a["input"])
+
+
+@handler("aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device")
+def _to_copy(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # float -> int truncates toward zero (out of range is undefined in torch; IR saturates).
+    out = _out_type(imp, node)
+    src = a.get("self")
+    imp.set(node, convert(imp, imp.dyn(src), out.dtype))
+
+
+@handler("aten.full.default", "aten.scalar_tensor.default", "aten.full_like.default")
+def _full(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    value = a.get("fill_value", a.get("s"))
+    if not isinstance(value, (int, float, bool)):
+        raise imp.unsupported(f"fill value {printable(repr(value), 60)}")
+    imp.set(node, imp.const(value, out))
+
+
+@handler("aten.arange.start_step", "aten.arange.default", "aten.arange.start")
+def _arange(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # Integer aranges fold at import time; a float one is start + iota * step in the dtype.
+    out = _out_type(imp, node)
+    start = a.get("start", 0) or 0
+    step = a.get("step", 1) or 1
+    i = imp.emit("iota", [], out, axis=0)
+    y = imp.emit("add", [imp.const(start, out), imp.emit("mul", [i, imp.const(step, out)])])
+    imp.set(node, y)
+
+
+# --- layout -----------------------------------------------------------------------------------
+
+
+@handler("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+def _view(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    imp.set(node, reshape(imp, imp.dyn(a["self"]), out.shape))
+
+
+@handler(
+    "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default",
+    "aten.flatten.using_ints",
+)  # fmt: skip
+def _squeeze(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)  # these only insert or drop size-1 dims, or merge dims
+    imp.set(node, reshape(imp, imp.dyn(a["self"]), out.shape))
+
+
+@handler("aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.numpy_T.default")
+def _permute(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    x = imp.dyn(a["self"])
+    rank = imp.type_of(x).rank
+    name = _op_name(node.target)
+    if name == "aten.permute.default":
+        perm = [_norm_dim(imp, d, rank) for d in a["dims"]]
+    elif name == "aten.transpose.int":
+        perm = list(range(rank))
+        d0, d1 = _norm_dim(imp, a["dim0"], rank), _norm_dim(imp, a["dim1"], rank)
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+    else:
+        perm = list(range(rank))[::-1]
+    if perm == list(range(rank)):
+        imp.set(node, x)
+        return
+    imp.set(node, imp.emit("transpose", [x], perm=perm))
+
+
+@handler("aten.expand.default", "aten.expand_as.default")
+def _expand(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    imp.set(node, bcast(imp, imp.dyn(a["self"]), out.shape))
+
+
+@handler("aten.slice.Tensor")
+def _slice(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    x = imp.dyn(a["input"] if "input" in a else a["self"])
+    t = imp.type_of(x)
+    d = _norm_dim(imp, a.get("dim", 0) or 0, t.rank)
+    step = a.get("step", 1) or 1
+    if step < 1:
+        raise imp.unsupported(f"step {step}")
+    start, end = a.get("start"), a.get("end")
+    start, end, _ = slice(start, end, step).indices(t.shape[d])
+    end = max(end, start)
+    n = len(range(start, end, step))
+    limit = start + step * (n - 1) + 1 if n else start
+    imp.set(node, _slice1(imp, x, d, start, limit, step))
+
+
+@handler("aten.select.int")
+def _select(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    d = _norm_dim(imp, a["dim"], t.rank)
+    i = a["index"]
+    if not -t.shape[d] <= i < t.shape[d]:
+        raise imp.unsupported(f"index {i} is out of range for dim {d} of {t}")
+    i = i + t.shape[d] if i < 0 else i
+    y = _slice1(imp, x, d, i, i + 1, 1)
+    imp.set(node, reshape(imp, y, [s for k, s in enumerate(t.shape) if k != d]))
+
+
+@handler("aten.cat.default")
+def _cat(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    xs = [imp.dyn(v) for v in a["tensors"]]
+    xs = [convert(imp, x, out.dtype) for x in xs if imp.type_of(x).num_elements or len(xs) == 1]
+    if not xs:  # every input empty
+        imp.set(node, imp.const(0, out))
+        return
+    d = _norm_dim(imp, a.get("dim", 0) or 0, out.rank)
+    imp.set(node, xs[0] if len(xs) == 1 else imp.emit("concat", xs, axis=d))
+
+
+@handler("aten.split_with_sizes.default", "aten.split.Tensor")
+def _split(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    d = _norm_dim(imp, a.get("dim", 0) or 0, t.rank)
+    if "split_sizes" in a:
+        sizes = list(a["split_sizes"])
+    else:
+        chunk = a["split_size"]
+        sizes = [min(chunk, t.shape[d] - k) for k in range(0, t.shape[d], chunk)] or [0]
+    parts: list[Val | None] = []
+    pos = 0
+    for s in sizes:
+        y = _slice1(imp, x, d, pos, pos + s, 1)
+        parts.append(Val(imp.type_of(y), name=y))
+        pos += s
+    imp.tuples[node.name] = parts
+
+
+@handler("aten.constant_pad_nd.default")
+def _pad(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    pad = list(a["pad"])
+    if len(pad) % 2 or len(pad) // 2 > t.rank:
+        raise imp.unsupported(f"pad {pad}")
+    low, high = [0] * t.rank, [0] * t.rank
+    for k in range(len(pad) // 2):  # pairs run from the last dim backwards
+        low[t.rank - 1 - k], high[t.rank - 1 - k] = pad[2 * k], pad[2 * k + 1]
+    if any(p < 0 for p in low + high):
+        raise imp.unsupported("negative padding (cropping)")
+    value = a.get("value", 0) or 0
+    if t.dtype.is_int and not float(value).is_integer():
+        raise imp.unsupported(f"pad value {value} on {t.dtype}")
+    value = _py(np.asarray(value).astype(t.dtype.np)[()], t.dtype)
+    imp.set(node, imp.emit("pad", [x], low=low, high=high, value=value))
+
+
+def _wrap(imp: Importer, i: str, size: int) -> str:
+    """Negative indices count from the end, as torch's; take then clamps (torch raises on an
+    out-of-range index, so valid programs never see the clamp)."""
+    t = imp.type_of(i)
+    if not t.dtype.is_int:
+        raise imp.unsupported(f"indices of type {t}")
+    neg = imp.emit("cmp", [i, imp.const(0, t)], dir="lt")
+    return imp.emit("select", [neg, imp.emit("add", [i, imp.const(size, t)]), i])
+
+
+@handler("aten.embedding.default")
+def _embedding(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    w = imp.dyn(a["weight"])
+    if imp.type_of(w).rank != 2:
+        raise imp.unsupported(f"a weight of type {imp.type_of(w)} (rank 2 expected)")
+    i = imp.dyn(a["indices"])
+    if not imp.type_of(i).dtype.is_int:
+        raise imp.unsupported(f"indices of type {imp.type_of(i)}")
+    imp.set(node, imp.emit("take", [w, i], axis=0))
+
+
+@handler("aten.index.Tensor")
+def _index(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # x[i0, i1, ...] with index tensors on consecutive dims `first ..`: one take at the linear
+    # index sum(i_k * stride_k) along those dims flattened.
+    out = _out_type(imp, node)
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    idx = list(a["indices"])
+    present = [k for k, v in enumerate(idx) if v is not None]
+    if not present:
+        imp.set(node, x)
+        return
+    first, last = present[0], present[-1]
+    if present != list(range(first, last + 1)):
+        raise imp.unsupported("index tensors on non-adjacent dims")
+    irs = []
+    for k in present:
+        i = imp.dyn(idx[k])
+        it = imp.type_of(i)
+        if it.dtype.is_bool:
+            raise imp.unsupported("a boolean mask index (its output shape depends on the data)")
+        irs.append(i)
+    bshape = broadcast_shape(imp, *[imp.type_of(i).shape for i in irs])
+    dims = [t.shape[k] for k in present]
+    lin = None
+    for k, (i, size) in enumerate(zip(irs, dims, strict=True)):
+        i = bcast(imp, _wrap(imp, convert(imp, i, DType.I64), size), bshape)
+        stride = math.prod(dims[k + 1 :])
+        if stride != 1:
+            i = imp.emit("mul", [i, imp.const(stride, imp.type_of(i))])
+        lin = i if lin is None else imp.emit("add", [lin, i])
+    assert lin is not None
+    flat = reshape(imp, x, [*t.shape[:first], math.prod(dims), *t.shape[last + 1 :]])
+    y = imp.emit("take", [flat, lin], axis=first)
+    imp.set(node, reshape(imp, y, out.shape))
+
+
+# --- reductions -------------------------------------------------------------------------------
+
+
+def _dims(imp: Importer, dims: Any, rank: int) -> list[int]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({_norm_dim(imp, d, rank) for d in dims})
+
+
+def _keepdim(imp: Importer, r: str, t: TensorType, axes: list[int], keep: bool) -> str:
+    if not keep:
+        return r
+    return reshape(imp, r, [1 if d in axes else s for d, s in enumerate(t.shape)])
+
+
+@handler(
+    "aten.sum.dim_IntList", "aten.sum.default", "aten.mean.dim", "aten.mean.default",
+    "aten.amax.default", "aten.amin.default", "aten.any.dim", "aten.any.dims",
+    "aten.any.default", "aten.all.dim", "aten.all.default",
+)  # fmt: skip
+def _reduce(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    name = _op_name(node.target)
+    out = _out_type(imp, node)
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    axes = _dims(imp, a.get("dim"), t.rank)
+    keep = bool(a.get("keepdim", False))
+    if name.startswith(("aten.any", "aten.all")):
+        # over booleans: any = max, all = min, computed on i8 0/1
+        b = _as_bool(imp, a["self"], t.shape)
+        n = convert(imp, b, DType.I8)
+        r = imp.emit("reduce_max" if "any" in name else "reduce_min", [n], axes=axes)
+        r = imp.emit("cmp", [r, imp.const(0, imp.type_of(r))], dir="ne")
+        imp.set(node, _keepdim(imp, r, t, axes, keep))
+        return
+    if name.startswith(("aten.amax", "aten.amin")):
+        if t.dtype.is_bool:
+            raise imp.unsupported("boolean operands are not supported")
+        r = imp.emit("reduce_max" if "amax" in name else "reduce_min", [x], axes=axes)
+        imp.set(node, _keepdim(imp, r, t, axes, keep))
+        return
+    if t.dtype.is_bool:
+        x = convert(imp, x, out.dtype)
+    # sum and mean accumulate in the opmath dtype of the result (f32 for f16 and bf16)
+    acc = _opmath(out.dtype)
+    x = convert(imp, x, acc)
+    r = imp.emit("reduce_sum", [x], axes=axes) if axes else x
+    if name.startswith("aten.mean"):
+        if not out.dtype.is_float:
+            raise imp.unsupported(f"an integer mean ({out.dtype})")
+        n = math.prod(t.shape[d] for d in axes)
+        r = imp.emit("div", [r, imp.const(float(n), imp.type_of(r))])
+    imp.set(node, _keepdim(imp, convert(imp, r, out.dtype), t, axes, keep))
+
+
+@handler("aten.linalg_vector_norm.default")
+def _vector_norm(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    x = imp.dyn(a["self"])
+    t = _require_float(imp, x)
+    ord_ = a.get("ord", 2)
+    if a.get("dtype") is not None:
+        raise imp.unsupported("an explicit dtype")
+    axes = _dims(imp, a.get("dim"), t.rank)
+    xc, back = _narrow_in(imp, x)
+    if ord_ == 2:
+        r = imp.emit("sqrt", [imp.emit("reduce_sum", [imp.emit("mul", [xc, xc])], axes=axes)])
+    elif ord_ == 1:
+        r = imp.emit("reduce_sum", [imp.emit("abs", [xc])], axes=axes)
+    elif ord_ == math.inf:
+        r = imp.emit("reduce_max", [imp.emit("abs", [xc])], axes=axes)
+    else:
+        raise imp.unsupported(f"ord = {ord_} (1, 2 and inf are supported)")
+    imp.set(node, _keepdim(imp, convert(imp, r, out.dtype), t, axes, bool(a.get("keepdim"))))
+
+
+# --- composites ---------------------------------------------------------------------------------
+
+
+@handler(
+    "aten._softmax.default", "aten.softmax.int", "aten._log_softmax.default", "aten.log_softmax.int"
+)
+def _softmax(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    if not out.dtype.is_float:
+        raise imp.unsupported(f"{out.dtype} results are not supported")
+    d = _norm_dim(imp, a["dim"], t.rank)
+    ir = "log_softmax" if "log_softmax" in _op_name(node.target) else "softmax"
+    xc = convert(imp, x, _opmath(out.dtype) if t.dtype.is_float else out.dtype)
+    xc = convert(imp, xc, _opmath(out.dtype))
+    if t.rank == 0:
+        xc = reshape(imp, xc, [1])
+    y = imp.emit(ir, [xc], axis=d)
+    imp.set(node, convert(imp, reshape(imp, y, out.shape), out.dtype))
+
+
+@handler("aten.layer_norm.default", "aten.native_layer_norm.default")
+def _layer_norm(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    x = imp.dyn(a["input"])
+    t = _require_float(imp, x)
+    shape = list(a["normalized_shape"])
+    k = len(shape)
+    if k == 0 or list(t.shape[t.rank - k :]) != shape:
+        raise imp.unsupported(f"normalized_shape {shape} does not end {t}")
+    axes = list(range(t.rank - k, t.rank))
+    xc, back = _narrow_in(imp, x)
+    tc = imp.type_of(xc)
+    inner = tc.with_shape(shape)
+    gamma = a.get("weight")
+    beta = a.get("bias")
+    g = convert(imp, imp.dyn(gamma), tc.dtype) if gamma is not None else imp.const(1.0, inner)
+    b = convert(imp, imp.dyn(beta), tc.dtype) if beta is not None else imp.const(0.0, inner)
+    eps = float(a.get("eps", 1e-5))
+    y = convert(imp, imp.emit("layer_norm", [xc, g, b], axes=axes, eps=eps), back)
+    if _op_name(node.target) == "aten.layer_norm.default":
+        imp.set(node, y)
+        return
+    # native_layer_norm also returns the mean and 1/sqrt(var + eps), with reduced dims kept.
+    kept = [s if d < t.rank - k else 1 for d, s in enumerate(t.shape)]
+    n = imp.const(float(math.prod(shape)), tc.with_shape(t.shape[: t.rank - k]))
+    mean = imp.emit("div", [imp.emit("reduce_sum", [xc], axes=axes), n])
+    dev = imp.emit("sub", [xc, imp.emit("broadcast", [mean], tc, dims=list(range(t.rank - k)))])
+    var = imp.emit("div", [imp.emit("reduce_sum", [imp.emit("mul", [dev, dev])], axes=axes), n])
+    rstd = imp.emit("rsqrt", [imp.emit("add", [var, imp.const(eps, imp.type_of(var))])])
+    imp.tuples[node.name] = [
+        Val(imp.type_of(y), name=y),
+        _v(imp, convert(imp, reshape(imp, mean, kept), _opmath(back))),
+        _v(imp, convert(imp, reshape(imp, rstd, kept), _opmath(back))),
+    ]
+
+
+def _v(imp: Importer, ir: str) -> Val:
+    return Val(imp.type_of(ir), name=ir)
+
+
+@handler("aten.linear.default")
+def _linear(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # x @ w^T + b: x flattened to 2-D, one matmul with the transposed weight, the bias added.
+    out = _out_type(imp, node)
+    x = imp.dyn(a["input"])
+    w = imp.dyn(a["weight"])
+    tx, tw = imp.type_of(x), imp.type_of(w)
+    if tx.dtype != tw.dtype or not tx.dtype.is_float:
+        raise imp.unsupported(f"operands {tx} and {tw}")
+    acc = _opmath(tx.dtype)
+    x, w = convert(imp, x, acc), convert(imp, w, acc)
+    if tw.rank == 1:
+        w = reshape(imp, w, [1, tw.shape[0]])
+    k = tx.shape[-1] if tx.rank else 1
+    x2 = reshape(imp, x, [math.prod(tx.shape[:-1]), k])
+    wt = imp.emit("transpose", [w], perm=[1, 0])
+    y = imp.emit("matmul", [x2, wt])
+    y = reshape(imp, y, out.shape)
+    if a.get("bias") is not None:
+        b = convert(imp, imp.dyn(a["bias"]), acc)
+        y = imp.emit("add", [y, bcast(imp, b, out.shape)])
+    imp.set(node, convert(imp, y, out.dtype))
+
+
+@handler("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+def _mm(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    x, y = imp.dyn(a["self"]), imp.dyn(a["other" if "other" in a else "mat2"])
+    if not out.dtype.is_float and out.dtype not in (DType.I32, DType.I64):
+        raise imp.unsupported(f"{out.dtype} products")
+    acc = _opmath(out.dtype)
+    r = _matmul(imp, convert(imp, x, acc), convert(imp, y, acc))
+    imp.set(node, convert(imp, r, out.dtype))
+
+
+@handler("aten.addmm.default", "aten.baddbmm.default")
+def _addmm(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # beta * input + alpha * (m1 @ m2); torch drops input when beta is 0.
+    out = _out_type(imp, node)
+    names = ("mat1", "mat2") if "mat1" in a else ("batch1", "batch2")
+    acc = _opmath(out.dtype)
+    m1, m2 = (convert(imp, imp.dyn(a[n]), acc) for n in names)
+    r = _matmul(imp, m1, m2)
+    t = imp.type_of(r)
+    alpha, beta = a.get("alpha", 1), a.get("beta", 1)
+    if alpha != 1:
+        r = imp.emit("mul", [r, imp.const(alpha, t)])
+    if beta != 0:
+        c = bcast(imp, convert(imp, imp.dyn(a["self"]), acc), t.shape)
+        if beta != 1:
+            c = imp.emit("mul", [c, imp.const(beta, t)])
+        r = imp.emit("add", [c, r])
+    imp.set(node, convert(imp, r, out.dtype))
+
+
+@handler("aten.scaled_dot_product_attention.default")
+def _sdpa(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # softmax(q @ k^T * scale + mask) @ v, the mask boolean (False: -inf) or additive.
+    out = _out_type(imp, node)
+    if a.get("dropout_p"):
+        raise imp.unsupported("dropout_p != 0 (random masks) has no IR op")
+    if a.get("enable_gqa"):
+        raise imp.unsupported("enable_gqa (grouped-query attention)")
+    q, k, v = (imp.dyn(a[n]) for n in ("query", "key", "value"))
+    tq, tk, tv = (imp.type_of(n) for n in (q, k, v))
+    if not tq.dtype.is_float or tq.rank < 2 or not (tq.dtype == tk.dtype == tv.dtype):
+        raise imp.unsupported(f"operands {tq}, {tk}, {tv}")
+    if tq.shape[:-2] != tk.shape[:-2] or tk.shape[:-2] != tv.shape[:-2]:
+        raise imp.unsupported(f"batch dims of {tq}, {tk}, {tv} differ")
+    acc = _opmath(tq.dtype)
+    q, k, v = (convert(imp, n, acc) for n in (q, k, v))
+    scale = a.get("scale")
+    if scale is None:
+        scale = 1.0 / math.sqrt(tq.shape[-1])
+    rank = tq.rank
+    kt = imp.emit("transpose", [k], perm=[*range(rank - 2), rank - 1, rank - 2])
+    s = imp.emit("matmul", [q, kt])
+    st = imp.type_of(s)
+    s = imp.emit("mul", [s, imp.const(scale, st)])
+    mask = a.get("attn_mask")
+    if a.get("is_causal"):
+        if mask is not None:
+            raise imp.unsupported("is_causal with an attn_mask")
+        lq, lk = tq.shape[-2], tk.shape[-2]
+        tri = np.tril(np.ones((lq, lk), dtype=bool))
+        c = imp.const(tri, TensorType(DType.I1, (lq, lk)))
+        s = imp.emit("select", [bcast(imp, c, st.shape), s, imp.const(-math.inf, st)])
+    elif mask is not None:
+        m = imp.dyn(mask)
+        mt = imp.type_of(m)
+        m = bcast(imp, m, broadcast_shape(imp, mt.shape, st.shape))
+        if mt.dtype.is_bool:
+            s = imp.emit("select", [m, s, imp.const(-math.inf, st)])
+        else:
+            s = imp.emit("add", [s, convert(imp, m, acc)])
+    p = imp.emit("softmax", [s], axis=rank - 1)
+    y = imp.emit("matmul", [p, v])
+    imp.set(node, convert(imp, y, out.dtype))
+
+
+# --- public API -------------------------------------------------------------------------------
+
+KEPT_OPS = (
+    "linear", "layer_norm", "gelu", "softmax.int", "log_softmax.int",
+    "scaled_dot_product_attention", "embedding", "matmul", "dropout",
+)  # fmt: skip
+"""ATen ops kept whole when the program is decomposed: each maps to an IR composite or a short
+IR sequence more directly than its decomposition does."""
+
+
+def _require_torch() -> None:
+    if torch is None:
+        raise IRError("importing PyTorch programs needs torch: pip install 'gdv[torch]'")
+
+
+def decompose(ep: Any) -> Any:
+    """`ep` in core ATen, except for `KEPT_OPS`."""
+    _require_torch()
+    table = torch.export.default_decompositions()
+    for name in KEPT_OPS:
+        packet, _, overload = name.partition(".")
+        op = getattr(torch.ops.aten, packet)
+        for o in [overload] if overload else op.overloads():
+            table.pop(getattr(op, o), None)
+    return ep.run_decompositions(table)
+
+
+def load(path: str) -> Any:
+    """The ExportedProgram saved in `path` (by `torch.export.save`); an IRError if it is not one."""
+    _require_torch()
+    try:
+        return torch.export.load(path)
+    except FileNotFoundError:
+        raise IRError(f"no such file {printable(path, 200)}", Loc(path, 1, 1)) from None
+    except IsADirectoryError:
+        raise IRError(f"{printable(path, 200)} is a directory", Loc(path, 1, 1)) from None
+    except Exception as e:  # zip, pickle and schema errors alike
+        raise IRError(
+            f"not a valid torch.export program (.pt2): {printable(str(e), 160)}", Loc(path, 1, 1)
+        ) from None
+
+
+def import_program(
+    program: Any,
+    *,
+    input_ranges: Mapping[str, Sequence[float]] | None = None,
+    filename: str | None = None,
+) -> tuple[Module, dict[str, np.ndarray]]:
+    """A `torch.export.ExportedProgram` (or a path to a saved one) as a verified graph-stage
+    Module and its weights (parameter, buffer and constant values keyed by IR parameter name).
+
+    `input_ranges` declares `range = [lo, hi]` on user inputs (by torch name). Raises `IRError`
+    (an `Unsupported` for ops gdv cannot express) on anything it refuses."""
+    _require_torch()
+    if isinstance(program, (str, bytes)) or hasattr(program, "__fspath__"):
+        path = str(program if not isinstance(program, bytes) else program.decode())
+        program, filename = load(path), filename or path
+    if not isinstance(program, torch.export.ExportedProgram):
+        raise IRError(
+            f"expected a torch.export.ExportedProgram, got {type(program).__name__}",
+            Loc(filename or "<torch>", 1, 1),
+        )
+    ep = decompose(program)
+    imp = Importer(ep, filename=filename or "<torch>", input_ranges=input_ranges)
+    return imp.run()
