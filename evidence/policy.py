@@ -9,6 +9,8 @@ evidence verify`; `gdv compile` gates only on a policy it was given or found). K
   never proved);
 - `allow_real` (false): obligations and stages claimed over the reals (`--fast-math`);
 - `allow_fallback` (true): whole-function obligations where a pass made no local claim;
+- `allow_reference_kernels` (false): an artifact in which ops the target cannot do run on
+  reference kernels (compiled with `--allow-fallback`);
 - `allow_trusted_kernels` (false): obligations resting on an assumption named `trusted ...`;
 - `max_abs_error` (none): every output's rigorous absolute error bound at most this (bounds
   unavailable, or an unbounded output, violate it);
@@ -37,6 +39,7 @@ class Policy:
     allow_real: bool = False
     allow_fallback: bool = True
     allow_trusted_kernels: bool = False
+    allow_reference_kernels: bool = False
     max_abs_error: float | None = None
     required_solvers: tuple[str, ...] = ("z3",)
     origin: str = field(default="defaults", compare=False)
@@ -127,6 +130,16 @@ def check_policy(policy: Policy, manifest: dict) -> list[Violation]:
             if trusted:
                 out.append(Violation("allow_trusted_kernels", f"{o['id']} assumes {trusted[0]!r}"))
                 break
+    if not policy.allow_reference_kernels:
+        fallbacks = manifest.get("artifact", {}).get("fallbacks", [])
+        if fallbacks:
+            f = fallbacks[0]
+            out.append(
+                Violation(
+                    "allow_reference_kernels",
+                    f"{f['op']} at {f['location']} runs on a reference kernel: {f['reason']}",
+                )
+            )
     if policy.max_abs_error is not None:
         out += _bound_violations(policy.max_abs_error, manifest["bounds"])
     return out

@@ -30,6 +30,7 @@ from pathlib import Path
 from gdv.api import parse
 from gdv.evidence.bundle import (
     EvidenceError,
+    artifact_text,
     conformance,
     error_bounds,
     read_manifest,
@@ -260,7 +261,9 @@ def _conformance(manifest: dict, stages, passed, failed) -> None:
     recorded = manifest["conformance"]
     seeds = tuple(r["seed"] for r in recorded["results"]) or (0, 1, 2)
     exact = all(s["theory"] == "fp" for s in manifest["stages"])
-    again = conformance(stages[0][1], stages[-1][1], seeds, exact=exact)
+    target = manifest["target"]["name"]
+    fallback = bool(manifest["artifact"].get("fallbacks"))
+    again = conformance(stages[0][1], stages[-1][1], seeds, exact, target, fallback)
     if recorded["status"] == "disagree" or again["status"] == "disagree":
         failed("conformance", "the final stage and the source disagree on seeded inputs")
     if again != recorded:
@@ -277,10 +280,24 @@ def _bounds(manifest: dict, stages, passed, failed) -> None:
 
 def _artifact(root: Path, manifest: dict, stages, passed, failed) -> None:
     artifact = manifest["artifact"]
-    if artifact["kind"] != "reference-ir":
+    target = manifest["target"]["name"]
+    kinds = {"reference": "reference-ir", "c": "c-source"}
+    if kinds.get(target) != artifact["kind"]:
         failed("artifact", f"no way to regenerate an artifact of kind {artifact['kind']!r}")
-    text = print_module(stages[-1][1]).encode()
+    fallback = bool(artifact.get("fallbacks"))
+    try:
+        text, fallbacks = artifact_text(stages[-1][1], target, allow_fallback=fallback)
+    except IRError as e:
+        failed("artifact", f"the final stage does not lower for target {target}: {e.message}")
+    data = text.encode()
     (entry,) = artifact["files"]
-    if sha256(text) != entry["sha256"] or (root / entry["file"]).read_bytes() != text:
+    if sha256(data) != entry["sha256"] or (root / entry["file"]).read_bytes() != data:
         failed("artifact", f"{entry['file']} is not the final stage regenerated")
+
+    # Locations name the file the stage was read from, so only what ran where is compared.
+    def what(entries: list) -> list:
+        return [(f["index"], f["op"], f["reason"]) for f in entries]
+
+    if what(fallbacks) != what(artifact.get("fallbacks", [])):
+        failed("artifact", "the recorded reference-kernel fallbacks are not the regenerated ones")
     passed("artifact", f"{entry['file']} regenerated from {manifest['stages'][-1]['file']}")

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "gdv.commands.compile",
     "gdv.commands.evidence",
     "gdv.commands.importer",
+    "gdv.commands.targets",
 )
 """Each module has `register(subparsers)`, which adds its commands with a `handler`."""
 

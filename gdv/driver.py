@@ -7,6 +7,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from gdv.external import run_external_pass
 from gdv.ir.core import Module
 from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.parser import parse_file
+from gdv.ir.printer import print_module
 from gdv.ir.verifier import verify
 from gdv.passes.manager import PassManager, PassRecord
 from gdv.passes.pipelines import pipeline
@@ -24,7 +26,7 @@ from gdv.passes.pipelines import pipeline
 class CompileOptions:
     """Everything `gdv compile` and `gdv.compile` accept besides the source."""
 
-    target: str = "reference"
+    target: str = "c"
     level: int = 2
     fast_math: bool = False
     disable: tuple[str, ...] = ()
@@ -39,6 +41,33 @@ class CompileOptions:
     use_cache: bool = True
     emit_evidence: str | None = None
     progress: bool = False
+    allow_fallback: bool = False
+
+
+@dataclass
+class Artifact:
+    """What the target produced: for `c`, the C source, the shared object built from it, and
+    the ops left to reference kernels (`allow_fallback`); for `reference`, the final IR."""
+
+    kind: str
+    text: str
+    library: Path | None = None
+    fallbacks: list = field(default_factory=list)
+
+
+def build_artifact(module: Module, target: str, allow_fallback: bool = False) -> Artifact:
+    """Lower the final module for `target` (an IRError naming the op, its location and the
+    reason for anything the target cannot do, unless `allow_fallback`)."""
+    if target == "c":
+        from gdv.backends import c
+
+        lowered = c.lower_module(module, allow_fallback)
+        source = lowered.source
+        from gdv.backends.c.toolchain import build
+
+        library = build(source)
+        return Artifact("c-source", source, library, [f for f, _ in lowered.fallbacks])
+    return Artifact("reference-ir", print_module(module))
 
 
 @dataclass
@@ -54,6 +83,8 @@ class Compilation:
     outcomes: list = field(default_factory=list)
     seconds: float = 0.0
     prove_seconds: float = 0.0
+    artifact: Artifact | None = None
+    _executable: Any = field(default=None, repr=False, compare=False)
 
     @property
     def verdict(self) -> str:
@@ -73,9 +104,11 @@ class Compilation:
                 Loc(self.source.filename, 1, 1),
             )
         if self.options.target == "c":
-            from gdv.backends import c
+            if self._executable is None:
+                from gdv.backends import c
 
-            return c.run(self.module, inputs)
+                self._executable = c.Executable(self.module, self.options.allow_fallback)
+            return self._executable(inputs)
         from gdv.backends import reference
 
         return reference.run(self.module, inputs)
@@ -116,14 +149,13 @@ def compile_module(
         printer=log or print,
     )
     result = manager.run(module)
-    if options.target == "c":  # what the target cannot do is a compile-time error
-        from gdv.backends import c
-
-        c.lower(result.module)
+    # What the target cannot do is a compile-time error, before any proof is attempted.
+    artifact = build_artifact(result.module, options.target, options.allow_fallback)
     records = external + result.records
     stages += result.stages[1:]
     _record_bound_changes(records, stages)
     comp = Compilation(stages[0][1], text, result.module, options, records, stages)
+    comp.artifact = artifact
     from gdv.validate.discharge import discharge
 
     obligations = [o for r in records for o in r.obligations]
@@ -162,7 +194,7 @@ def _record_bound_changes(records: list[PassRecord], stages: list[tuple[str, Mod
         r.bound_change = {"before": old, "after": new}
 
 
-def compile(source: str | os.PathLike, target: str = "reference", **options) -> Compilation:
+def compile(source: str | os.PathLike, target: str = "c", **options) -> Compilation:
     """`gdv.compile(path_or_text, target=...)`: compile, prove every obligation, and return an
     executable (call it with numpy inputs as keyword arguments). Raises IRError when an
     obligation is refuted or unknown, naming it."""

@@ -14,7 +14,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import platform
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,24 +31,85 @@ from gdv.backends.c import (  # noqa: F401  (importing the families fills RULES)
     layout,
     reduce,
 )
-from gdv.backends.c.emit import CTYPE, UNSUPPORTED_DTYPES, Program, ctype
+from gdv.backends.c.emit import CTYPE, UNSUPPORTED_DTYPES, Program, comment, ctype, where
 from gdv.backends.c.registry import LOWERINGS, RULES, UNSUPPORTED
 from gdv.backends.c.toolchain import compiler, detect, flags, isa_features
-from gdv.ir.core import Module
+from gdv.ir.core import Module, Op
 from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.ops import get as get_spec
 
-CAPABILITY_VERSION = 1
-"""Version of the capability descriptor's schema."""
+__all__ = [
+    "RULES",
+    "Executable",
+    "Fallback",
+    "Lowered",
+    "build",
+    "capabilities",
+    "fallbacks",
+    "lower",
+    "lower_module",
+    "run",
+]
 
-__all__ = ["RULES", "build", "capabilities", "lower", "run"]
+
+@dataclass(frozen=True)
+class Fallback:
+    """An op the C target cannot do, run by the reference backend's kernel instead (only with
+    `allow_fallback`): its position in the entry function, name, location and the reason."""
+
+    index: int
+    op: str
+    loc: str
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "op": self.op, "location": self.loc, "reason": self.reason}
 
 
-def _program(module: Module) -> Program:
+@dataclass
+class Lowered:
+    """A module lowered to C: the program, and the ops left to reference kernels."""
+
+    program: Program
+    fallbacks: list[tuple[Fallback, Op]] = field(default_factory=list)
+
+    @property
+    def source(self) -> str:
+        return self.program.source()
+
+
+_FALLBACK_DECL = """/* Ops this target cannot do, run by reference kernels (--allow-fallback). */
+typedef int (*gdv_fallback_fn)(int64_t, void *const *);
+static gdv_fallback_fn gdv_fallback = 0;
+void gdv_set_fallback(gdv_fallback_fn f) { gdv_fallback = f; }
+"""
+
+
+def _snapshot(prog: Program) -> tuple:
+    return (
+        len(prog.functions),
+        len(prog.body),
+        dict(prog.slot_of),
+        list(prog.slot_types),
+        set(prog.libm),
+        set(prog.helpers),
+        dict(prog._var),
+    )
+
+
+def _restore(prog: Program, snap: tuple) -> None:
+    nf, nb, slot_of, slot_types, libm, helpers, var = snap
+    del prog.functions[nf:]
+    del prog.body[nb:]
+    prog.slot_of, prog.slot_types, prog.libm, prog.helpers = slot_of, slot_types, libm, helpers
+    prog._var = var
+
+
+def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
+    """`module` lowered to C, with the ops left to reference kernels (`allow_fallback`)."""
     entry = module.entry
     if entry is None:
         raise IRError("module has no entry function (@main or a single function)")
-    prog = Program(module, entry)
     for p in entry.params:
         if p.type.dtype not in CTYPE:
             raise IRError(
@@ -54,27 +117,60 @@ def _program(module: Module) -> Program:
                 f"{UNSUPPORTED_DTYPES.get(p.type.dtype, 'no C type')}",
                 p.loc or Loc(module.filename, 1, 1),
             )
-    for op in entry.ops:
+    lowered = Lowered(Program(module, entry))
+    prog = lowered.program
+    for index, op in enumerate(entry.ops):
         spec = get_spec(op.name)
         if spec is None:
             raise prog.error(op, "unknown op")
-        if spec in UNSUPPORTED:
-            raise prog.error(op, UNSUPPORTED[spec].reason)
-        ctype(op.type.dtype, op, module)
-        LOWERINGS[spec](prog, op)
-    return prog
+        snap = _snapshot(prog)
+        try:
+            if spec in UNSUPPORTED:
+                raise prog.error(op, UNSUPPORTED[spec].reason)
+            ctype(op.type.dtype, op, module)
+            LOWERINGS[spec](prog, op)
+        except IRError as e:
+            if not allow_fallback or op.type.dtype not in CTYPE:
+                raise
+            _restore(prog, snap)
+            _emit_fallback(lowered, index, op, e)
+    return lowered
 
 
-def lower(module: Module) -> str:
-    """The C11 source of `module`'s entry function; an IRError for what the target cannot do."""
-    return _program(module).source()
+def _emit_fallback(lowered: Lowered, index: int, op: Op, error: IRError) -> None:
+    prog = lowered.program
+    if not lowered.fallbacks:
+        prog.functions.append(_FALLBACK_DECL)
+    k = len(lowered.fallbacks)
+    loc = str(where(op, prog.module))
+    lowered.fallbacks.append((Fallback(index, op.name, loc, error.message), op))
+    prog.new_slot(op.result, op.type)
+    prog.body.append(
+        f"  if (gdv_fallback == 0 || gdv_fallback(INT64_C({k}), buf) != 0) "
+        f"return {k + 1};  /* fallback: %{comment(op.result)} = {comment(op.name)} */"
+    )
 
 
-def build(module: Module) -> Path:
+def lower(module: Module, allow_fallback: bool = False) -> str:
+    """The C11 source of `module`'s entry function; an IRError naming the op, its location and
+    the reason for what the target cannot do, unless `allow_fallback` (then such ops call back
+    into the reference backend; see `fallbacks`)."""
+    return lower_module(module, allow_fallback).source
+
+
+def fallbacks(module: Module) -> list[Fallback]:
+    """The ops of `module` that would run on reference kernels with `allow_fallback`."""
+    return [f for f, _ in lower_module(module, allow_fallback=True).fallbacks]
+
+
+def build(module: Module, allow_fallback: bool = False) -> Path:
     """The shared object of `module` (compiled now or taken from the cache)."""
     from gdv.backends.c.toolchain import build as build_source
 
-    return build_source(lower(module))
+    return build_source(lower(module, allow_fallback))
+
+
+_FALLBACK_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p))
 
 
 @functools.cache
@@ -85,74 +181,151 @@ def _load(path: str) -> ctypes.CDLL:
     return lib
 
 
-def run(module: Module, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """Execute `module`'s entry function on the C target; arrays keyed by parameter name."""
-    from gdv.backends.reference import Context, check_memory
-    from gdv.backends.reference.interpreter import check_inputs
+class Executable:
+    """A module compiled for the C target and loaded, ready to be called many times: the C
+    source is generated and the shared object loaded once, the buffers allocated once (so one
+    Executable must not be called from two threads at the same time)."""
 
-    prog = _program(module)
-    from gdv.backends.c.toolchain import build as build_source
+    def __init__(self, module: Module, allow_fallback: bool = False) -> None:
+        from gdv.backends.c.toolchain import build as build_source
+        from gdv.backends.reference import check_memory
 
-    lib = _load(str(build_source(prog.source())))
-    fn = prog.entry
-    check_memory(fn)
-    env = check_inputs(fn, inputs, Context())
-    buffers: list[np.ndarray] = []
-    for t in prog.slot_types:
-        buffers.append(np.empty(max(1, t.num_elements), dtype=t.dtype.np))
-    for p in fn.params:
-        buffers[prog.slot_of[p.name]][: p.type.num_elements] = env[p.name].reshape(-1)
-    pointers = (ctypes.c_void_p * max(1, len(buffers)))(*[b.ctypes.data for b in buffers])
-    status = lib.gdv_entry(pointers)
-    if status != 0:
-        raise IRError(f"target c: the compiled program returned status {status}")
-    types = fn.types()
-    outs = []
-    for name in fn.returns:
-        t = types[name]
-        flat = buffers[prog.slot_of[name]][: t.num_elements]
-        outs.append(np.array(flat.reshape(t.shape), copy=True))
-    return outs
+        self.module = module
+        self.lowered = lower_module(module, allow_fallback)
+        prog = self.lowered.program
+        self.entry = prog.entry
+        check_memory(self.entry)
+        self.library = build_source(prog.source())
+        self._lib = _load(str(self.library))
+        self._types = self.entry.types()
+        self._slot_of = dict(prog.slot_of)
+        self._buffers = [
+            np.empty(max(1, t.num_elements), dtype=t.dtype.np) for t in prog.slot_types
+        ]
+        self._pointers = (ctypes.c_void_p * max(1, len(self._buffers)))(
+            *[b.ctypes.data for b in self._buffers]
+        )
+        self._callback = _FALLBACK_FN(self._fallback)  # alive as long as the executable
+        if self.lowered.fallbacks:
+            self._lib.gdv_set_fallback.argtypes = [_FALLBACK_FN]
+
+    def _value(self, name: str) -> np.ndarray:
+        t = self._types[name]
+        return self._buffers[self._slot_of[name]][: t.num_elements].reshape(t.shape)
+
+    def _fallback(self, k: int, _buf) -> int:
+        from gdv.backends.reference import Context
+        from gdv.backends.reference.evaluate import evaluate_ops
+        from gdv.ir.ops.kernel import kernel_bodies
+
+        try:
+            _, op = self.lowered.fallbacks[k]
+            with kernel_bodies(self.module.functions):
+                env = {o: self._value(o) for o in op.operands}
+                out = evaluate_ops([op], env, Context(), keep=[op.result])[op.result]
+            self._value(op.result)[...] = out
+        except Exception:  # noqa: BLE001  (reported as the op's status, never across C)
+            return 1
+        return 0
+
+    def __call__(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The entry function's results on `inputs` (arrays keyed by parameter name)."""
+        from gdv.backends.reference import Context
+        from gdv.backends.reference.interpreter import check_inputs
+
+        env = check_inputs(self.entry, inputs, Context())
+        for p in self.entry.params:
+            self._buffers[self._slot_of[p.name]][: p.type.num_elements] = env[p.name].reshape(-1)
+        fallbacks = self.lowered.fallbacks
+        if fallbacks:
+            self._lib.gdv_set_fallback(self._callback)
+        status = self._lib.gdv_entry(self._pointers)
+        if status != 0:
+            if 0 < status <= len(fallbacks):
+                bad = fallbacks[status - 1][0]
+                raise IRError(f"target c: the reference fallback for {bad.op} at {bad.loc} failed")
+            raise IRError(f"target c: the compiled program returned status {status}")
+        return [np.array(self._value(name), copy=True) for name in self.entry.returns]
 
 
-def capabilities() -> dict:
-    """The target's capability descriptor (JSON-ready)."""
+def run(
+    module: Module, inputs: Mapping[str, np.ndarray], allow_fallback: bool = False
+) -> list[np.ndarray]:
+    """Execute `module`'s entry function on the C target; arrays keyed by parameter name.
+
+    With `allow_fallback`, ops the target cannot do run on the reference backend's kernels."""
+    return Executable(module, allow_fallback)(inputs)
+
+
+def simd_choice() -> str:
+    """The vector instruction set the generated code targets on this host."""
+    isa = set(isa_features())
+    for name, need in (("avx512", "avx512f"), ("avx2+fma", "avx2"), ("neon", "asimd")):
+        if need in isa:
+            return name
+    return "scalar"
+
+
+def capabilities(measure: bool = True, refresh: bool = False) -> dict:
+    """The target's capability descriptor (`gdv.backends.capabilities.SCHEMA`); `measure`
+    includes the measured peaks (cached per machine; `refresh` measures again)."""
+    import shutil
+
     from gdv import __version__
     from gdv.backends.c.elementwise import LIBM
+    from gdv.backends.capabilities import CAPABILITY_SCHEMA, TARGETS
 
     cc = compiler()
+    found = shutil.which(cc) is not None or os.path.exists(cc)
     info = detect(cc)
+    host: dict = {"arch": platform.machine(), "cores": os.cpu_count() or 1}
+    if measure and found:
+        from gdv.backends.c.machine import measure as measure_machine
+
+        host = measure_machine(refresh=refresh)
+    else:
+        from gdv.backends.c.machine import caches
+
+        host["caches"] = caches()
+    host = {**host, "isa": isa_features(), "simd": simd_choice()}
     return {
-        "schema": CAPABILITY_VERSION,
-        "target": "c",
+        "schema": CAPABILITY_SCHEMA,
+        "name": "c",
         "version": __version__,
-        "ops": {
-            "supported": sorted(s.name for s in LOWERINGS),
-            "unsupported": {
-                s.name: u.reason for s, u in sorted(UNSUPPORTED.items(), key=lambda kv: kv[0].name)
-            },
+        "description": TARGETS["c"],
+        "available": {
+            "ok": found,
+            "reason": "" if found else f"no C compiler found (tried '{cc}'; set CC)",
         },
-        "dtypes": {
-            "supported": [str(d) for d in CTYPE],
-            "unsupported": {str(d): r for d, r in UNSUPPORTED_DTYPES.items()},
+        "ops": sorted(s.name for s in LOWERINGS),
+        "unsupported_ops": {
+            s.name: u.reason for s, u in sorted(UNSUPPORTED.items(), key=lambda kv: kv[0].name)
         },
-        "isa": isa_features(),
-        "cores": os.cpu_count(),
+        "dtypes": [str(d) for d in CTYPE],
+        "unsupported_dtypes": {str(d): r for d, r in UNSUPPORTED_DTYPES.items()},
+        "fallback": "only with --allow-fallback (allow_fallback=True): an op the target cannot "
+        "do runs on the reference backend's kernel, called back from the C code, and is "
+        "recorded",
+        "machine": host,
         "compiler": {
             "command": cc,
             "version": info["version"],
             "flags": flags(cc),
             "openmp": info["openmp"],
         },
-        "libm": sorted(set(LIBM.values())),
-        "schedule": {
-            "honoured": [
-                "order (out dims)",
-                "tile (out dims)",
-                "parallel (outermost loop)",
-                "accumulators",
-            ],
-            "not_yet": ["vector (no explicit SIMD: left to the C compiler)"],
+        "execution": {
+            "libm": sorted(set(LIBM.values())),
+            "schedule": {
+                "honoured": [
+                    "order (out dims)",
+                    "tile (out dims)",
+                    "parallel (outermost loop)",
+                    "accumulators",
+                ],
+                "not_yet": ["vector (no explicit SIMD: left to the C compiler)"],
+            },
+            "exactness": "bit-exact to the reference backend (every fold in the spec's order, "
+            "no contraction to FMA), except the last bits of transcendentals (libm)",
         },
     }
 

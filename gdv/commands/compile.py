@@ -1,4 +1,4 @@
-"""`gdv compile FILE [--target reference] [-O2] [--emit-evidence [DIR]] ...`."""
+"""`gdv compile FILE [--target c|reference] [-O2] [-o OUT] [--emit-evidence [DIR]] ...`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "2 unknown, 3 input error)",
     )
     p.add_argument("file", help="a .gdv file")
-    p.add_argument("--target", default="reference", help="reference (default)")
+    p.add_argument(
+        "--target",
+        default="c",
+        help="c (default: C11 compiled to a shared object) or reference; see `gdv targets`",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="write the artifact: target c, the shared object to OUT and its C source beside "
+        "it (OUT.so -> OUT.c); target reference, the final IR to OUT",
+    )
+    p.add_argument(
+        "--allow-fallback",
+        action="store_true",
+        help="let ops the target cannot do run on reference kernels (recorded in the "
+        "evidence; without it they are compile-time errors)",
+    )
     p.add_argument(
         "-O",
         dest="level",
@@ -127,9 +144,13 @@ def compile_command(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         use_cache=not args.no_cache,
         progress=True,
+        allow_fallback=args.allow_fallback,
     )
     comp = compile_module(args.file, options)
     _summary(comp)
+    if args.output and comp.verdict == "proved":
+        for written in write_artifact(comp, args.output):
+            print(f"wrote {written}")
     path = None
     if args.emit_evidence is not None or args.hook or args.sign_key:
         stem = os.path.splitext(os.path.basename(args.file))[0]
@@ -145,6 +166,45 @@ def compile_command(args: argparse.Namespace) -> int:
         print(f"gdv: {problem}", file=sys.stderr)
         return 1
     return EXIT_FOR[comp.verdict]
+
+
+def write_artifact(comp, out: str) -> list[str]:
+    """Write the compile's artifact to `out` (and for target c the C source beside it: `x.so`
+    gives `x.c`), through temporary files renamed into place; the paths written."""
+    import shutil
+    import tempfile
+
+    from gdv.ir.diagnostics import IRError, Loc, printable
+
+    art = comp.artifact
+    files: list[tuple[str, bytes | None, str | None]] = []
+    if art.kind == "c-source":
+        files.append((out, None, str(art.library)))
+        stem = out[:-3] if out.endswith(".so") else out
+        files.append((stem + ".c", art.text.encode(), None))
+    else:
+        files.append((out, art.text.encode(), None))
+    written = []
+    for path, data, copy_from in files:
+        directory = os.path.dirname(os.path.abspath(path))
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gdv-")
+            with os.fdopen(fd, "wb") as f:
+                if data is not None:
+                    f.write(data)
+            if copy_from is not None:
+                shutil.copyfile(copy_from, tmp)
+            os.chmod(tmp, 0o755 if copy_from is not None else 0o644)
+            os.replace(tmp, path)
+        except OSError as e:
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
+            raise IRError(
+                f"cannot write {printable(path, 200)}: {e.strerror}", Loc(path, 1, 1)
+            ) from None
+        written.append(path)
+    return written
 
 
 def _summary(comp) -> None:
@@ -183,6 +243,11 @@ def _summary(comp) -> None:
                 for k, (a, b) in enumerate(zip(change["before"], change["after"], strict=True))
             )
             print(f"{r.name} (real claims): rigorous error bound {pairs}")
+    art = comp.artifact
+    if art is not None and art.library is not None:
+        print(f"target {comp.options.target}: {art.library.name} ({len(art.text)} bytes of C)")
+    for f in art.fallbacks if art is not None else []:
+        print(f"{f.loc}: {f.op} runs on the reference kernel (--allow-fallback): {f.reason}")
     for out in comp.outcomes:
         if out.status == "proved":
             continue

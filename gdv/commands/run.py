@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import zipfile
 
@@ -34,6 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="reference (default), or c (compiled at -O2, proved, run as C)",
     )
     p.add_argument("--ideal", action="store_true", help="evaluate every float in f64")
+    p.add_argument(
+        "--allow-fallback",
+        action="store_true",
+        help="target c: run ops the target cannot do on reference kernels (reported)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -116,7 +122,15 @@ def _run_c(args: argparse.Namespace, module, inputs: dict[str, np.ndarray]) -> l
     if args.ideal:
         raise IRError("--ideal runs on the reference target only", Loc("<command line>", 1, 1))
     source = args.file if args.file != "-" else print_module(module)
-    return compile_module(source, CompileOptions(target="c"))(**inputs)
+    comp = compile_module(source, CompileOptions(target="c", allow_fallback=args.allow_fallback))
+    for f in comp.artifact.fallbacks:
+        print(
+            f"gdv: {f.loc}: {f.op} runs on the reference kernel (fallback): {f.reason}",
+            file=sys.stderr,
+        )
+    if comp.verdict != "proved":
+        raise IRError(f"refusing to run: the compile's obligations are {comp.verdict}")
+    return comp(**inputs)
 
 
 def _write_npz_atomically(path: str, arrays: dict[str, np.ndarray]) -> None:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gdv.api import parse
+from gdv.backends import c
 from gdv.cli import main
 from gdv.driver import CompileOptions, compile_module, write_evidence
 from gdv.evidence import EvidenceError, read_manifest, validate_manifest
@@ -39,8 +41,9 @@ def test_manifest_records_what_the_issue_lists(pristine, small_source) -> None:
     assert m["schema_version"] == "1"
     assert m["source"]["sha256"] == sha256(small_source.read_bytes())
     caps = m["target"]["capabilities"]
-    assert m["target"]["name"] == caps["name"] == "reference"
-    assert "matmul" in caps["ops"] and "bf16" in caps["dtypes"]
+    assert m["target"]["name"] == caps["name"] == "c"  # the default target
+    assert "kernel" in caps["ops"] and "bf16" in caps["dtypes"]
+    assert caps["machine"]["peak_gflops"]["f32_mul_add"] > 0
     assert m["stages"][0]["file"] == "ir/00-input.gdv"
     assert [s["pass"] for s in m["stages"][1:]] == m["pipeline"]["passes"]
     for s in m["stages"]:
@@ -57,9 +60,9 @@ def test_manifest_records_what_the_issue_lists(pristine, small_source) -> None:
     assert m["conformance"]["status"] == "agree"
     assert [r["seed"] for r in m["conformance"]["results"]] == [0, 1, 2]
     (art,) = m["artifact"]["files"]
-    assert (pristine / art["file"]).read_bytes() == (
-        pristine / m["stages"][-1]["file"]
-    ).read_bytes()
+    final = parse((pristine / m["stages"][-1]["file"]).read_text())
+    assert m["artifact"]["kind"] == "c-source" and m["artifact"]["fallbacks"] == []
+    assert (pristine / art["file"]).read_text() == c.lower(final)
     assert m["tools"]["gdv"] and m["tools"]["z3"] and m["verdict"] == "proved"
 
 

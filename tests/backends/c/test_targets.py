@@ -1,0 +1,201 @@
+"""Targets, capability descriptors, the reference-kernel fallback and the C artifact (issue 5,
+items 1 and 2): `gdv targets`, `gdv capabilities --target T --json`, `--allow-fallback`,
+`gdv compile -o`, and `c` as the default target of `gdv compile`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+
+from gdv.api import parse
+from gdv.backends import c, reference
+from gdv.backends.c import registry
+from gdv.backends.capabilities import SCHEMA, TARGETS, descriptor
+from gdv.cli import main
+from gdv.driver import CompileOptions, compile_module
+from gdv.ir import ops
+from gdv.ir.diagnostics import IRError
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# At -O0 the transpose stays an op of the entry function (no kernels).
+TRANSPOSE = """func @main(%x: f32[3,5] {range = [-1.0, 1.0]}) -> f32[5,3] {
+  %0 = transpose(%x) {perm = [1, 0]} : f32[5,3]
+  %1 = exp(%0) : f32[5,3]
+  return %1
+}
+"""
+
+
+@pytest.fixture
+def transpose_unsupported(monkeypatch: pytest.MonkeyPatch):
+    """Pretend the C target cannot do `transpose`, as it could not do an op it has no rule for."""
+    spec = ops.REGISTRY["transpose"]
+    monkeypatch.delitem(registry.LOWERINGS, spec)
+    entry = registry.Unsupported(spec, "pretend: no transpose in C", registry.__name__)
+    monkeypatch.setitem(registry.UNSUPPORTED, spec, entry)
+    return spec
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_every_descriptor_follows_the_one_schema(name: str) -> None:
+    d = descriptor(name)
+    jsonschema.validate(d, SCHEMA)
+    assert d["name"] == name and json.loads(json.dumps(d)) == d
+    every = {s.name for s in ops.all_specs()}
+    assert set(d["ops"]) | set(d["unsupported_ops"]) == every
+    assert not set(d["ops"]) & set(d["unsupported_ops"])
+
+
+def test_c_descriptor_reports_the_machine_and_compiler() -> None:
+    d = descriptor("c")
+    m = d["machine"]
+    assert m["cores"] >= 1 and m["simd"] in {"avx512", "avx2+fma", "neon", "scalar"}
+    assert m["peak_gflops"]["f32_mul_add"] > 0 and m["copy_bandwidth_gbs"] > 0
+    assert all(cache["size_bytes"] > 0 for cache in m["caches"])
+    flags = d["compiler"]["flags"]
+    assert "-ffp-contract=off" in flags and "-fno-fast-math" in flags
+    assert "kernel" in d["ops"] and "f32" in d["dtypes"]
+
+
+def test_measurement_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gdv.backends.c import machine
+
+    first = machine.measure()
+    monkeypatch.setattr(machine, "_measure", lambda cc: pytest.fail("measured again"))
+    assert machine.measure() == first
+
+
+def test_targets_and_capabilities_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["targets"]) == 0
+    out = capsys.readouterr().out
+    assert "* c " in out and "reference" in out
+    assert main(["targets", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["name"] for r in rows} == set(TARGETS)
+    assert [r["name"] for r in rows if r["default"]] == ["c"]
+    assert main(["capabilities", "--target", "c", "--json"]) == 0
+    jsonschema.validate(json.loads(capsys.readouterr().out), SCHEMA)
+    assert main(["capabilities", "--target", "reference"]) == 0
+    assert "target reference" in capsys.readouterr().out
+    assert main(["capabilities", "--target", "tpu"]) == 3
+    err = capsys.readouterr().err
+    assert "unknown target 'tpu' (available: c, reference)" in err and "Traceback" not in err
+
+
+def test_unsupported_op_is_a_compile_error_naming_it(transpose_unsupported, tmp_path) -> None:
+    src = tmp_path / "t.gdv"
+    src.write_text(TRANSPOSE)
+    with pytest.raises(IRError) as e:
+        options = CompileOptions(target="c", level=0, cache_dir=str(tmp_path / "cache"))
+        compile_module(str(src), options)
+    assert "target c does not support transpose: pretend: no transpose in C" in e.value.message
+    assert str(e.value.loc).startswith(str(src))
+
+
+def test_fallback_runs_the_reference_kernel_and_is_recorded(transpose_unsupported, tmp_path):
+    src = tmp_path / "t.gdv"
+    src.write_text(TRANSPOSE)
+    options = CompileOptions(
+        target="c", level=0, allow_fallback=True, cache_dir=str(tmp_path / "cache")
+    )
+    comp = compile_module(str(src), options)
+    assert comp.verdict == "proved"
+    (f,) = comp.artifact.fallbacks
+    assert f.op == "transpose" and f.reason.endswith("pretend: no transpose in C")
+    assert "gdv_fallback" in comp.artifact.text
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    (got,) = comp(x=x)
+    (want,) = reference.run(parse(TRANSPOSE), {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6)  # exp: libm, last bits may differ
+    np.testing.assert_array_equal(got.shape, (5, 3))
+
+
+def test_fallback_in_evidence_fails_the_default_policy(transpose_unsupported, tmp_path, capsys):
+    src = tmp_path / "t.gdv"
+    src.write_text(TRANSPOSE)
+    bundle = tmp_path / "t.evidence"
+    args = ["compile", str(src), "-O0", "--allow-fallback", "--emit-evidence", str(bundle)]
+    assert main([*args, "--cache-dir", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    assert "transpose runs on the reference kernel (--allow-fallback)" in out
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    (entry,) = manifest["artifact"]["fallbacks"]
+    assert entry["op"] == "transpose" and entry["index"] == 0
+    assert main(["evidence", "verify", str(bundle)]) == 1
+    assert "allow_reference_kernels" in capsys.readouterr().out
+
+
+def test_compile_defaults_to_c_and_writes_the_artifact(tmp_path, capsys) -> None:
+    out = tmp_path / "mlp.so"
+    args = ["compile", str(ROOT / "examples" / "mlp.gdv"), "-o", str(out)]
+    assert main([*args, "--cache-dir", str(tmp_path / "cache")]) == 0
+    printed = capsys.readouterr().out
+    assert "target c:" in printed and f"wrote {out}" in printed
+    source = (tmp_path / "mlp.c").read_text()
+    assert source.startswith("/* Generated by gdv (target c).")
+    assert out.read_bytes()[:4] == b"\x7fELF"
+    assert CompileOptions().target == "c"
+
+
+def test_reference_artifact_is_the_final_ir(tmp_path, capsys) -> None:
+    out = tmp_path / "final.gdv"
+    args = ["compile", str(ROOT / "examples" / "mlp.gdv"), "--target", "reference", "-o"]
+    assert main([*args, str(out), "--cache-dir", str(tmp_path / "cache")]) == 0
+    capsys.readouterr()
+    final = parse(out.read_text())
+    assert any(op.name == "kernel" for op in final.entry.ops)
+    source = parse((ROOT / "examples" / "mlp.gdv").read_text())
+    inputs = reference.random_inputs(source, 3)
+    (want,), (got,) = reference.run(source, inputs), reference.run(final, inputs)
+    assert reference.bit_equal(got, want)
+
+
+def test_unwritable_output_is_an_input_error(tmp_path, capsys) -> None:
+    out = tmp_path / "missing-dir" / "x.so"
+    args = ["compile", str(ROOT / "examples" / "mlp.gdv"), "-o", str(out)]
+    assert main([*args, "--cache-dir", str(tmp_path / "cache")]) == 3
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "Traceback" not in err
+
+
+def test_c_evidence_bundle_verifies_and_catches_a_tampered_source(tmp_path, capsys) -> None:
+    bundle = tmp_path / "mlp.evidence"
+    args = ["compile", str(ROOT / "examples" / "mlp.gdv"), "--emit-evidence", str(bundle)]
+    assert main([*args, "--cache-dir", str(tmp_path / "cache")]) == 0
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["target"]["name"] == "c"
+    assert manifest["artifact"]["kind"] == "c-source"
+    assert manifest["conformance"]["backend"] == "c"
+    assert manifest["conformance"]["status"] in {"agree", "close"}
+    capsys.readouterr()
+    assert main(["evidence", "verify", str(bundle)]) == 0
+    assert "artifact/main.c regenerated" in capsys.readouterr().out
+    # A changed C source with its hash updated in the manifest is still caught: the source is
+    # regenerated from the final stage and compared byte for byte.
+    import hashlib
+
+    c_file = bundle / "artifact" / "main.c"
+    tampered = c_file.read_text().replace("return 0;", "return 0; /* */", 1).encode()
+    c_file.write_bytes(tampered)
+    manifest["artifact"]["files"][0]["sha256"] = hashlib.sha256(tampered).hexdigest()
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    assert main(["evidence", "verify", str(bundle)]) == 1
+    assert "is not the final stage regenerated" in capsys.readouterr().out
+
+
+def test_fallback_callback_failure_is_reported(transpose_unsupported, monkeypatch) -> None:
+    module = parse(TRANSPOSE)
+    from gdv.backends.reference import evaluate
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(evaluate, "evaluate_ops", broken)
+    with pytest.raises(IRError) as e:
+        c.run(module, {"x": np.zeros((3, 5), np.float32)}, allow_fallback=True)
+    assert "the reference fallback for transpose" in e.value.message
