@@ -14,11 +14,17 @@ per-row scale 1e-9..1e-5: near-zero variance with inexact means, layer_norm's wo
 `constant` (each tensor one
 value plus relative noise 1e-6: near-zero variance for layer_norm, catastrophic cancellation in
 x - mean), `tiny` (values near the dtype's underflow threshold where the range allows them),
-`signs` (every element at lo or hi, the choice a product of one random sign per index of each
-axis, the signs drawn once per axis length: tensors that share an axis length share its signs,
-so contractions over it add up without cancellation, and layer_norm passes the pattern on),
-`scaled` (near-constant rows whose relative spread is drawn log-uniformly from 1e-7..1e-1: the
-variance comes near layer_norm's eps, where its sensitivity to the mean's rounding peaks).
+`signs` (every element at lo or hi, the choice a product of one sign pattern per axis, each
+axis's pattern one of two fixed random sign vectors of its length: tensors whose axes share a
+pattern line up, so contractions over them add up without cancellation, and layer_norm passes
+the pattern on), `scaled` (near-constant rows whose relative spread is drawn log-uniformly from
+1e-7..1e-1: the variance comes near layer_norm's eps, where its sensitivity to the mean's
+rounding peaks), `patterns` (rows c + a s_A + b s_B along the last axis, s_A and s_B the two
+sign patterns, a nearly the same for every row and b not, both small: after layer_norm the rows
+are nearly equal along s_A and differ along s_B, so attention's scores nearly tie while its
+values differ, softmax's most sensitive spot), `split` (along the last axis, a leading part at
+one end of the range and the rest tiny: long sums whose partial sums are large while small,
+inexact terms keep rounding).
 
 `worst_error` searches harder: every family, then each parameter drawn from its own family,
 then a hill climb on the worst inputs found (re-draw one parameter, or move a random few of
@@ -46,6 +52,8 @@ KINDS = (
     "tiny",
     "signs",
     "scaled",
+    "patterns",
+    "split",
 )
 
 _TINY = {
@@ -63,9 +71,9 @@ def _range(p: Param, default: tuple[float, float] | None) -> tuple[float, float]
     return float(r[0]), float(r[1])
 
 
-def _axis_signs(length: int, seed: int) -> np.ndarray:
-    """One random sign per index of an axis of `length`, the same for every tensor."""
-    return np.where(np.random.default_rng([seed, length]).random(length) < 0.5, -1.0, 1.0)
+def _axis_signs(length: int, pattern: int) -> np.ndarray:
+    """Sign pattern number `pattern` (0 or 1) of an axis of `length`, the same for every tensor."""
+    return np.where(np.random.default_rng([pattern, length]).random(length) < 0.5, -1.0, 1.0)
 
 
 def _floats(
@@ -82,8 +90,26 @@ def _floats(
         for axis, length in enumerate(shape):
             view = [1] * len(shape)
             view[axis] = length
-            sign = sign * _axis_signs(length, seed).reshape(view)
+            sign = sign * _axis_signs(length, int(rng.integers(2))).reshape(view)
         wide = np.where(sign > 0, hi, lo)
+    elif kind == "patterns" and len(shape) >= 1:
+        rows, n = shape[:-1] + (1,), shape[-1]
+        first = int(rng.integers(2))
+        s_a, s_b = _axis_signs(n, first), _axis_signs(n, 1 - first)
+        amp = (hi - lo) * 10.0 ** rng.uniform(-4, -1.5)
+        c = rng.uniform(lo + 0.25 * (hi - lo), hi, rows) * rng.choice([-1.0, 1.0])
+        c = np.clip(c, lo + 2 * amp, hi - 2 * amp) if hi - lo > 4 * amp else c
+        a = amp * (1 + 10.0 ** rng.uniform(-6, -2) * rng.uniform(-1, 1, rows))
+        b = amp * rng.uniform(-1, 1, rows)
+        wide = np.clip(c + a * s_a + b * s_b, lo, hi)
+    elif kind == "split" and len(shape) >= 1:
+        n = shape[-1]
+        lead = max(1, int(n * rng.uniform(0.25, 0.75)))
+        end = hi if rng.random() < 0.5 else lo
+        tiny = rng.uniform(lo, hi, shape) * 2.0 ** -rng.uniform(6, 12, shape)
+        if lo > 0 or hi < 0:  # no tiny values in the range: the other end instead
+            tiny = np.full(shape, lo if end == hi else hi)
+        wide = np.where(np.arange(n) < lead, end, tiny)
     elif kind == "scaled" and len(shape) >= 1:
         rows = shape[:-1] + (1,)
         c = rng.uniform(lo, hi, rows)
