@@ -24,8 +24,12 @@ to an IR composite or a short IR sequence more directly (`linear`, `layer_norm`,
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
+import os
+import warnings
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -1345,16 +1349,26 @@ def decompose(ep: Any) -> Any:
 def load(path: str) -> Any:
     """The ExportedProgram saved in `path` (by `torch.export.save`); an IRError if it is not one."""
     _require_torch()
+    loc = Loc(path, 1, 1)
+    if not os.path.exists(path):
+        raise IRError(f"no such file {printable(path, 200)}", loc)
+    if os.path.isdir(path):
+        raise IRError(f"{printable(path, 200)} is a directory", loc)
+    if not zipfile.is_zipfile(path):
+        raise IRError("not a torch.export program (.pt2): not a zip archive", loc)
+    quiet = logging.getLogger("torch.export")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # torch logs a traceback before it raises
     try:
-        return torch.export.load(path)
-    except FileNotFoundError:
-        raise IRError(f"no such file {printable(path, 200)}", Loc(path, 1, 1)) from None
-    except IsADirectoryError:
-        raise IRError(f"{printable(path, 200)} is a directory", Loc(path, 1, 1)) from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.export.load(path)
     except Exception as e:  # zip, pickle and schema errors alike
         raise IRError(
-            f"not a valid torch.export program (.pt2): {printable(str(e), 160)}", Loc(path, 1, 1)
+            f"not a valid torch.export program (.pt2): {printable(str(e), 160)}", loc
         ) from None
+    finally:
+        quiet.setLevel(level)
 
 
 def import_program(

@@ -1,7 +1,7 @@
 """gdv: a verification-first ML compiler.
 
 Public API: `load`, `parse`, `format_module`, `compile` (prove and build an executable),
-`run` (the reference backend), `IRError`.
+`run` (the reference backend), `import_onnx`, `import_torch`, `IRError`.
 """
 
 __version__ = "0.1.0"
@@ -33,12 +33,21 @@ def import_onnx(model_or_path, **options):
     return import_model(model_or_path, **options)
 
 
+def import_torch(program_or_path, **options):
+    """A `torch.export.ExportedProgram` (or a saved `.pt2` path) as `(Module, weights)`. See
+    `gdv.frontends.torch.import_program`."""
+    from gdv.frontends.torch import import_program
+
+    return import_program(program_or_path, **options)
+
+
 __all__ = [
     "IRError",
     "__version__",
     "compile",
     "format_module",
     "import_onnx",
+    "import_torch",
     "load",
     "parse",
     "run",

@@ -1,4 +1,6 @@
-"""`gdv import FILE.onnx -o OUT.gdv --weights OUT.npz [--input-shape NAME=D,D,...]`."""
+"""`gdv import FILE.onnx|FILE.pt2 -o OUT.gdv --weights OUT.npz [--input-shape NAME=D,D,...]`.
+
+A `.pt2` file is a program saved by `torch.export.save`; anything else is read as ONNX."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ from gdv.ir.diagnostics import IRError, Loc, printable
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "import", help="import an ONNX model to the textual IR and a weights file"
+        "import",
+        help="import an ONNX model or a torch.export program to the textual IR and a weights file",
     )
-    p.add_argument("file", help="an .onnx model")
+    p.add_argument("file", help="an .onnx model or a .pt2 program (torch.export.save)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.gdv", help="the IR module")
     p.add_argument(
         "--weights",
@@ -24,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="NAME=D,D,...",
-        help="a static shape for a graph input with symbolic dims (repeatable)",
+        help="a static shape for an ONNX graph input with symbolic dims (repeatable; a .pt2 "
+        "program has the static shapes it was exported with)",
     )
     p.set_defaults(handler=run)
 
@@ -49,10 +53,22 @@ def _shapes(specs: list[str]) -> dict[str, list[int]]:
 
 def run(args: argparse.Namespace) -> int:
     from gdv.commands.run import _write_npz_atomically
-    from gdv.frontends.onnx import import_model
     from gdv.ir.printer import print_module
 
-    module, weights = import_model(args.file, input_shapes=_shapes(args.input_shape))
+    if args.file.lower().endswith(".pt2"):
+        from gdv.frontends.torch import import_program
+
+        if args.input_shape:
+            raise IRError(
+                "--input-shape applies to ONNX models; a .pt2 program keeps the static shapes "
+                "it was exported with",
+                Loc("<command line>", 1, 1),
+            )
+        module, weights = import_program(args.file)
+    else:
+        from gdv.frontends.onnx import import_model
+
+        module, weights = import_model(args.file, input_shapes=_shapes(args.input_shape))
     weights_path = args.weights or (args.output.rsplit(".", 1)[0] + ".npz")
     text = print_module(module)
     try:
