@@ -1,0 +1,551 @@
+"""gdv's C target beside numpy, PyTorch eager, torch.compile (inductor, CPU) and onnxruntime, in
+one process, on the same inputs (issue 5, item 3).
+
+    python benchmarks/side_by_side.py [--quick] [--only NAME ...] [--out FILE]
+
+Workloads: a 1024^3 f32 matmul, an MLP, layer_norm+GELU, softmax, a causal attention block and
+a conv+bias+relu+maxpool block. Each is written once as gdv IR, once in numpy and once as a
+torch module (exported to ONNX for onnxruntime with `torch.onnx.export(dynamo=False)`). Before
+timing, every engine's output is compared with gdv's (the largest absolute difference is
+reported; a difference above 1e-3 relative to the output's scale marks the row). Each engine
+runs until it has taken about a second (at least 5 runs, at most 200); the median is reported,
+and `gdv/peer` is gdv's median divided by the peer's (below 1: gdv is faster). Results go to
+`benchmarks/side_by_side.json` with the machine's capability descriptor. Engines that are not
+installed or fail are reported as such, never silently dropped. Timings are this machine's,
+on all its cores; none of this is a unit test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Workload:
+    name: str
+    what: str
+    ir: str
+    inputs: dict[str, np.ndarray]
+    numpy_fn: Callable[..., np.ndarray]
+    torch_module: Callable[[], object]  # builds an nn.Module taking the inputs in order
+    flops: float
+
+
+def _rng_inputs(shapes: dict[str, tuple[tuple[int, ...], float, float]], seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return {
+        k: rng.uniform(lo, hi, size=shape).astype(np.float32)
+        for k, (shape, lo, hi) in shapes.items()
+    }
+
+
+def _ty(shape: tuple[int, ...]) -> str:
+    return f"f32[{','.join(map(str, shape))}]"
+
+
+def _params(shapes: dict[str, tuple[tuple[int, ...], float, float]]) -> str:
+    return ", ".join(
+        f"%{k}: {_ty(s)} {{range = [{lo!r}, {hi!r}]}}" for k, (s, lo, hi) in shapes.items()
+    )
+
+
+# --- workloads --------------------------------------------------------------------------------
+
+
+def matmul(n: int = 1024) -> Workload:
+    shapes = {"a": ((n, n), -1.0, 1.0), "b": ((n, n), -1.0, 1.0)}
+    ir = (
+        f"func @main({_params(shapes)}) -> f32[{n},{n}] {{\n"
+        f"  %0 = matmul(%a, %b) : f32[{n},{n}]\n  return %0\n}}\n"
+    )
+
+    def torch_module():
+        import torch
+
+        class M(torch.nn.Module):
+            def forward(self, a, b):
+                return a @ b
+
+        return M()
+
+    return Workload(
+        "matmul", f"{n}x{n}x{n} f32", ir, _rng_inputs(shapes), np.matmul, torch_module, 2 * n**3
+    )
+
+
+def mlp(batch: int = 256, d_in: int = 784, hidden: int = 1024, d_out: int = 10) -> Workload:
+    shapes = {
+        "x": ((batch, d_in), -1.0, 1.0),
+        "w1": ((d_in, hidden), -0.05, 0.05),
+        "b1": ((hidden,), -0.1, 0.1),
+        "w2": ((hidden, d_out), -0.05, 0.05),
+        "b2": ((d_out,), -0.1, 0.1),
+    }
+    ir = f"""func @main({_params(shapes)}) -> f32[{batch},{d_out}] {{
+  %0 = matmul(%x, %w1) : f32[{batch},{hidden}]
+  %1 = broadcast(%b1) {{dims = [1]}} : f32[{batch},{hidden}]
+  %2 = add(%0, %1) : f32[{batch},{hidden}]
+  %3 = relu(%2) : f32[{batch},{hidden}]
+  %4 = matmul(%3, %w2) : f32[{batch},{d_out}]
+  %5 = broadcast(%b2) {{dims = [1]}} : f32[{batch},{d_out}]
+  %6 = add(%4, %5) : f32[{batch},{d_out}]
+  return %6
+}}
+"""
+
+    def np_fn(x, w1, b1, w2, b2):
+        return np.maximum(x @ w1 + b1, 0) @ w2 + b2
+
+    def torch_module():
+        import torch
+
+        class M(torch.nn.Module):
+            def forward(self, x, w1, b1, w2, b2):
+                return torch.relu(x @ w1 + b1) @ w2 + b2
+
+        return M()
+
+    flops = 2 * batch * (d_in * hidden + hidden * d_out)
+    return Workload(
+        "mlp",
+        f"{batch}x{d_in} -> {hidden} relu -> {d_out}",
+        ir,
+        _rng_inputs(shapes),
+        np_fn,
+        torch_module,
+        flops,
+    )
+
+
+def _np_layer_norm(x, gamma, beta, eps=1e-5):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + np.float32(eps)) * gamma + beta
+
+
+def _np_gelu_tanh(x):
+    c = np.float32(math.sqrt(2.0 / math.pi))
+    return np.float32(0.5) * x * (1 + np.tanh(c * (x + np.float32(0.044715) * x**3)))
+
+
+def layernorm_gelu(rows: int = 4096, d: int = 1024) -> Workload:
+    shapes = {
+        "x": ((rows, d), -3.0, 3.0),
+        "gamma": ((d,), 0.5, 1.5),
+        "beta": ((d,), -0.1, 0.1),
+    }
+    ir = f"""func @main({_params(shapes)}) -> f32[{rows},{d}] {{
+  %h = layer_norm(%x, %gamma, %beta) {{axes = [1], eps = 1e-05}} : f32[{rows},{d}]
+  %g = gelu(%h) {{approximate = "tanh"}} : f32[{rows},{d}]
+  return %g
+}}
+"""
+
+    def np_fn(x, gamma, beta):
+        return _np_gelu_tanh(_np_layer_norm(x, gamma, beta))
+
+    def torch_module():
+        import torch
+
+        class M(torch.nn.Module):
+            def forward(self, x, gamma, beta):
+                h = torch.nn.functional.layer_norm(x, (d,), gamma, beta, 1e-5)
+                return torch.nn.functional.gelu(h, approximate="tanh")
+
+        return M()
+
+    return Workload(
+        "layernorm_gelu",
+        f"gelu(layer_norm(x)), x {rows}x{d}",
+        ir,
+        _rng_inputs(shapes),
+        np_fn,
+        torch_module,
+        0.0,
+    )
+
+
+def softmax(rows: int = 4096, d: int = 1024) -> Workload:
+    shapes = {"x": ((rows, d), -8.0, 8.0)}
+    ir = f"""func @main({_params(shapes)}) -> f32[{rows},{d}] {{
+  %p = softmax(%x) {{axis = 1}} : f32[{rows},{d}]
+  return %p
+}}
+"""
+
+    def np_fn(x):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    def torch_module():
+        import torch
+
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return torch.softmax(x, dim=-1)
+
+        return M()
+
+    return Workload(
+        "softmax", f"rows of {rows}x{d}", ir, _rng_inputs(shapes), np_fn, torch_module, 0.0
+    )
+
+
+def attention(seq: int = 128, d: int = 256, heads: int = 4) -> Workload:
+    dh = d // heads
+    s = {
+        "x": ((seq, d), -2.0, 2.0),
+        "gamma": ((d,), 0.5, 1.5),
+        "beta": ((d,), -0.1, 0.1),
+        "wq": ((d, d), -0.0625, 0.0625),
+        "wk": ((d, d), -0.0625, 0.0625),
+        "wv": ((d, d), -0.0625, 0.0625),
+        "wo": ((d, d), -0.0625, 0.0625),
+    }
+    scale = 1.0 / math.sqrt(dh)
+    ir = f"""func @main({_params(s)}) -> f32[{seq},{d}] {{
+  %h = layer_norm(%x, %gamma, %beta) {{axes = [1], eps = 1e-05}} : f32[{seq},{d}]
+  %q = matmul(%h, %wq) : f32[{seq},{d}]
+  %k = matmul(%h, %wk) : f32[{seq},{d}]
+  %v = matmul(%h, %wv) : f32[{seq},{d}]
+  %q3 = reshape(%q) : f32[{seq},{heads},{dh}]
+  %qh = transpose(%q3) {{perm = [1, 0, 2]}} : f32[{heads},{seq},{dh}]
+  %k3 = reshape(%k) : f32[{seq},{heads},{dh}]
+  %kt = transpose(%k3) {{perm = [1, 2, 0]}} : f32[{heads},{dh},{seq}]
+  %v3 = reshape(%v) : f32[{seq},{heads},{dh}]
+  %vh = transpose(%v3) {{perm = [1, 0, 2]}} : f32[{heads},{seq},{dh}]
+  %sc = matmul(%qh, %kt) : f32[{heads},{seq},{seq}]
+  %scale = constant() {{value = {scale!r}}} : f32[{heads},{seq},{seq}]
+  %ss = mul(%sc, %scale) : f32[{heads},{seq},{seq}]
+  %qpos = iota() {{axis = 1}} : i32[{heads},{seq},{seq}]
+  %kpos = iota() {{axis = 2}} : i32[{heads},{seq},{seq}]
+  %keep = cmp(%kpos, %qpos) {{dir = "le"}} : i1[{heads},{seq},{seq}]
+  %ninf = constant() {{value = -inf}} : f32[{heads},{seq},{seq}]
+  %masked = select(%keep, %ss, %ninf) : f32[{heads},{seq},{seq}]
+  %p = softmax(%masked) {{axis = 2}} : f32[{heads},{seq},{seq}]
+  %o = matmul(%p, %vh) : f32[{heads},{seq},{dh}]
+  %ot = transpose(%o) {{perm = [1, 0, 2]}} : f32[{seq},{heads},{dh}]
+  %om = reshape(%ot) : f32[{seq},{d}]
+  %proj = matmul(%om, %wo) : f32[{seq},{d}]
+  %y = add(%x, %proj) : f32[{seq},{d}]
+  return %y
+}}
+"""
+    f32 = np.float32
+
+    def np_fn(x, gamma, beta, wq, wk, wv, wo):
+        h = _np_layer_norm(x, gamma, beta)
+        q = (h @ wq).reshape(seq, heads, dh).transpose(1, 0, 2)
+        k = (h @ wk).reshape(seq, heads, dh).transpose(1, 2, 0)
+        v = (h @ wv).reshape(seq, heads, dh).transpose(1, 0, 2)
+        sc = (q @ k) * f32(scale)
+        mask = np.tril(np.ones((seq, seq), dtype=bool))
+        sc = np.where(mask, sc, f32(-np.inf))
+        e = np.exp(sc - sc.max(axis=-1, keepdims=True))
+        p = e / e.sum(axis=-1, keepdims=True)
+        o = (p @ v).transpose(1, 0, 2).reshape(seq, d)
+        return x + o @ wo
+
+    def torch_module():
+        import torch
+
+        class M(torch.nn.Module):
+            def forward(self, x, gamma, beta, wq, wk, wv, wo):
+                h = torch.nn.functional.layer_norm(x, (d,), gamma, beta, 1e-5)
+                q = (h @ wq).reshape(seq, heads, dh).transpose(0, 1)
+                k = (h @ wk).reshape(seq, heads, dh).permute(1, 2, 0)
+                v = (h @ wv).reshape(seq, heads, dh).transpose(0, 1)
+                sc = (q @ k) * scale
+                mask = torch.ones(seq, seq, dtype=torch.bool).tril()
+                sc = sc.masked_fill(~mask, float("-inf"))
+                o = (torch.softmax(sc, dim=-1) @ v).transpose(0, 1).reshape(seq, d)
+                return x + o @ wo
+
+        return M()
+
+    flops = 2 * seq * d * d * 4 + 2 * 2 * heads * seq * seq * dh
+    return Workload(
+        "attention",
+        f"causal, seq {seq}, d_model {d}, {heads} heads",
+        ir,
+        _rng_inputs(s),
+        np_fn,
+        torch_module,
+        flops,
+    )
+
+
+def conv_block(batch: int = 8, cin: int = 3, cout: int = 16, hw: int = 64) -> Workload:
+    s = {
+        "x": ((batch, cin, hw, hw), 0.0, 1.0),
+        "w": ((cout, cin, 3, 3), -0.2, 0.2),
+        "b": ((cout,), -0.1, 0.1),
+    }
+    h2 = hw // 2
+    ir = f"""func @main({_params(s)}) -> f32[{batch},{cout},{h2},{h2}] {{
+  %c = conv2d(%x, %w) {{stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1], groups = 1}} : f32[{batch},{cout},{hw},{hw}]
+  %bb = broadcast(%b) {{dims = [1]}} : f32[{batch},{cout},{hw},{hw}]
+  %cb = add(%c, %bb) : f32[{batch},{cout},{hw},{hw}]
+  %r = relu(%cb) : f32[{batch},{cout},{hw},{hw}]
+  %win = reshape(%r) : f32[{batch},{cout},{h2},2,{h2},2]
+  %pool = reduce_max(%win) {{axes = [3, 5]}} : f32[{batch},{cout},{h2},{h2}]
+  return %pool
+}}
+"""  # noqa: E501
+
+    def np_fn(x, w, b):
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+        c = np.einsum("bihwkl,oikl->bohw", win, w, optimize=True)
+        r = np.maximum(c + b[None, :, None, None], 0)
+        return r.reshape(batch, cout, h2, 2, h2, 2).max(axis=(3, 5))
+
+    def torch_module():
+        import torch
+
+        class M(torch.nn.Module):
+            def forward(self, x, w, b):
+                c = torch.nn.functional.conv2d(x, w, b, padding=1)
+                return torch.nn.functional.max_pool2d(torch.relu(c), 2)
+
+        return M()
+
+    flops = 2 * batch * cout * hw * hw * cin * 9
+    return Workload(
+        "conv_block",
+        f"3x3 conv {cin}->{cout} on {batch}x{hw}x{hw}, bias, relu, 2x2 maxpool",
+        ir,
+        _rng_inputs(s),
+        np_fn,
+        torch_module,
+        flops,
+    )
+
+
+WORKLOADS = {
+    "matmul": matmul,
+    "mlp": mlp,
+    "layernorm_gelu": layernorm_gelu,
+    "softmax": softmax,
+    "attention": attention,
+    "conv_block": conv_block,
+}
+QUICK = {
+    "matmul": dict(n=256),
+    "mlp": dict(batch=32),
+    "layernorm_gelu": dict(rows=256),
+    "softmax": dict(rows=256),
+    "attention": dict(seq=32, d=64),
+    "conv_block": dict(batch=1, hw=16),
+}
+
+
+# --- engines ----------------------------------------------------------------------------------
+
+
+def _gdv(w: Workload):
+    from gdv.driver import compile as gdv_compile
+
+    t = time.perf_counter()
+    comp = gdv_compile(w.ir, target="c")
+    setup = time.perf_counter() - t
+    return (lambda: comp(**w.inputs)[0]), setup
+
+
+def _numpy(w: Workload):
+    args = list(w.inputs.values())
+    return (lambda: w.numpy_fn(*args)), 0.0
+
+
+def _torch_eager(w: Workload):
+    import torch
+
+    module = w.torch_module().eval()
+    args = [torch.from_numpy(a) for a in w.inputs.values()]
+
+    def call():
+        with torch.no_grad():
+            return module(*args).numpy()
+
+    return call, 0.0
+
+
+def _torch_compile(w: Workload):
+    import torch
+
+    module = w.torch_module().eval()
+    args = [torch.from_numpy(a) for a in w.inputs.values()]
+    compiled = torch.compile(module, backend="inductor")
+    t = time.perf_counter()
+    with torch.no_grad():
+        compiled(*args)  # compiles
+    setup = time.perf_counter() - t
+
+    def call():
+        with torch.no_grad():
+            return compiled(*args).numpy()
+
+    return call, setup
+
+
+def _onnxruntime(w: Workload):
+    import onnxruntime as ort
+    import torch
+
+    module = w.torch_module().eval()
+    args = tuple(torch.from_numpy(a) for a in w.inputs.values())
+    names = list(w.inputs)
+    buf = io.BytesIO()
+    t = time.perf_counter()
+    with warnings.catch_warnings():  # the TorchScript exporter is deprecated, and asked for
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, args, buf, input_names=names, output_names=["y"], dynamo=False, opset_version=17
+        )
+    session = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    setup = time.perf_counter() - t
+    feed = dict(w.inputs)
+    return (lambda: session.run(None, feed)[0]), setup
+
+
+ENGINES = {
+    "gdv-c": _gdv,
+    "numpy": _numpy,
+    "torch-eager": _torch_eager,
+    "torch-compile": _torch_compile,
+    "onnxruntime": _onnxruntime,
+}
+
+
+def _time(call: Callable[[], object], budget: float = 1.0) -> list[float]:
+    call()  # warm
+    runs: list[float] = []
+    start = time.perf_counter()
+    while len(runs) < 5 or (time.perf_counter() - start < budget and len(runs) < 200):
+        t = time.perf_counter()
+        call()
+        runs.append(time.perf_counter() - t)
+    return runs
+
+
+def run_workload(w: Workload, engines: list[str], budget: float) -> dict:
+    row: dict = {"workload": w.name, "what": w.what, "engines": {}}
+    reference = None
+    for name in engines:
+        entry: dict = {}
+        try:
+            call, setup = ENGINES[name](w)
+            out = np.asarray(call(), dtype=np.float64)
+            if reference is None:
+                reference = out
+            scale = max(1.0, float(np.max(np.abs(reference))))
+            diff = float(np.max(np.abs(out - reference))) if out.size else 0.0
+            runs = _time(call, budget)
+            median = statistics.median(runs)
+            entry = {
+                "median_ms": median * 1e3,
+                "runs": len(runs),
+                "setup_s": round(setup, 3),
+                "max_abs_diff_vs_gdv": diff,
+                "agrees": diff <= 1e-3 * scale,
+            }
+            if w.flops:
+                entry["gflops"] = w.flops / median / 1e9
+        except Exception as e:  # noqa: BLE001  (an engine that fails is reported, not hidden)
+            entry = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+            if "--debug" in sys.argv:
+                traceback.print_exc()
+        row["engines"][name] = entry
+        print(f"  {name:<14} {_cell(entry)}", flush=True)
+    base = row["engines"].get("gdv-c", {}).get("median_ms")
+    for name, entry in row["engines"].items():
+        if base and "median_ms" in entry and name != "gdv-c":
+            entry["gdv_over_peer"] = base / entry["median_ms"]
+    return row
+
+
+def _cell(entry: dict) -> str:
+    if "error" in entry:
+        return f"error: {entry['error']}"
+    flops = f", {entry['gflops']:.1f} GFLOP/s" if "gflops" in entry else ""
+    ok = "" if entry["agrees"] else f"  [differs from gdv by {entry['max_abs_diff_vs_gdv']:.3g}]"
+    return f"{entry['median_ms']:.3f} ms median of {entry['runs']}{flops}{ok}"
+
+
+def table(rows: list[dict], engines: list[str]) -> str:
+    """A Markdown table: gdv's median and gdv/peer per peer."""
+    peers = [e for e in engines if e != "gdv-c"]
+    head = "| workload | gdv-c (ms) | " + " | ".join(f"gdv / {p}" for p in peers) + " |"
+    lines = [head, "|" + "---|" * (2 + len(peers))]
+    for r in rows:
+        g = r["engines"].get("gdv-c", {})
+        cells = [f"{g['median_ms']:.3f}" if "median_ms" in g else "error"]
+        for p in peers:
+            e = r["engines"].get(p, {})
+            if "gdv_over_peer" in e:
+                cells.append(f"{e['gdv_over_peer']:.2f} ({e['median_ms']:.3f} ms)")
+            else:
+                cells.append("error" if "error" in e else "-")
+        lines.append(f"| {r['workload']} ({r['what']}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    ap.add_argument("--only", nargs="*", choices=sorted(WORKLOADS), help="these workloads")
+    ap.add_argument("--engines", nargs="*", choices=list(ENGINES), default=list(ENGINES))
+    ap.add_argument("--budget", type=float, default=1.0, help="seconds per engine and workload")
+    ap.add_argument("--out", default=str(HERE / "side_by_side.json"))
+    ap.add_argument("--debug", action="store_true", help="print tracebacks of failing engines")
+    args = ap.parse_args(argv)
+    engines = ["gdv-c"] + [e for e in args.engines if e != "gdv-c"]
+    rows = []
+    for name in args.only or list(WORKLOADS):
+        w = WORKLOADS[name](**(QUICK[name] if args.quick else {}))
+        print(f"{w.name}: {w.what}", flush=True)
+        rows.append(run_workload(w, engines, args.budget))
+    from gdv.backends.capabilities import descriptor
+
+    versions = {"numpy": np.__version__}
+    for mod in ("torch", "onnxruntime", "onnx"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except ImportError:
+            versions[mod] = "not installed"
+    caps = descriptor("c")
+    result = {
+        "command": "python benchmarks/side_by_side.py" + (" --quick" if args.quick else ""),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": caps["machine"],
+        "compiler": caps["compiler"],
+        "versions": versions,
+        "ratio": "gdv/peer = gdv's median time / the peer's (below 1: gdv is faster)",
+        "rows": rows,
+    }
+    md = table(rows, engines)
+    print()
+    print(md)
+    if not args.quick:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
