@@ -1,9 +1,12 @@
-"""C for the loop stage's `kernel` op: one C function per kernel (backends/c/nest.py), its scalar
-body inlined at every point of the iteration space, op by op, with the C code of
-`backends/c/elementwise.py`."""
+"""C for the loop stage's `kernel` op: one C function per kernel, its scalar body inlined op by
+op with the C code of `backends/c/elementwise.py`. Contractions (a sum of products whose
+factors each depend on one side of the output) become packed, register-blocked matrix products
+(`backends/c/matmul.py`); every other kernel is a loop nest (`backends/c/nest.py`). Both keep
+the IR's fold order exactly."""
 
 from __future__ import annotations
 
+from gdv.backends.c import matmul
 from gdv.backends.c.elementwise import scalar
 from gdv.backends.c.emit import CTYPE, Program, comment, ctype
 from gdv.backends.c.nest import Nest, emit_nest
@@ -53,5 +56,9 @@ def _kernel(prog: Program, op: Op) -> None:
         op.attrs["combiner"],
         {k: op.attrs[k] for k in SCHEDULE_KEYS if k in op.attrs},
     )
+    contraction = matmul.find(op, body)
+    if contraction is not None:
+        matmul.emit(prog, op, contraction, operand_types, body)
+        return
     note = f"kernel %{comment(op.result)} body @{comment(op.attrs['body'])}"
     emit_nest(prog, op, nest, operand_types, body_code(prog, body), note)

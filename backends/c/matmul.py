@@ -1,0 +1,529 @@
+"""Contraction kernels as packed, cache-blocked, register-blocked C (issue 5, item 3).
+
+A `kernel` is a contraction when its combiner is `add` over at least one reduce dim, its dtype
+is f32 or f64, and its body returns `mul(X, Y)` where the sub-body X reads only operands indexed
+by the "row" out dims I (and batch and reduce dims) and Y only operands indexed by the "column"
+out dims J (and batch and reduce dims); out dims that feed both are batch dims B. Then
+
+    result[b, i, j] = fold_add over k in row-major order of `reduce` of X(b, i, k) * Y(b, j, k)
+
+and it is computed as BLAS computes a matrix product, but keeping the IR's order exactly:
+
+- Packing evaluates X into row slivers (MR rows by KC reduce positions) and Y into column
+  slivers (KC by NR): a fused prologue such as relu(a + b) runs once per packed element instead
+  of once per (i, j, k). The packed K index is the row-major position over `reduce` as listed.
+- The micro-kernel holds an MR x NR tile of accumulators in vector registers (GCC vector
+  extensions, the width from `backends/c/simd.py`). For each k in order it adds the products
+  X[i, k] * Y[j, k] (one multiply rounded, then one add rounded: no FMA, `-ffp-contract=off`),
+  so every accumulator is exactly the left fold acc = p0; acc = acc + p1; ... of its output.
+  Accumulators start at -0.0, which changes nothing: -0.0 + p == p for every p, NaN included.
+- Blocking over k stores the partial sums in the result between blocks (in the result dtype,
+  so exactly) and reloads them for the next block, in order. An empty reduction writes +0.0.
+- Threads (OpenMP) split the output rows (or, with too few rows, the columns) of each block:
+  an output element is always computed by one thread, in order.
+
+So the result is bit-identical to the reference backend's. Multiplication is commutative in
+IEEE arithmetic, so which factor is the row operand never matters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gdv.backends.c.elementwise import scalar
+from gdv.backends.c.emit import CTYPE, SUFFIX, Program, comment, ctype, strides
+from gdv.backends.c.simd import blocking, micro_tile, vector_bytes
+from gdv.ir.core import Function, Op
+from gdv.ir.dtypes import DType
+from gdv.ir.types import TensorType
+
+PARALLEL_MIN_MACS = 1 << 17
+"""Contractions with fewer multiply-adds than this run on one thread."""
+
+_FLOATS = (DType.F32, DType.F64)
+
+
+@dataclass
+class Contraction:
+    """How a contraction kernel splits: the factors and the loop dims of each role."""
+
+    left: str
+    """Body value of the row factor X."""
+    right: str
+    """Body value of the column factor Y."""
+    batch: list[int]
+    rows: list[int]
+    cols: list[int]
+    red: list[int]
+    direct: bool
+    """The result is laid out [batch..., rows..., cols...] row-major: tiles are stored in place
+    (else into a workspace, scattered afterwards)."""
+
+
+def _closure(body: Function, value: str) -> set[str]:
+    """The body values (params and op results) that `value` depends on, itself included."""
+    producer = {b.result: b for b in body.ops}
+    seen: set[str] = set()
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in producer:
+            todo.extend(producer[v].operands)
+    return seen
+
+
+def _operand_dims(maps: list[list[list[int]]], n: int) -> list[set[int]]:
+    """Per operand, the loop dims its map reads with a non-zero coefficient."""
+    return [{d for row in rows for d in range(n) if row[d]} for rows in maps]
+
+
+def find(op: Op, body: Function) -> Contraction | None:
+    """The contraction `op` is, or None when it is not one this file lowers."""
+    a = op.attrs
+    dtype = op.type.dtype
+    if a["combiner"] != "add" or not a["reduce"] or a.get("accumulators", 1) > 1:
+        return None
+    if dtype not in _FLOATS or len(body.returns) != 1:
+        return None
+    (ret,) = body.returns
+    last = next((b for b in body.ops if b.result == ret), None)
+    if last is None or last.name != "mul" or last.type.dtype != dtype or last.type.rank != 0:
+        return None
+    n = len(a["space"])
+    used = _operand_dims(a["maps"], n)
+    param_index = {p.name: k for k, p in enumerate(body.params)}
+
+    def dims(value: str) -> set[int]:
+        out: set[int] = set()
+        for v in _closure(body, value):
+            if v in param_index:
+                out |= used[param_index[v]]
+        return out
+
+    x, y = last.operands
+    dx, dy = dims(x), dims(y)
+    out = list(a["out"])
+    batch = [d for d in out if d in dx and d in dy]
+    rows = [d for d in out if d not in dy]  # out dims in neither factor ride with the rows
+    cols = [d for d in out if d in dy and d not in dx]
+    if not rows or not cols:
+        return None  # a matrix-vector product or a plain reduction: no tile to reuse
+    red = list(a["reduce"])
+    pos = {d: p for p, d in enumerate(out)}
+
+    def direct(r: list[int], c: list[int]) -> bool:
+        return [pos[d] for d in batch + r + c] == list(range(len(out)))
+
+    if direct(rows, cols):
+        return Contraction(x, y, batch, rows, cols, red, True)
+    if direct(cols, rows) and not any(d not in dx and d not in dy for d in out):
+        return Contraction(y, x, batch, cols, rows, red, True)
+    return Contraction(x, y, batch, rows, cols, red, False)
+
+
+# --- C emission -------------------------------------------------------------------------------
+
+
+def _vector_types(prog: Program, dtype: DType, vb: int) -> tuple[str, str]:
+    """The aligned and unaligned vector typedefs of `dtype` lanes in `vb` bytes (emitted once)."""
+    t, s = CTYPE[dtype], SUFFIX[dtype]
+    va, vu = f"gdv_v{s}x{vb}", f"gdv_u{s}x{vb}"
+    marker = f"typedef {t} {va} "
+    if not any(f.startswith(marker) for f in prog.functions):
+        prog.functions.append(
+            f"{marker}__attribute__((vector_size({vb})));\n"
+            f"typedef {t} {vu} __attribute__((vector_size({vb}), aligned({math.gcd(vb, 8)})));\n"
+        )
+    return va, vu
+
+
+def _runtime_includes(prog: Program) -> None:
+    marker = "/* gdv fast kernels: heap and OpenMP */"
+    if not any(f.startswith(marker) for f in prog.functions):
+        prog.functions.append(
+            f"{marker}\n#include <stdlib.h>\n#ifdef _OPENMP\n#include <omp.h>\n#endif\n"
+        )
+
+
+def micro_kernel(prog: Program, dtype: DType, mr: int, nv: int, vb: int) -> str:
+    """The name of the MR x (NV vectors) micro-kernel for `dtype` (emitted once per program).
+
+    `gdv_mk(kc, ap, bp, c, ldc, first)`: for k = 0 .. kc-1 in order, c[r][j] += ap[k][r] *
+    bp[k][j] (multiply, then add), starting from -0.0 when `first`, else from c."""
+    t, s = CTYPE[dtype], SUFFIX[dtype]
+    va, vu = _vector_types(prog, dtype, vb)
+    vl = vb // dtype.itemsize
+    nr = nv * vl
+    name = f"gdv_mk_{s}_{mr}x{nr}_v{vb}"
+    head = f"static void {name}("
+    if any(f.startswith(head) for f in prog.functions):
+        return name
+    accs = [[f"c{r}_{v}" for v in range(nv)] for r in range(mr)]
+    zero = "-0.0f" if dtype is DType.F32 else "-0.0"
+    lines = [
+        f"{head}int64_t kc, const {t} *restrict ap, const {t} *restrict bp, "
+        f"{t} *restrict c, int64_t ldc, int first)",
+        "{",
+        f"  {va} " + ", ".join(a for row in accs for a in row) + ";",
+        "  if (first) {",
+        f"    const {va} z = {{" + ", ".join([zero] * vl) + "};",
+    ]
+    lines += [f"    {a} = z;" for row in accs for a in row]
+    lines.append("  } else {")
+    lines += [
+        f"    {accs[r][v]} = *(const {vu} *)(c + {r} * ldc + {v * vl});"
+        for r in range(mr)
+        for v in range(nv)
+    ]
+    lines += ["  }", "  for (int64_t k = 0; k < kc; k++) {"]
+    lines += [f"    const {va} b{v} = *(const {va} *)(bp + {v * vl});" for v in range(nv)]
+    for r in range(mr):
+        lines.append(f"    {{ const {t} a = ap[{r}];")
+        lines += [f"      {accs[r][v]} = {accs[r][v]} + b{v} * a;" for v in range(nv)]
+        lines.append("    }")
+    lines += [f"    ap += {mr};", f"    bp += {nr};", "  }"]
+    lines += [
+        f"  *({vu} *)(c + {r} * ldc + {v * vl}) = {accs[r][v]};"
+        for r in range(mr)
+        for v in range(nv)
+    ]
+    lines.append("}")
+    prog.functions.append("\n".join(lines) + "\n")
+    return name
+
+
+@dataclass
+class _Group:
+    """A role's loop dims flattened row-major into one index `var` of extent `size`."""
+
+    dims: list[int]
+    sizes: list[int]
+    var: str
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.sizes)
+
+    def offset(self, coef: list[int], table: str, tables: dict[str, str]) -> tuple[str, int]:
+        """C for sum_d coef[d] * index_d at flattened index `var`, and a stride hint (how far
+        one step of `var` moves in memory; large when a table is needed). A table (int64_t
+        `table[size]`, its initialising loop put in `tables`) serves when the dims do not
+        flatten to one stride."""
+        live = [(c, z) for c, z in zip((coef[d] for d in self.dims), self.sizes, strict=True)]
+        live = [(c, z) for c, z in live if z != 1]
+        if all(c == 0 for c, _ in live):
+            return "INT64_C(0)", 0
+        step = live[-1][0]
+        expect, linear = step, True
+        for c, z in reversed(live):
+            linear = linear and c == expect
+            expect *= z
+        if linear:
+            return f"INT64_C({step}) * {self.var}", abs(step)
+        if table not in tables:
+            init = [
+                f"  for (int64_t v = 0; v < INT64_C({self.size}); v++) {{",
+                "    int64_t q = v;",
+            ]
+            terms = []
+            for d, z in reversed(list(zip(self.dims, self.sizes, strict=True))):
+                init.append(f"    const int64_t u{d} = q % INT64_C({z}); q /= INT64_C({z});")
+                if coef[d]:
+                    terms.append(f"INT64_C({coef[d]}) * u{d}")
+            init.append(f"    {table}[v] = {' + '.join(terms)};")
+            init.append("  }")
+            tables[table] = "\n".join(init)
+        return f"{table}[{self.var}]", 1 << 30
+
+
+def _coefficients(rows: list[list[int]], t: TensorType, n: int) -> tuple[list[int], int]:
+    """The flat index of an operand read at `rows . i + c`: per loop dim coefficient, constant."""
+    st = strides(t)
+    coef = [sum(st[r] * row[d] for r, row in enumerate(rows)) for d in range(n)]
+    return coef, sum(st[r] * row[-1] for r, row in enumerate(rows))
+
+
+def emit(
+    prog: Program, op: Op, con: Contraction, operand_types: list[TensorType], body: Function
+) -> None:
+    """Emit the C function computing contraction `op` into a new buffer, and its call."""
+    dtype = op.type.dtype
+    t = ctype(dtype, op, prog.module)
+    space = list(op.attrs["space"])
+    size = dtype.itemsize
+
+    def group(dims: list[int], var: str) -> _Group:
+        return _Group(dims, [space[d] for d in dims], var)
+
+    gb, gi, gj = group(con.batch, "b"), group(con.rows, "i"), group(con.cols, "j")
+    gk = group(con.red, "k")
+    m_, n_, k_, nb = gi.size, gj.size, gk.size, gb.size
+    vb = vector_bytes()
+    mr, nv, vl = micro_tile(size, m_, n_)
+    nr = nv * vl
+    kc_max, mc_max, nc_max = blocking(size, mr, nr)
+    name = prog.new_function()
+    params = [f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)]
+    params.append(f"{t} *restrict r")
+    head = (
+        f"/* kernel %{comment(op.result)} body @{comment(op.attrs['body'])}: contraction "
+        f"M={m_} N={n_} K={k_} batch={nb}; packed {mr}x{nr} micro-kernel, {vb}-byte vectors, "
+        f"KC={kc_max} MC={mc_max} NC={nc_max} */\n"
+        f"static int {name}({', '.join(params)})\n"
+    )
+    total = op.type.num_elements
+    if total == 0:
+        code = "{\n  return 0;\n}\n"
+    elif k_ == 0:  # the empty fold of every output: +0.0
+        code = f"{{\n  for (int64_t e = 0; e < {total}; e++) r[e] = 0;\n  return 0;\n}}\n"
+    else:
+        _runtime_includes(prog)
+        micro = micro_kernel(prog, dtype, mr, nv, vb)
+        code = _blocked(prog, op, con, operand_types, body, (gb, gi, gj, gk), micro, mr, nr)
+    prog.functions.append(head + code)
+    prog.new_slot(op.result, op.type)
+    args = [prog.var(o) for o in op.operands] + [prog.var(op.result)]
+    prog.body.append(
+        f"  if ({name}({', '.join(args)}) != 0) return -1;  /* %{comment(op.result)}; "
+        "-1: out of memory */"
+    )
+
+
+def _blocked(
+    prog: Program,
+    op: Op,
+    con: Contraction,
+    operand_types: list[TensorType],
+    body: Function,
+    groups: tuple[_Group, _Group, _Group, _Group],
+    micro: str,
+    mr: int,
+    nr: int,
+) -> str:
+    """The body of a contraction's C function (at least one output, a non-empty fold)."""
+    dtype = op.type.dtype
+    t = CTYPE[dtype]
+    n = len(op.attrs["space"])
+    gb, gi, gj, gk = groups
+    m_, n_, k_, nb = gi.size, gj.size, gk.size, gb.size
+    kc_max, mc_max, nc_max = blocking(dtype.itemsize, mr, nr)
+    coefs = [_coefficients(op.attrs["maps"][k], ot, n) for k, ot in enumerate(operand_types)]
+    out_coef = [0] * n
+    for p, d in enumerate(op.attrs["out"]):
+        out_coef[d] = strides(op.type)[p]
+    tables: dict[str, str] = {}  # name -> initialising loop
+    pidx = {p.name: k for k, p in enumerate(body.params)}
+
+    def factor_offsets(value: str, g: _Group) -> tuple[dict[int, str], bool]:
+        """Per operand of the factor: its C flat index at (b, g's index, k); and whether the
+        k loop should run innermost when packing (k moves less far in memory than g)."""
+        offs, sg, sk = {}, 0, 0
+        for v in sorted(_closure(body, value) & set(pidx), key=pidx.__getitem__):
+            k = pidx[v]
+            og, hg = g.offset(coefs[k][0], f"t{k}{g.var}", tables)
+            ok, hk = gk.offset(coefs[k][0], f"t{k}k", tables)
+            offs[k] = f"o{k} + {og} + {ok}"
+            sg, sk = max(sg, hg), max(sk, hk)
+        return offs, sk <= sg
+
+    x_offs, x_k_inner = factor_offsets(con.left, gi)
+    y_offs, y_k_inner = factor_offsets(con.right, gj)
+    scatter = ""
+    if not con.direct:
+        res_b = gb.offset(out_coef, "trb", tables)[0]
+        res_i = gi.offset(out_coef, "tri", tables)[0]
+        res_j = gj.offset(out_coef, "trj", tables)[0]
+        scatter = f"""    const int64_t ob = {res_b};
+    for (int64_t i = 0; i < {m_}; i++)
+      for (int64_t j = 0; j < {n_}; j++)
+        r[ob + {res_i} + {res_j}] = ws[i * {n_} + j];
+"""
+
+    # Buffers: one shared packed panel of Y, one packed block of X per thread, the tables.
+    kc_top = min(kc_max, k_)
+    bp_elems = _round64(kc_top * -(-min(nc_max, n_) // nr) * nr, dtype.itemsize)
+    mc_top = min(mc_max, -(-m_ // mr) * mr)
+    ap_elems = _round64(kc_top * mc_top, dtype.itemsize)
+    sizes = {"b": nb, "i": m_, "j": n_, "k": k_}
+    heap = [f"bp = aligned_alloc(64, sizeof({t}) * {bp_elems})"]
+    heap.append(f"apall = aligned_alloc(64, sizeof({t}) * {ap_elems} * nthreads)")
+    if not con.direct:
+        heap.append(f"ws = malloc(sizeof({t}) * {m_ * n_})")
+    typed = [f"{t} *{h}" for h in heap]
+    typed += [f"int64_t *{v} = malloc(sizeof(int64_t) * {sizes[v[-1]]})" for v in tables]
+    owned = [h.split(" =")[0] for h in heap] + list(tables)
+    free = " ".join(f"free({v});" for v in owned)
+    alloc = "".join(f"  {h};\n" for h in typed)
+    alloc += f"  if ({' || '.join(f'!{v}' for v in owned)}) {{\n    {free}\n    return 1;\n  }}\n"
+    alloc += "".join(f"{init}\n" for init in tables.values())
+
+    batch = "".join(
+        f"    const int64_t bi{d} = q % {z}; q /= {z};\n"
+        for d, z in reversed(list(zip(gb.dims, gb.sizes, strict=True)))
+    )
+    for k, (coef, const) in enumerate(coefs):
+        terms = [f"INT64_C({const})"] + [f"INT64_C({coef[d]}) * bi{d}" for d in gb.dims if coef[d]]
+        batch += f"    const int64_t o{k} = {' + '.join(terms)};\n"
+    c_at = f"r + b * INT64_C({m_ * n_})" if con.direct else "ws"
+    ind_y, ind_x = " " * 12, " " * 16
+    pack_y = _pack(
+        prog, body, con.right, y_offs, ind_y, ("jj", "nr", "j", "j0 + jj"), y_k_inner,
+        f"dst[kk * {nr} + jj]",
+    )  # fmt: skip
+    pack_x = _pack(
+        prog, body, con.left, x_offs, ind_x, ("ii", "mr", "i", "r0 + ii"), x_k_inner,
+        f"dst[kk * {mr} + ii]",
+    )  # fmt: skip
+    parallel = int(m_ * n_ * k_ >= PARALLEL_MIN_MACS)
+    return f"""{{
+  int nthreads = 1;
+#ifdef _OPENMP
+  nthreads = omp_get_max_threads();
+#endif
+{alloc}  for (int64_t b = 0; b < {nb}; b++) {{
+    int64_t q = b;
+{batch}    (void)q;
+    {t} *restrict c = {c_at};
+#pragma omp parallel if ({parallel})
+    {{
+      int nt = 1, tid = 0;
+#ifdef _OPENMP
+      nt = omp_get_num_threads();
+      tid = omp_get_thread_num();
+#endif
+      {t} *restrict ap = apall + (int64_t)tid * {ap_elems};
+      /* Row blocks: a multiple of the thread count, at most MC rows each, MR-aligned. */
+      const int64_t nblk = nt * (({m_} + nt * INT64_C({mc_top}) - 1) / (nt * INT64_C({mc_top})));
+      int64_t mc = ({m_} + nblk - 1) / nblk;
+      mc = (mc + {mr - 1}) / {mr} * {mr};
+      const int64_t nib = ({m_} + mc - 1) / mc;
+      for (int64_t jc = 0; jc < {n_}; jc += {nc_max}) {{
+        const int64_t nc = {n_} - jc < {nc_max} ? {n_} - jc : {nc_max};
+        const int64_t ns = (nc + {nr - 1}) / {nr};
+        /* Too few row blocks for the threads: split the columns too. */
+        const int64_t groups = nib >= nt ? 1 : (nt < ns ? nt : ns);
+        for (int64_t pc = 0; pc < {k_}; pc += {kc_max}) {{
+          const int64_t kc = {k_} - pc < {kc_max} ? {k_} - pc : {kc_max};
+          /* Pack Y: sliver s holds columns jc + s*NR.. for reduce positions pc..pc+kc-1. */
+#pragma omp for schedule(static)
+          for (int64_t s = 0; s < ns; s++) {{
+            {t} *restrict dst = bp + s * kc * {nr};
+            const int64_t j0 = jc + s * {nr};
+            const int64_t nr = {n_} - j0 < {nr} ? {n_} - j0 : {nr};
+{pack_y}            for (int64_t jj = nr; jj < {nr}; jj++)
+              for (int64_t kk = 0; kk < kc; kk++) dst[kk * {nr} + jj] = 0;
+          }}
+          int64_t packed = -1;
+#pragma omp for schedule(static)
+          for (int64_t task = 0; task < nib * groups; task++) {{
+            const int64_t ib = task / groups, g = task % groups;
+            const int64_t i0 = ib * mc;
+            const int64_t mcur = {m_} - i0 < mc ? {m_} - i0 : mc;
+            const int64_t nis = (mcur + {mr - 1}) / {mr};
+            if (ib != packed) {{ /* pack X: row slivers of MR rows */
+              for (int64_t is = 0; is < nis; is++) {{
+                {t} *restrict dst = ap + is * kc * {mr};
+                const int64_t r0 = i0 + is * {mr};
+                const int64_t mr = i0 + mcur - r0 < {mr} ? i0 + mcur - r0 : {mr};
+{pack_x}                for (int64_t ii = mr; ii < {mr}; ii++)
+                  for (int64_t kk = 0; kk < kc; kk++) dst[kk * {mr} + ii] = 0;
+              }}
+              packed = ib;
+            }}
+            const int64_t js0 = g * ns / groups, js1 = (g + 1) * ns / groups;
+            for (int64_t is = 0; is < nis; is++) {{
+              const int64_t ia = i0 + is * {mr};
+              const int64_t mr = {m_} - ia < {mr} ? {m_} - ia : {mr};
+              for (int64_t js = js0; js < js1; js++) {{
+                const int64_t ja = jc + js * {nr};
+                const int64_t nr = {n_} - ja < {nr} ? {n_} - ja : {nr};
+                {t} *ct = c + ia * {n_} + ja;
+                const {t} *pa = ap + is * kc * {mr};
+                const {t} *pb = bp + js * kc * {nr};
+                if (mr == {mr} && nr == {nr}) {{
+                  {micro}(kc, pa, pb, ct, {n_}, pc == 0);
+                }} else {{ /* an edge tile: through a full-size tile, partial sums in order */
+                  {t} tile[{mr * nr}] __attribute__((aligned(64)));
+                  if (pc != 0)
+                    for (int64_t ii = 0; ii < mr; ii++)
+                      for (int64_t jj = 0; jj < nr; jj++) tile[ii * {nr} + jj] = ct[ii * {n_} + jj];
+                  {micro}(kc, pa, pb, tile, {nr}, pc == 0);
+                  for (int64_t ii = 0; ii < mr; ii++)
+                    for (int64_t jj = 0; jj < nr; jj++) ct[ii * {n_} + jj] = tile[ii * {nr} + jj];
+                }}
+              }}
+            }}
+          }}
+        }}
+      }}
+    }}
+{scatter}  }}
+  {free}
+  return 0;
+}}
+"""
+
+
+def _round64(elems: int, size: int) -> int:
+    """`elems` rounded up so that the buffer is a whole number of 64-byte lines."""
+    per = 64 // size
+    return max(per, -(-elems // per) * per)
+
+
+def _pack(
+    prog: Program,
+    body: Function,
+    value: str,
+    offsets: dict[int, str],
+    ind: str,
+    side: tuple[str, str, str, str],
+    k_inner: bool,
+    store: str,
+) -> str:
+    """C loops over a sliver storing the factor `value`: `side` = (counter, extent, index
+    variable, index expression) of its rows or columns, the reduce positions kk < kc at
+    k = pc + kk; k innermost when `k_inner`."""
+    first, second = (side, ("kk", "kc", "k", "pc + kk"))
+    if not k_inner:
+        first, second = second, first
+    lines = [
+        f"{ind}for (int64_t {first[0]} = 0; {first[0]} < {first[1]}; {first[0]}++) {{",
+        f"{ind}  const int64_t {first[2]} = {first[3]};",
+        f"{ind}  for (int64_t {second[0]} = 0; {second[0]} < {second[1]}; {second[0]}++) {{",
+        f"{ind}    const int64_t {second[2]} = {second[3]};",
+    ]
+    expr = eval_value(prog, body, value, offsets, lines, ind + "    ")
+    lines += [f"{ind}    {store} = {expr};", f"{ind}  }}", f"{ind}}}"]
+    return "".join(line + "\n" for line in lines)
+
+
+def eval_value(
+    prog: Program,
+    body: Function,
+    value: str,
+    offsets: dict[int, str],
+    lines: list[str],
+    ind: str,
+) -> str:
+    """C lines computing the body value `value` (its operands read at `offsets[k]`); the C
+    expression of its value."""
+    need = _closure(body, value)
+    env: dict[str, tuple[str, DType]] = {}
+    for k, p in enumerate(body.params):
+        if p.name in need:
+            lines.append(f"{ind}const {CTYPE[p.type.dtype]} x{k} = a{k}[{offsets[k]}];")
+            env[p.name] = (f"x{k}", p.type.dtype)
+    for s, b in enumerate(body.ops):
+        if b.result not in need:
+            continue
+        expr = scalar(prog, b, [env[o][0] for o in b.operands], [env[o][1] for o in b.operands])
+        lines.append(
+            f"{ind}const {ctype(b.type.dtype, b, prog.module)} s{s} = {expr};"
+            f"  /* %{comment(b.result)} */"
+        )
+        env[b.result] = (f"s{s}", b.type.dtype)
+    return env[value][0]
