@@ -24,6 +24,15 @@ INPUT_ASSUMPTION = (
 )
 
 
+PROB_MODEL = (
+    "Higham-Mary: each rounding error mean-zero given the earlier ones, |delta| <= u; every "
+    "sum's error is a martingale, bounded by lambda*u*sqrt(sum_k |z_k|^2) over its partial "
+    "sums z_k (Azuma-Hoeffding), failing with probability <= 2*exp(-lambda^2*(1-u)^2/2) per "
+    "sum; failure_probability is the union over all sums"
+)
+"""What the probabilistic companion assumes and how its failure probability is counted."""
+
+
 @dataclass(frozen=True)
 class OutputBound:
     """The bound of one output of the entry function.
@@ -78,8 +87,7 @@ class ProgramBounds:
             "assumptions": self.assumptions,
             "notes": self.notes,
             "probabilistic": {
-                "model": "Higham-Mary: independent mean-zero rounding errors; sums of n terms "
-                "bounded with lambda*sqrt(n)*u in place of n*u",
+                "model": PROB_MODEL,
                 "lambda": self.prob_lambda,
                 "failure_probability": self.prob_failure,
             },

@@ -20,8 +20,10 @@ The reference backend evaluates them in float64 and rounds once, so for f32, f16
 does far better (tests/validate/bounds/test_transcendental_ulps.py measures it)."""
 
 DEFAULT_LAMBDA = 7.0
-"""The probabilistic companion's lambda: each rounding error bound holds with probability
-1 - 2 exp(-lambda^2 (1-u)^2 / 2) (Higham and Mary 2019, Theorem 2.4)."""
+"""The probabilistic companion's lambda: each sum's probabilistic bound holds with probability
+at least 1 - 2 exp(-lambda^2 (1-u)^2 / 2) (Azuma-Hoeffding in Higham and Mary's 2019 model,
+`rounding.sequential_sum`); the failure probability reported is that times the number of sums
+bounded so (union bound)."""
 
 
 @dataclass
@@ -30,8 +32,8 @@ class Context:
 
     `ideal`: analyse the program as the reference backend's ideal mode runs it (every float
     dtype f64, float converts the identity), which bounds the f64 reference's own error.
-    `lam`: None for the rigorous bound; a number for the probabilistic companion, where sums
-    of n terms get lambda * sqrt(n) * u in place of n * u."""
+    `lam`: None for the rigorous bound; a number for the probabilistic companion, where a sum
+    of n terms gets about lambda sqrt(n/3) u in place of n u / 2 (`rounding.sequential_sum`)."""
 
     ideal: bool = False
     ulps: float = DEFAULT_ULPS
@@ -41,8 +43,8 @@ class Context:
     producers: dict[str, Op] = field(default_factory=dict)
     values: dict[str, TB] = field(default_factory=dict)
     prob_events: float = 0.0
-    """How many rounding errors the probabilistic companion bounded by lambda * sqrt(n) * u
-    (its failure probability is this many times 2 exp(-lambda^2 (1-u)^2 / 2), union bound)."""
+    """How many sums the probabilistic companion bounded (its failure probability is this many
+    times 2 exp(-lambda^2 (1-u)^2 / 2), union bound)."""
     max_u: float = 0.0
 
     def fmt(self, dtype: DType) -> DType:

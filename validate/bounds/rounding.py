@@ -84,10 +84,14 @@ def sequential_sum(
     half of the textbook gamma_{n-1} n P. When the terms' absolute values are known to add up
     to at most S (`s_exact`, `s_computed`: an l1 fact), |s_k| <= min(k P, S) instead.
     No eta: a subnormal sum is exact.
-    Probabilistic companion (ctx.lam set): Higham and Mary (2019), Theorem 3.1's argument for
-    a sum: |error| <= gamma~_{n-1}(lambda) n P with gamma~_m = exp(lambda sqrt(m) u + m u^2 /
-    (1-u)) - 1, failing with probability at most 2 n exp(-lambda^2 (1-u)^2 / 2) per sum; the
-    smaller of it and the rigorous bound is used."""
+    Probabilistic companion (ctx.lam set), in Higham and Mary's (2019) model: each rounding's
+    delta is mean-zero given the earlier ones, |delta| <= u. The error is exactly
+    sum_{k=2..n} z_k delta_k, z_k = s^_{k-1} + t_k the k-th sum before rounding, a martingale
+    whose k-th step is at most u Z_k in size, Z_k = min(k P, S)(1 + gamma_{n-1}) bounding |z_k|.
+    Azuma-Hoeffding: |error| <= lambda u sqrt(sum_k Z_k^2), failing with probability at most
+    2 exp(-lambda^2 / 2) per sum (Higham and Mary's Theorem 3.1 argument, lambda sqrt(n-1) u
+    n P with the same failure per term, is larger by about sqrt 3). The smaller of it and the
+    rigorous bound is used; each sum that uses it is one event for the failure probability."""
     if n <= 1:
         return {}, 0.0
     u = ctx.u(dtype)
@@ -101,12 +105,28 @@ def sequential_sum(
     total = u / (1 - u) * (1 + g) * p_computed * pairs
     if ctx.lam is not None:
         lam = ctx.lam
-        g_prob = math.expm1(lam * math.sqrt(n - 1) * u + (n - 1) * u * u / (1 - u))
-        total_prob = g_prob * s_computed
+        lin_sq = _squares(n, s_exact / p_exact) if p_exact > 0 else 0.0
+        sq = _squares(n, s_computed / p_computed, u) if p_computed > 0 else 0.0
+        total_prob = lam * u * p_computed * math.sqrt(sq)
         if total_prob < total:
-            ctx.prob_events += elements * n
-            return {ctx.u_sym(dtype): lam * math.sqrt(n - 1) * s_exact}, total_prob
+            ctx.prob_events += elements
+            return {ctx.u_sym(dtype): lam * p_exact * math.sqrt(lin_sq)}, total_prob
     return lin, total
+
+
+def _squares(n: int, r: float, u: float = 0.0) -> float:
+    """An upper bound on sum_{k=2..n} min(k, r)^2 (1+u)^(2(k-2)): the squared bounds on the
+    sums before rounding, |z_k| <= min(k, r) P (1+u)^(k-2) (see `_pairs`)."""
+    if n > 2**16:  # every growth factor at its largest
+        if r >= n:
+            plain = n * (n + 1) * (2 * n + 1) / 6 - 1
+        else:
+            m = max(1, math.floor(r))
+            plain = (m * (m + 1) * (2 * m + 1) / 6 - 1) + (n - m) * r * r
+        return plain * math.exp(2 * (n - 2) * u) * (1 + 1e-12)
+    # exp(2 (k-2) u) >= (1+u)^(2(k-2)); fsum and the margin cover the float64 arithmetic.
+    terms = (min(k, r) ** 2 * math.exp(2 * (k - 2) * u) for k in range(2, n + 1))
+    return math.fsum(terms) * (1 + 1e-12)
 
 
 def combine(*parts: tuple[Lin, float]) -> Err:
