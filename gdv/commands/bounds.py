@@ -58,6 +58,7 @@ def _num(x: float) -> str:
 
 def bounds(args: argparse.Namespace) -> int:
     from gdv.validate.bounds import DEFAULT_LAMBDA, DEFAULT_ULPS, analyze
+    from gdv.validate.bounds.program import PROB_MODEL
 
     if args.target not in TARGETS:
         raise IRError(
@@ -107,6 +108,7 @@ def bounds(args: argparse.Namespace) -> int:
     print("assumptions:")
     for a in result.assumptions:
         print(f"  - {a}")
+    print(f"probabilistic model: {PROB_MODEL}")
     for n in result.notes:
         print(f"note: {n}")
     if args.values:
