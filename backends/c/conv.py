@@ -1,7 +1,9 @@
 """C for conv2d (NCHW input, OIHW weights, cross-correlation), as the reference computes it:
 the input is padded with +0.0 (0 for integers) and every padded position takes part as
 0.0 * w; per output element the products, each rounded to the dtype, are folded left from the
-first over c (within the output channel's group), then kh, then kw. An empty window gives 0."""
+first over c (within the output channel's group), then kh, then kw. An empty window gives 0.
+The products and sums are the elementwise family's `scalar` code, so f16/bf16 values (bit
+patterns) are multiplied and added in double and rounded once per step, as the reference does."""
 
 from __future__ import annotations
 

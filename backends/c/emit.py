@@ -4,8 +4,8 @@ emitted.
 Safety (issue 5, item 5): no text of the program reaches the C source except through this
 file. C identifiers are generated from indices (`v3`, `gdv_k2`, `s5`); a program's names appear
 only inside comments, after `comment()` has escaped everything but a small safe alphabet;
-constants are emitted exactly, floats as hex-float literals and integers as decimal literals of
-a fixed type.
+constants are emitted exactly, floats as hex-float literals (f16 and bf16 as their bit patterns,
+in hexadecimal) and integers as decimal literals of a fixed type.
 """
 
 from __future__ import annotations
