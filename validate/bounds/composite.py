@@ -14,7 +14,7 @@ import math
 from gdv.ir.core import Op
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops import get
-from gdv.validate.bounds.model import TB
+from gdv.validate.bounds.model import TB, Err
 from gdv.validate.bounds.registry import Context, apply_op, rule
 
 _counter = itertools.count()
@@ -51,18 +51,24 @@ GELU_MIN = -0.1701
 @rule(OPS["softmax"], OPS["log_softmax"], OPS["gelu"])
 def _lipschitz_composite(op: Op, args: list[TB], ctx: Context) -> TB:
     through = run_decomposition(op, ctx)[-1][1]
-    split = _split_exact_input(op, args[0], ctx)
+    found = _split_exact_input(op, args[0], ctx)
+    split, rounding = found if found is not None else (None, None)
     best = through if split is None or split.err.total >= through.err.total else split
     if op.name == "softmax":
-        best = _softmax_l1(op, args[0], best, ctx)
+        best = _softmax_l1(op, args[0], best, ctx, rounding)
     return best
 
 
-def _softmax_l1(op: Op, x: TB, p: TB, ctx: Context) -> TB:
+def _softmax_l1(op: Op, x: TB, p: TB, ctx: Context, rounding: Err | None) -> TB:
     """Record softmax's rows' l1 facts: sum p = 1 exactly; sum |p^ - p| is at most n times
     p's elementwise bound, and never more than sum p^ + sum p <= (1+u)/(1-gamma_{n-1}) + n eta
     + 1 (p^_i <= e^_i / s^ (1+u) + eta, and the computed sum of the nonnegative e^ is
-    s^ >= sum e^ (1 - gamma_{n-1}))."""
+    s^ >= sum e^ (1 - gamma_{n-1})). With `rounding` (a bound on |p^_i - softmax(x^)_i| for
+    every exact input x^ among the computed ones), also at most n rounding + E for inputs within
+    E of the exact ones: the exact softmax moves a row by at most E in l1 norm, since its
+    Jacobian diag(p) - p p^T sends d to the p-weighted deviations p_i (d_i - sum_j p_j d_j),
+    whose l1 norm, the mean absolute deviation of d under p, is at most (max d - min d) / 2 <= E
+    (integrated along the segment from x to x^; masked -inf entries move nowhere)."""
     from gdv.validate.bounds.model import Err
     from gdv.validate.bounds.rounding import gamma
 
@@ -74,6 +80,9 @@ def _softmax_l1(op: Op, x: TB, p: TB, ctx: Context) -> TB:
         return p
     cap = 1 + (1 + u) / (1 - g) + n * ctx.eta(op.type.dtype) + 1e-12  # + eta per division
     spread = p.err.scale(n)  # sum of n errors, each within p's bound
+    if rounding is not None and x.err.finite and not (x.specials - {"-inf"}):
+        moved = x.err + rounding.scale(n)
+        spread = moved if moved.total < spread.total else spread
     le = spread if spread.total < cap else Err.make({}, cap)
     err = p.err if p.err.total <= le.total else le
     return p.with_(err=err, facts={"l1": {axis: (1.0, le)}})
@@ -89,12 +98,12 @@ def _pieces(lo: float, hi: float) -> list[tuple[float, float]]:
     return list(zip(ends[:-1], ends[1:], strict=True))
 
 
-def _split_exact_input(op: Op, x: TB, ctx: Context) -> TB | None:
+def _split_exact_input(op: Op, x: TB, ctx: Context) -> tuple[TB, Err] | None:
     """|f^(x^) - f(x)| <= |f^(x^) - f(x^)| + L |x^ - x|: the rounding of the decomposition
     evaluated on an *exact* input ranging over the computed (and exact) values, plus the
     exact function's Lipschitz constant times the input error. Elementwise composites (gelu)
     evaluate the decomposition piece by piece and take the worst piece; softmax and
-    log_softmax, whose rows mix, in one piece."""
+    log_softmax, whose rows mix, in one piece. Returns the bound and its rounding part."""
     from gdv.validate.bounds.model import Err, hull, is_empty, lin_add, lin_scale, make_tb
 
     lip = LIPSCHITZ[op.name]
@@ -126,7 +135,7 @@ def _split_exact_input(op: Op, x: TB, ctx: Context) -> TB | None:
     if op.name == "gelu":
         exact = (max(exact[0], GELU_MIN), exact[1])
     specials = frozenset().union(*(r.specials for r in results))
-    return make_tb(op.type, exact, err, computed, specials)
+    return make_tb(op.type, exact, err, computed, specials), rounding
 
 
 @rule(OPS["layer_norm"])

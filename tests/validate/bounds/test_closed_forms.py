@@ -113,3 +113,90 @@ def test_probabilistic_failure_counts_each_sum_once() -> None:
     _, result, _ = _analysed(text)
     per_sum = 2 * math.exp(-(DEFAULT_LAMBDA**2) * (1 - 2.0**-24) ** 2 / 2)
     assert result.prob_failure == pytest.approx(10 * per_sum)
+
+
+def test_softmax_moves_a_row_by_at_most_the_input_error_in_l1() -> None:
+    """sum_i |softmax(x + d)_i - softmax(x)_i| <= max |d_i|, on adversarial rows: near ties,
+    one dominant entry, d at the corners of the cube (where the worst is), wide and narrow."""
+    import numpy as np
+
+    def softmax(v: np.ndarray) -> np.ndarray:
+        e = np.exp(v - v.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for n in (2, 3, 5, 16, 64):
+        for spread in (1e-3, 1.0, 10.0, 300.0):
+            x = rng.uniform(-spread, spread, (2000, n))
+            x[:500, 1] = x[:500, 0]  # exact ties
+            for e in (1e-6, 1e-2, 1.0, 5.0):
+                d = e * np.where(rng.random((2000, n)) < 0.5, -1.0, 1.0)
+                moved = np.abs(softmax(x + d) - softmax(x)).sum(axis=-1)
+                assert moved.max() <= e * (1 + 1e-9) + 1e-15
+                worst = max(worst, moved.max() / e)
+    assert worst > 0.9  # the constant 1 is reached: the check is not vacuous
+
+
+def _attention_head(dt: str) -> str:
+    return (
+        f"func @main(%q: {dt}[32,16] {{range = [-2.0, 2.0]}}, %k: {dt}[16,32] "
+        f"{{range = [-2.0, 2.0]}}, %v: {dt}[32,16] {{range = [-3.0, 1.0]}}) -> {dt}[32,16] {{\n"
+        f"  %s = matmul(%q, %k) : {dt}[32,32]\n"
+        f"  %qp = iota() {{axis = 0}} : i32[32,32]\n  %kp = iota() {{axis = 1}} : i32[32,32]\n"
+        f'  %keep = cmp(%kp, %qp) {{dir = "le"}} : i1[32,32]\n'
+        f"  %ninf = constant() {{value = -inf}} : {dt}[32,32]\n"
+        f"  %m = select(%keep, %s, %ninf) : {dt}[32,32]\n"
+        f"  %p = softmax(%m) {{axis = 1}} : {dt}[32,32]\n"
+        f"  %y = matmul(%p, %v) : {dt}[32,16]\n  return %y\n}}\n"
+    )
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16", "f32"])
+def test_softmax_l1_through_attention_head(dt: str) -> None:
+    """Scores with rounding errors into softmax, then a convex combination of values: the l1
+    fact (E + n rounding) bounds what the combination can move."""
+    _check(_attention_head(dt), budget=150)
+
+
+def _softmax_of_scores(dt: str) -> str:
+    return (
+        f"func @main(%q: {dt}[64,16] {{range = [-2.0, 2.0]}}, %k: {dt}[16,8] "
+        f"{{range = [-2.0, 2.0]}}) -> {dt}[64,8] {{\n"
+        f"  %s = matmul(%q, %k) : {dt}[64,8]\n"
+        f"  %y = softmax(%s) {{axis = 1}} : {dt}[64,8]\n  return %y\n}}\n"
+    )
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_softmax_row_l1_fact_holds(dt: str) -> None:
+    """The rows' l1 fact itself: sum_i |p^_i - p_i| measured on every row, against the fact's
+    bound, on the families and on inputs that tie the scores (equal q rows, equal k columns:
+    ties broken only by rounding)."""
+    import numpy as np
+
+    from gdv.backends import reference
+    from gdv.ir.numerics import float_to_float
+
+    module, rigorous, ideal = _analysed(_softmax_of_scores(dt))
+    bound = rigorous.values["y"].facts["l1"][1][1].total
+    slack = 8 * ideal.outputs[0].abs
+    dtype = module.entry.params[0].type.dtype
+    rng = np.random.default_rng(3)
+    worst = 0.0
+    for trial in range(60):
+        kind = KINDS[trial % len(KINDS)]
+        try:
+            inputs = make_inputs(module.entry, kind, trial)
+        except ValueError:
+            continue
+        if trial % 2:  # tied scores: every column of k the same, up to one ulp-sized nudge
+            col = rng.uniform(-2, 2, (16, 1)) * np.ones((1, 8))
+            col = col * (1 + 2.0**-7 * rng.integers(-1, 2, (1, 8)))
+            inputs["k"] = float_to_float(np.clip(col, -2, 2), dtype).astype(dtype.np)
+        exact = reference.run(module, inputs, mode="exact")[0].astype(np.float64)
+        real = reference.run(module, inputs, mode="ideal")[0].astype(np.float64)
+        moved = np.abs(exact - real).sum(axis=1).max()
+        assert moved <= bound + slack, (kind, moved, bound)
+        worst = max(worst, moved)
+    assert worst > bound / 100, (worst, bound)  # the fact is not vacuous here
