@@ -5,8 +5,9 @@ intrinsics: the same source is correct for every width, and the compiler lowers 
 than the hardware's to several narrower instructions. The width is chosen from the host's ISA
 (`toolchain.isa_features()`) and from whether the compiler accepts `-march=native` (without it,
 no ISA extension is enabled, so only the x86-64 / AArch64 baseline of 16 bytes is used).
-`GDV_C_VECTOR_BYTES` (16, 32 or 64) overrides the choice, which the tests use to run every
-width's code on one host.
+`GDV_C_VECTOR_BYTES` (16, 32 or 64) overrides the choice, and `GDV_C_BLOCKING` ("KC,MC,NC")
+the cache blocking: the tests use them to run every width's code, and every blocking path
+(partial sums carried across reduce blocks, several row and column blocks) at small sizes.
 
 None of these choices changes a result: vectors hold independent output elements, each folded
 in the order the IR fixes, with separate multiplies and adds (`-ffp-contract=off`).
@@ -21,6 +22,7 @@ from pathlib import Path
 from gdv.backends.c.toolchain import compiler, detect, isa_features
 
 VECTOR_BYTES_ENV = "GDV_C_VECTOR_BYTES"
+BLOCKING_ENV = "GDV_C_BLOCKING"
 
 _DEFAULT_CACHES = {"l1d": 32 << 10, "l2": 1 << 20, "l3": 8 << 20}
 
@@ -90,6 +92,11 @@ def micro_tile(elem_bytes: int, rows: int, cols: int) -> tuple[int, int, int]:
 def blocking(elem_bytes: int, mr: int, nr: int) -> tuple[int, int, int]:
     """(KC, MC, NC): the reduce block keeps an MR x KC sliver of A in half of L1, the KC x NC
     panel of B in half of L2, and an MC x KC block of A in a share of L3."""
+    env = os.environ.get(BLOCKING_ENV, "")
+    parts = env.split(",")
+    if len(parts) == 3 and all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        kc, mc, nc = (int(p) for p in parts)
+        return kc, max(mr, mc - mc % mr), max(nr, nc - nc % nr)
     c = cache_sizes()
     kc = max(16, (c["l1d"] // 2) // (mr * elem_bytes))
     kc = min(512, kc - kc % 8 if kc > 8 else kc)

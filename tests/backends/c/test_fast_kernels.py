@@ -1,0 +1,256 @@
+"""The C target's fast kernels are bit-exact to the reference backend (issue 5, item 3).
+
+Contractions (backends/c/matmul.py: packed, blocked, vector micro-kernel), elementwise nests and
+reductions with interleaved outputs (backends/c/nest.py) change only how the work is scheduled,
+never a result. Hypothesis draws shapes that do not divide the micro-tile or the cache blocks
+(including 0 and 1), batch dims, several reduce dims listed in either order, transposed and
+strided operands, output layouts that need a workspace, fused prologues, vector widths of 16,
+32 and 64 bytes, small cache blocks (so partial sums cross reduce blocks and rows and columns
+split into several blocks), and values with NaN, infinities, signed zeros, subnormals and
+magnitudes whose sums cancel (so any reordered or identity-started fold shows).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gdv.api import parse
+from gdv.backends import c, reference
+from gdv.backends.c import matmul
+from gdv.backends.c.simd import BLOCKING_ENV, VECTOR_BYTES_ENV
+
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 5e-324, -1e-45, 3.4e38, 0.5]
+NP = {"f32": np.float32, "f64": np.float64}
+
+
+def _values(seed: int, dtype: str, shape: tuple[int, ...], scale: float, share: float):
+    """Normal values times `scale`, a `share` of them replaced by special values."""
+    rng = np.random.default_rng(seed)
+    with np.errstate(over="ignore"):
+        x = np.asarray(rng.standard_normal(shape) * scale).astype(NP[dtype])
+        special = np.array(SPECIAL, dtype=np.float64).astype(NP[dtype])
+    mask = rng.random(shape) < share
+    x[mask] = special[rng.integers(0, len(special), shape)][mask]
+    return x
+
+
+@contextlib.contextmanager
+def _env(**values: str | None):
+    old = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _check(text: str, inputs: dict[str, np.ndarray], **env: str | None) -> str:
+    """Run `text` on both backends and compare bit for bit; the C source."""
+    module = parse(text)
+    with _env(**env):
+        source = c.lower(module)
+        got = c.run(module, inputs)
+    want = reference.run(module, inputs)
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert reference.bit_equal(g, w), (
+            f"result {k}:\n{reference.describe_difference(g, w)}\n{text}"
+        )
+    return source
+
+
+def _ty(dtype: str, shape) -> str:
+    return f"{dtype}[{','.join(map(str, shape))}]"
+
+
+# --- contractions -----------------------------------------------------------------------------
+
+BODIES = {
+    # name: (body ops using %pa, %pb, %pc; whether %pc is used)
+    "plain": ("%q = mul(%pa, %pb)", False),
+    "swapped": ("%q = mul(%pb, %pa)", False),
+    "prologue": ("%s = add(%pa, %pc)\n  %t = relu(%s)\n  %q = mul(%t, %pb)", True),
+    "both sides": (
+        "%s = sub(%pa, %pc)\n  %t = neg(%pb)\n  %u = max(%t, %pc)\n  %q = mul(%u, %s)", True
+    ),
+    "constant": ("%h = constant() {value = 0.5}\n  %s = mul(%pa, %h)\n  %q = mul(%pb, %s)", False),
+}  # fmt: skip
+
+
+@st.composite
+def contractions(draw, big: bool = False):
+    """A contraction kernel's text and inputs (see the module docstring)."""
+    dtype = draw(st.sampled_from(["f32", "f64"]))
+    size = st.integers(0, 70) if not big else st.sampled_from([97, 131, 67, 40])
+    roles = {"i": draw(size), "j": draw(size), "k": draw(size)}
+    if draw(st.booleans()):
+        roles["b"] = draw(st.integers(0, 3))
+    if draw(st.booleans()):
+        roles["l"] = draw(st.integers(0, 4))  # a second reduce dim
+    names = draw(st.permutations(list(roles)))
+    dim = {r: d for d, r in enumerate(names)}
+    n = len(names)
+    space = [roles[r] for r in names]
+    out_roles = draw(st.permutations([r for r in ("b", "i", "j") if r in roles]))
+    red_roles = draw(st.permutations([r for r in ("k", "l") if r in roles]))
+    k_stride, k_offset = draw(st.sampled_from([(1, 0), (1, 0), (2, 1), (3, 0)]))
+
+    def row(r: str, coef: int = 1, const: int = 0) -> list[int]:
+        return [coef if d == dim[r] else 0 for d in range(n)] + [const]
+
+    def operand(rs: list[str]) -> tuple[list[list[int]], tuple[int, ...]]:
+        order = draw(st.permutations(rs))  # a transposed layout when not in the given order
+        rows, shape = [], []
+        for r in order:
+            if r == "k":
+                rows.append(row(r, k_stride, k_offset))
+                shape.append(max(0, k_stride * (roles[r] - 1) + k_offset + 1))
+            else:
+                rows.append(row(r))
+                shape.append(roles[r])
+        return rows, tuple(shape)
+
+    extra = [r for r in ("b", "l") if r in roles]
+    amap, ashape = operand(["i", "k", *extra])
+    bmap, bshape = operand(["k", "j", *extra])
+    body_name = draw(st.sampled_from(sorted(BODIES)))
+    ops, uses_c = BODIES[body_name]
+    cmap, cshape = operand([draw(st.sampled_from(["k", "i"]))])
+    maps = [amap, bmap] + ([cmap] if uses_c else [])
+    shapes = [ashape, bshape] + ([cshape] if uses_c else [])
+    rshape = tuple(roles[r] for r in out_roles)
+    out = [dim[r] for r in out_roles]
+    red = [dim[r] for r in red_roles]
+    names_in = ["a", "b", "c"][: len(maps)]
+    params = ", ".join(f"%{v}: {_ty(dtype, s)}" for v, s in zip(names_in, shapes, strict=True))
+    bparams = ", ".join(f"%p{v}: {dtype}[]" for v in names_in)
+    ops = "\n  ".join(
+        line if " : " in line else f"{line} : {dtype}[]" for line in ops.split("\n  ")
+    )
+    text = (
+        f"func @main({params}) -> {_ty(dtype, rshape)} {{\n"
+        f'  %r = kernel({", ".join("%" + v for v in names_in)}) {{body = "f", space = {space}, '
+        f'maps = {maps}, out = {out}, reduce = {red}, combiner = "add"}} : {_ty(dtype, rshape)}\n'
+        f"  return %r\n}}\nfunc @f({bparams}) -> {dtype}[] {{\n  {ops}\n  return %q\n}}"
+    )
+    scale = draw(st.sampled_from([1.0, 1e-3, 1e30]))
+    share = draw(st.sampled_from([0.0, 0.0, 0.05, 0.3]))
+    seed = draw(st.integers(0, 2**32 - 1))
+    inputs = {
+        v: _values(seed + k, dtype, s, scale, share)
+        for k, (v, s) in enumerate(zip(names_in, shapes, strict=True))
+    }
+    return text, inputs
+
+
+def _is_contraction(text: str) -> bool:
+    module = parse(text)
+    op = module.entry.ops[0]
+    return matmul.find(op, module.function(op.attrs["body"])) is not None
+
+
+@settings(max_examples=45)
+@given(
+    case=contractions(),
+    vector=st.sampled_from(["64", "32", "16"]),
+    blocking=st.sampled_from([None, "8,16,32", "5,3,17", "64,32,64"]),
+)
+def test_contractions_bit_exact(case, vector: str, blocking: str | None) -> None:
+    text, inputs = case
+    _check(text, inputs, **{VECTOR_BYTES_ENV: vector, BLOCKING_ENV: blocking})
+
+
+@settings(max_examples=4)
+@given(case=contractions(big=True))
+def test_bigger_contractions_bit_exact(case) -> None:
+    text, inputs = case
+    _check(text, inputs)
+
+
+def _matmul_text(dtype: str, m: int, n: int, k: int, body: str = "%q = mul(%x, %y)") -> str:
+    return (
+        f"func @main(%a: {dtype}[{m},{k}], %b: {dtype}[{k},{n}]) -> {dtype}[{m},{n}] {{\n"
+        f'  %r = kernel(%a, %b) {{body = "f", space = [{m}, {n}, {k}], '
+        f"maps = [[[1, 0, 0, 0], [0, 0, 1, 0]], [[0, 0, 1, 0], [0, 1, 0, 0]]], out = [0, 1], "
+        f'reduce = [2], combiner = "add"}} : {dtype}[{m},{n}]\n  return %r\n}}\n'
+        f"func @f(%x: {dtype}[], %y: {dtype}[]) -> {dtype}[] {{\n  {body} : {dtype}[]\n"
+        "  return %q\n}"
+    )
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_default_blocking_crosses_reduce_blocks(dtype: str) -> None:
+    """K beyond the default reduce block, M over several row blocks and threads, N over a
+    column block: the partial sums go through the result in order."""
+    m, n, k = 97, 131, 1100
+    rng = np.random.default_rng(1)
+    a = (rng.standard_normal((m, k)) * 1e3).astype(NP[dtype])
+    b = rng.standard_normal((k, n)).astype(NP[dtype])
+    source = _check(_matmul_text(dtype, m, n, k), {"a": a, "b": b})
+    assert "micro-kernel" in source
+
+
+def test_fold_starts_from_the_first_product_not_plus_zero() -> None:
+    """All products -0.0: a fold started from +0.0 gives +0.0; the IR's gives -0.0. And an empty
+    reduction gives +0.0."""
+    a = np.full((17, 3), -0.0, np.float32)
+    a[0, :] = 1.0
+    b = np.full((3, 33), 0.0, np.float32)
+    b[:, 5] = -0.0
+    _check(_matmul_text("f32", 17, 33, 3), {"a": a, "b": b})
+    got = c.run(parse(_matmul_text("f32", 17, 33, 3)), {"a": a, "b": b})[0]
+    assert np.signbit(got[1, 0]) and not np.signbit(got[0, 0])
+    empty = c.run(
+        parse(_matmul_text("f32", 3, 4, 0)),
+        {"a": np.zeros((3, 0), np.float32), "b": np.zeros((0, 4), np.float32)},
+    )[0]
+    assert not np.signbit(empty).any() and (empty == 0).all()
+
+
+def test_sequential_order_is_kept_where_reassociation_would_differ() -> None:
+    """1e8 + 1 - 1e8 ... : folded left in f32 the ones vanish; a pairwise or blocked sum would
+    keep some. One row, many columns, so vector lanes hold different outputs, never one sum."""
+    k = 600
+    a = np.ones((1, k), np.float32)
+    b = np.tile(np.array([[1e8], [1.0], [1.0], [-1e8]], np.float32), (k // 4, 40))
+    module = parse(_matmul_text("f32", 1, 40, k))
+    got = c.run(module, {"a": a, "b": b})[0]
+    want = np.float32(0.0)
+    for v in b[:, 0]:
+        want = np.float32(want + v)
+    assert got[0, 0] == want
+    _check(_matmul_text("f32", 1, 40, k), {"a": a, "b": b}, **{BLOCKING_ENV: "7,16,16"})
+
+
+def test_recognised_and_refused_shapes() -> None:
+    """Which kernels take the packed path: add folds of a product whose factors split the out
+    dims; not max folds, not sums of non-products, not matrix-vector products."""
+    assert _is_contraction(_matmul_text("f32", 4, 5, 6))
+    assert _is_contraction(_matmul_text("f64", 4, 5, 6, "%q = mul(%y, %x)"))
+    assert not _is_contraction(_matmul_text("f32", 4, 5, 6, "%q = add(%x, %y)"))
+    assert not _is_contraction(_matmul_text("f32", 4, 5, 6).replace('"add"', '"max"'))
+    gemv = (
+        "func @main(%a: f32[4,6], %v: f32[6]) -> f32[4] {\n"
+        '  %r = kernel(%a, %v) {body = "f", space = [4, 6], maps = [[[1, 0, 0], [0, 1, 0]], '
+        '[[0, 1, 0]]], out = [0], reduce = [1], combiner = "add"} : f32[4]\n  return %r\n}\n'
+        "func @f(%x: f32[], %y: f32[]) -> f32[] {\n  %q = mul(%x, %y) : f32[]\n  return %q\n}"
+    )
+    assert not _is_contraction(gemv)
+    rng = np.random.default_rng(2)
+    _check(
+        gemv,
+        {"a": rng.standard_normal((4, 6)).astype(np.float32), "v": np.ones(6, np.float32)},
+    )
