@@ -349,7 +349,11 @@ class Importer:
             if parts is None or not isinstance(k, int) or not -len(parts) <= k < len(parts):
                 raise self.unsupported("getitem on a value that is not a tuple of tensors")
             if parts[k] is None:
-                raise self.unsupported(f"output {k} of {source.name} is not supported")
+                self.node = source
+                raise self.unsupported(
+                    f"its output {k} (an index-valued result) has no IR op; only output 0 "
+                    "may be used"
+                )
             self.vals[node.name] = parts[k]
             return
         name = _op_name(target)
@@ -1047,10 +1051,12 @@ def _embedding(imp: Importer, node: Any, a: dict[str, Any]) -> None:
 def _index(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     # x[i0, i1, ...] with index tensors on consecutive dims `first ..`: one take at the linear
     # index sum(i_k * stride_k) along those dims flattened.
-    out = _out_type(imp, node)
     x = imp.dyn(a["self"])
     t = imp.type_of(x)
     idx = list(a["indices"])
+    if any(v is not None and imp.val(v).type.dtype.is_bool for v in idx):
+        raise imp.unsupported("a boolean mask index (its output shape depends on the data)")
+    out = _out_type(imp, node)
     present = [k for k, v in enumerate(idx) if v is not None]
     if not present:
         imp.set(node, x)
@@ -1060,11 +1066,7 @@ def _index(imp: Importer, node: Any, a: dict[str, Any]) -> None:
         raise imp.unsupported("index tensors on non-adjacent dims")
     irs = []
     for k in present:
-        i = imp.dyn(idx[k])
-        it = imp.type_of(i)
-        if it.dtype.is_bool:
-            raise imp.unsupported("a boolean mask index (its output shape depends on the data)")
-        irs.append(i)
+        irs.append(imp.dyn(idx[k]))
     bshape = broadcast_shape(imp, *[imp.type_of(i).shape for i in irs])
     dims = [t.shape[k] for k in present]
     lin = None
@@ -1135,6 +1137,20 @@ def _reduce(imp: Importer, node: Any, a: dict[str, Any]) -> None:
         n = math.prod(t.shape[d] for d in axes)
         r = imp.emit("div", [r, imp.const(float(n), imp.type_of(r))])
     imp.set(node, _keepdim(imp, convert(imp, r, out.dtype), t, axes, keep))
+
+
+@handler("aten.max.dim", "aten.min.dim")
+def _max_dim(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # (values, indices): the values are a reduce_max/min; the indices have no IR op, so a
+    # program that reads them is refused at the getitem.
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    if t.dtype.is_bool:
+        raise imp.unsupported("boolean operands are not supported")
+    axes = _dims(imp, a["dim"], t.rank)
+    ir = "reduce_max" if _op_name(node.target) == "aten.max.dim" else "reduce_min"
+    r = _keepdim(imp, imp.emit(ir, [x], axes=axes), t, axes, bool(a.get("keepdim")))
+    imp.tuples[node.name] = [_v(imp, r), None]
 
 
 @handler("aten.linalg_vector_norm.default")

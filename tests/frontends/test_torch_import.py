@@ -1,0 +1,479 @@
+"""torch.export programs imported by gdv.frontends.torch, run on the reference backend, against
+torch's eager output.
+
+Each case says how it compares: `EXACT` (the same bits, NaNs alike) where gdv computes in
+torch's order (elementwise ops, data movement, f16/bf16 ops through f32 as torch's CPU kernels
+do), else a tolerance (reductions, contractions and transcendentals, whose order or last bits
+torch leaves to its kernels)."""
+
+from __future__ import annotations
+
+import math
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import gdv  # noqa: E402
+from gdv.backends import reference  # noqa: E402
+from gdv.cli import main  # noqa: E402
+from gdv.frontends.torch import Unsupported, import_program, to_numpy  # noqa: E402
+from gdv.ir.diagnostics import IRError  # noqa: E402
+from gdv.ir.printer import print_module  # noqa: E402
+
+nn = torch.nn
+F = torch.nn.functional
+EXACT = None
+"""Tolerance marker: bit-exact."""
+
+
+class Fn(nn.Module):
+    """A module computing `fn(*inputs)`."""
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs: Any) -> Any:
+        return self.fn(*xs)
+
+
+def run_both(module: Any, *inputs: Any) -> tuple[list[np.ndarray], list[np.ndarray], Any]:
+    """(gdv's outputs, torch's outputs, the imported Module) for `module` on `inputs`."""
+    module = module.eval()
+    ep = torch.export.export(module, tuple(inputs))
+    m, weights = import_program(ep)
+    names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    feed = {name: to_numpy(x) for name, x in zip(names, inputs, strict=True)}
+    feed.update(weights)
+    got = reference.run(m, feed)
+    with torch.no_grad():
+        want = module(*inputs)
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    return got, [to_numpy(w) for w in want], m
+
+
+def check(module: Any, *inputs: Any, tol: float | None = EXACT) -> Any:
+    got, want, m = run_both(module, *inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+        if tol is EXACT:
+            gb, wb = _bits(g), _bits(w)
+            assert np.array_equal(gb, wb), f"not bit-exact: max diff {_maxdiff(g, w)}"
+        else:
+            assert _maxdiff(g, w) <= tol, f"max diff {_maxdiff(g, w)} > {tol}"
+    return m
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "b" or a.dtype.kind in "iu":
+        return a
+    wide = a.astype(np.float64)
+    nan = np.isnan(wide)
+    raw = np.ascontiguousarray(a).view(np.dtype(f"u{a.dtype.itemsize}")).copy()
+    raw[nan] = 0
+    return raw
+
+
+def _maxdiff(g: np.ndarray, w: np.ndarray) -> float:
+    g64, w64 = g.astype(np.float64), w.astype(np.float64)
+    same = (np.isnan(g64) & np.isnan(w64)) | (g64 == w64)
+    d = np.where(same, 0.0, np.abs(g64 - w64))
+    return float(d.max()) if d.size else 0.0
+
+
+def rand(*shape: int, dtype: Any = None, seed: int = 0, lo: float = -2, hi: float = 2) -> Any:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(*shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
+    return x.to(dtype or torch.float32)
+
+
+# --- elementwise ------------------------------------------------------------------------------
+
+ELEMENTWISE = [
+    ("add", lambda x, y: x + y, EXACT),
+    # torch fuses x + alpha * y into one fused multiply-add; gdv rounds the product first
+    ("add_alpha", lambda x, y: torch.add(x, y, alpha=3), 1e-6),
+    ("sub", lambda x, y: x - y, EXACT),
+    ("mul", lambda x, y: x * y, EXACT),
+    ("div", lambda x, y: x / y, EXACT),
+    ("maximum", torch.maximum, EXACT),
+    ("minimum", torch.minimum, EXACT),
+    ("scalar_ops", lambda x, y: (x * 0.1 + 3) / 7 - y * 2.5, EXACT),
+    ("rsub", lambda x, y: 1.5 - x, EXACT),
+    ("where", lambda x, y: torch.where(x > y, x, y * 2), EXACT),
+    ("compare", lambda x, y: (x < y, x <= 0.5, x == y, x != y, x >= y, x > 0), EXACT),
+    ("clamp", lambda x, y: (x.clamp(-0.5, 0.5), x.clamp(min=0.1), x.clamp(max=0.2)), EXACT),
+    ("neg_abs_relu", lambda x, y: (-x, x.abs(), torch.relu(x), F.relu(y)), EXACT),
+    ("floor_ceil", lambda x, y: (torch.floor(x * 3), torch.ceil(y * 3)), EXACT),
+    # torch's vectorised f32 sqrt (AVX-512 here) is not correctly rounded: 1 ulp apart
+    ("sqrt", lambda x, y: torch.sqrt(x.abs()), 2.5e-7),
+    ("pow_2", lambda x, y: x**2, EXACT),
+    ("pow_3", lambda x, y: x**3, EXACT),
+    ("reciprocal", lambda x, y: torch.reciprocal(x), EXACT),
+    ("hardtanh", lambda x, y: F.hardtanh(x), EXACT),
+    ("leaky_relu", lambda x, y: F.leaky_relu(x, 0.2), EXACT),
+    (
+        "logic",
+        lambda x, y: ((x > 0) & (y > 0), (x > 0) | (y > 0), ~(x > 0), (x > 0) ^ (y > 0)),
+        EXACT,
+    ),
+    ("exp", lambda x, y: torch.exp(x), 1e-6),
+    ("log", lambda x, y: torch.log(x.abs() + 0.5), 1e-6),
+    ("tanh_sigmoid", lambda x, y: (torch.tanh(x), torch.sigmoid(y)), 1e-6),
+    ("erf", lambda x, y: torch.erf(x), 1e-6),
+    ("sin_cos", lambda x, y: (torch.sin(x), torch.cos(y)), 1e-6),
+    ("rsqrt", lambda x, y: torch.rsqrt(x.abs() + 0.1), 1e-5),
+    ("pow_frac", lambda x, y: torch.pow(x.abs(), 1.7), 1e-6),
+    ("silu", lambda x, y: F.silu(x), 1e-6),
+]
+
+
+@pytest.mark.parametrize("name,fn,tol", ELEMENTWISE, ids=[c[0] for c in ELEMENTWISE])
+def test_elementwise_f32(name: str, fn: Any, tol: float | None) -> None:
+    check(Fn(fn), rand(3, 5, seed=1), rand(3, 5, seed=2), tol=tol)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_narrow_floats_go_through_f32_like_torch(dtype: str) -> None:
+    # torch's CPU kernels compute f16/bf16 in f32 with the scalar kept in f32: bit-exact here.
+    dt = getattr(torch, dtype)
+    fn = Fn(lambda x, y: ((x + y) * y - x / y) * 0.1 + torch.maximum(x, y) - 3)
+    m = check(fn, rand(4, 6, dtype=dt, seed=3), rand(4, 6, dtype=dt, seed=4))
+    assert f"{'f16' if dtype == 'float16' else 'bf16'}[4,6]" in print_module(m)
+
+
+def test_f64_and_integers() -> None:
+    check(
+        Fn(lambda x, y: x * y + 1.0 / 3.0),
+        rand(3, 4, dtype=torch.float64),
+        rand(3, 4, seed=2, dtype=torch.float64),
+    )
+    i = torch.arange(-6, 6, dtype=torch.int64).reshape(3, 4)
+    check(Fn(lambda a, b: (a * b + 3 - a, -a, a.abs(), torch.maximum(a, b))), i, i.flip(0))
+    i32 = i.to(torch.int32)
+    check(Fn(lambda a: (a + 1, a.to(torch.float32) * 0.5, a.to(torch.int8))), i32)
+    i8 = i.to(torch.int8)
+    check(Fn(lambda a: (a * 3, a > 0)), i8)
+
+
+def test_conversions() -> None:
+    x = rand(3, 4) * 10
+    check(
+        Fn(
+            lambda a: (
+                a.to(torch.int32),
+                a.to(torch.float16),
+                a.to(torch.bfloat16),
+                a.double(),
+                a.bool(),
+            )
+        ),
+        x,
+    )
+    b = x > 0
+    check(Fn(lambda m: (m.to(torch.float32), m.long() + 1)), b)
+
+
+# --- layout -----------------------------------------------------------------------------------
+
+LAYOUT = [
+    ("view", lambda x: x.view(4, 6).reshape(2, 12)),
+    ("permute", lambda x: x.permute(2, 0, 1)),
+    ("transpose", lambda x: x.transpose(0, 2)),
+    ("unsqueeze_squeeze", lambda x: x.unsqueeze(1).unsqueeze(-1).squeeze(1).squeeze(-1)),
+    ("expand", lambda x: x[:, :1, :].expand(2, 5, 4)),
+    ("slice", lambda x: (x[:, 1:3], x[..., ::2], x[1:, :, 1::3], x[:, -2:])),
+    ("select", lambda x: (x[1], x[:, 2], x[..., -1])),
+    ("cat", lambda x: torch.cat([x, x * 2], dim=1)),
+    ("split", lambda x: torch.split(x, 2, dim=1)),
+    ("chunk", lambda x: torch.chunk(x, 2, dim=2)),
+    ("pad", lambda x: F.pad(x, (1, 2, 0, 1), value=0.5)),
+    ("flatten", lambda x: torch.flatten(x, 1)),
+    ("t", lambda x: x[0].t()),
+]
+
+
+@pytest.mark.parametrize("name,fn", LAYOUT, ids=[c[0] for c in LAYOUT])
+def test_layout_bit_exact(name: str, fn: Any) -> None:
+    check(Fn(fn), rand(2, 3, 4, seed=5))
+
+
+def test_index_and_embedding() -> None:
+    table = rand(10, 4, seed=6)
+    idx = torch.tensor([[1, 9, 0], [4, 4, 7]])
+    check(
+        Fn(lambda t, i: (t[i], F.embedding(i, t), t[:, [3, 0]], t[i, (i > 3).long()])), table, idx
+    )
+    check(nn.Embedding(12, 5), torch.tensor([[0, 11, 3]]))
+    neg = torch.tensor([-1, 2, -10])
+    check(Fn(lambda t, i: t[i]), table, neg)
+
+
+def test_int_index_arithmetic_folds_at_import() -> None:
+    # arange and the masks built from it are evaluated at import time: no iota in the IR.
+    m = check(Fn(lambda x: x * (torch.arange(5) < 3).to(torch.float32)), rand(2, 5))
+    text = print_module(m)
+    assert "iota" not in text and "cmp" not in text
+
+
+def test_creation() -> None:
+    check(
+        Fn(lambda x: (x + torch.ones_like(x), torch.full((2, 2), 1.5), torch.zeros(3))), rand(2, 2)
+    )
+    check(Fn(lambda x: x + torch.arange(0.0, 2.0, 0.5)), rand(3, 4))
+
+
+# --- reductions -------------------------------------------------------------------------------
+
+REDUCE = [
+    ("sum_dim", lambda x: x.sum(1), 1e-6),
+    ("sum_all", lambda x: x.sum(), 1e-5),
+    ("sum_keepdim", lambda x: x.sum((0, 2), keepdim=True), 1e-5),
+    ("mean", lambda x: x.mean(-1), 1e-6),
+    ("amax_amin", lambda x: (x.amax(1), x.amin((0, 2), keepdim=True)), EXACT),
+    ("max_dim_values", lambda x: x.max(dim=1, keepdim=True).values, EXACT),
+    ("any_all", lambda x: ((x > 1.5).any(1), (x > -1.9).all()), EXACT),
+    ("vector_norm", lambda x: torch.linalg.vector_norm(x, dim=-1), 1e-6),
+    ("normalize", lambda x: F.normalize(x, dim=-1), 1e-6),
+]
+
+
+@pytest.mark.parametrize("name,fn,tol", REDUCE, ids=[c[0] for c in REDUCE])
+def test_reductions(name: str, fn: Any, tol: float | None) -> None:
+    check(Fn(fn), rand(3, 7, 5, seed=7), tol=tol)
+
+
+# --- composites and contractions --------------------------------------------------------------
+
+
+def test_linear_and_matmul() -> None:
+    check(nn.Linear(8, 5), rand(4, 8), tol=1e-6)
+    check(nn.Linear(8, 5, bias=False), rand(2, 3, 8), tol=1e-6)
+    check(Fn(lambda a, b: (a @ b, torch.bmm(a, b))), rand(2, 3, 4), rand(2, 4, 5), tol=1e-6)
+    check(Fn(lambda a, b: a @ b), rand(3, 4), rand(4), tol=1e-6)
+    check(
+        Fn(lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0)),
+        rand(5),
+        rand(3, 4),
+        rand(4, 5),
+        tol=1e-6,
+    )
+
+
+def test_softmax_layer_norm_gelu() -> None:
+    x = rand(2, 3, 8, seed=8) * 3
+    check(Fn(lambda a: (F.softmax(a, -1), F.softmax(a, 1), F.log_softmax(a, -1))), x, tol=1e-6)
+    check(nn.LayerNorm(8), x, tol=1e-5)
+    ln = nn.LayerNorm([3, 8], elementwise_affine=False)
+    check(ln, x, tol=1e-5)
+    check(Fn(lambda a: (F.gelu(a), F.gelu(a, approximate="tanh"))), x, tol=1e-6)
+    check(Fn(lambda a: F.layer_norm(a, (8,), eps=1e-3)), x.to(torch.bfloat16), tol=2**-7)
+
+
+def test_scaled_dot_product_attention() -> None:
+    q, k, v = rand(2, 3, 4, 8, seed=9), rand(2, 3, 6, 8, seed=10), rand(2, 3, 6, 8, seed=11)
+    sdpa = F.scaled_dot_product_attention
+    check(Fn(lambda q, k, v: sdpa(q, k, v)), q, k, v, tol=1e-6)
+    check(Fn(lambda q, k, v: sdpa(q, k, v, scale=0.3)), q, k, v, tol=1e-6)
+    mask = torch.rand(4, 6, generator=torch.Generator().manual_seed(1)) > 0.3
+    mask[:, 0] = True  # every row keeps a key (torch and gdv differ on fully masked rows)
+    check(Fn(lambda q, k, v, m: sdpa(q, k, v, attn_mask=m)), q, k, v, mask, tol=1e-6)
+    check(Fn(lambda q, k, v, m: sdpa(q, k, v, attn_mask=m)), q, k, v, rand(4, 6), tol=1e-6)
+    check(Fn(lambda q, k, v: sdpa(q, k, k, is_causal=True)), q, q, q, tol=1e-6)
+
+
+def test_mlp_with_dropout_in_eval() -> None:
+    mlp = nn.Sequential(
+        nn.Linear(6, 16), nn.GELU(), nn.Dropout(0.1), nn.Linear(16, 3), nn.Softmax(-1)
+    )
+    m = check(mlp, rand(5, 6), tol=1e-6)
+    weights = [p for p in m.entry.params if "torch_name" in p.attrs]
+    assert [p.attrs["torch_name"] for p in weights] == ["0.weight", "0.bias", "3.weight", "3.bias"]
+    w0 = mlp[0].weight.detach().numpy().astype(np.float64)
+    assert weights[0].range == (w0.min(), w0.max())
+
+
+# --- hypothesis: shapes -----------------------------------------------------------------------
+
+shapes = st.lists(st.integers(1, 5), min_size=1, max_size=3)
+
+
+@settings(max_examples=8)
+@given(shapes, st.integers(0, 2**16))
+def test_broadcast_arithmetic_bit_exact(shape: list[int], seed: int) -> None:
+    other = [1 if (seed >> k) & 1 else s for k, s in enumerate(shape)][(seed >> 8) % len(shape) :]
+    x, y = rand(*shape, seed=seed), rand(*other, seed=seed + 1)
+    check(Fn(lambda a, b: torch.maximum(a * b - a / (b + 3), a)), x, y)
+
+
+@settings(max_examples=6)
+@given(st.integers(1, 6), st.integers(1, 9), st.integers(1, 7), st.booleans())
+def test_linear_shapes(m: int, k: int, n: int, bias: bool) -> None:
+    torch.manual_seed(m * 100 + k * 10 + n)
+    check(nn.Linear(k, n, bias=bias), rand(m, k, seed=k), tol=1e-5)
+
+
+@settings(max_examples=6)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.data())
+def test_softmax_and_sum_any_axis(shape: list[int], data: st.DataObject) -> None:
+    d = data.draw(st.integers(-len(shape), len(shape) - 1))
+    check(
+        Fn(lambda a: (F.softmax(a, d), a.sum(d), a.amax(d))),
+        rand(*shape, seed=len(shape)) * 4,
+        tol=1e-5,
+    )
+
+
+# --- refusals ---------------------------------------------------------------------------------
+
+
+def refusal(module: Any, *inputs: Any, **export: Any) -> str:
+    ep = torch.export.export(module, tuple(inputs), **export)
+    with pytest.raises(Unsupported) as e:
+        import_program(ep)
+    return e.value.message
+
+
+def test_refusals_name_op_node_and_reason() -> None:
+    assert refusal(Fn(lambda x: torch.cumsum(x, 0)), rand(3)) == (
+        "unsupported PyTorch op aten.cumsum.default at node cumsum: a running sum has no IR op"
+    )
+    assert refusal(Fn(lambda x: torch.argmax(x)), rand(3)) == (
+        "unsupported PyTorch op aten.argmax.default at node argmax: an index-valued reduction "
+        "has no IR op"
+    )
+    assert refusal(Fn(lambda x: torch.remainder(x, 2.0)), rand(3)) == (
+        "unsupported PyTorch op aten.remainder.Scalar at node remainder: no IR mapping"
+    )
+    assert refusal(Fn(lambda x: torch.log1p(x)), rand(3)) == (
+        "unsupported PyTorch op aten.log1p.default at node log1p: no exact IR decomposition "
+        "(log(1 + x) rounds 1 + x)"
+    )
+    assert refusal(Fn(lambda x, i: x[i]), rand(4), torch.tensor([True, False, True, True])) == (
+        "unsupported PyTorch op aten.index.Tensor at node index: a boolean mask index (its "
+        "output shape depends on the data)"
+    )
+
+
+def test_training_dropout_is_refused() -> None:
+    drop = nn.Dropout(0.5).train()
+    ep = torch.export.export(drop, (rand(4),))
+    with pytest.raises(Unsupported, match="at node native_dropout: training-mode dropout"):
+        import_program(ep)
+
+
+class Double(nn.Module):
+    def forward(self, x: Any) -> Any:
+        return x * 2
+
+
+def test_unsupported_dtype_and_dynamic_shapes() -> None:
+    with pytest.raises(Unsupported, match=r"input 'x' has no IR dtype|dtype torch.complex64"):
+        import_program(
+            torch.export.export(Fn(lambda x: x * 2), (torch.ones(3, dtype=torch.complex64),))
+        )
+    dim = torch.export.Dim("n", min=2, max=16)
+    ep = torch.export.export(Double(), (rand(4, 3),), dynamic_shapes=({0: dim},))
+    with pytest.raises(
+        Unsupported, match=r"input 'x' has a symbolic dim 's\d+': export with static"
+    ):
+        import_program(ep)
+
+
+def test_buffer_mutation_is_refused() -> None:
+    class Counter(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("n", torch.zeros(3))
+
+        def forward(self, x: Any) -> Any:
+            self.n.add_(x)
+            return x * 2
+
+    with pytest.raises(Unsupported, match="BUFFER_MUTATION output"):
+        import_program(torch.export.export(Counter(), (rand(3),)))
+
+
+def test_not_a_program() -> None:
+    with pytest.raises(IRError, match="expected a torch.export.ExportedProgram, got Linear"):
+        import_program(nn.Linear(2, 2))
+
+
+# --- entry points -----------------------------------------------------------------------------
+
+
+def _save(tmp_path: Path) -> tuple[Path, Any, Any, Any]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.LayerNorm(8), nn.Linear(8, 2)).eval()
+    x = rand(3, 6, seed=12)
+    ep = torch.export.export(model, (x,))
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(ep, str(path))
+    return path, model, x, ep
+
+
+def test_import_torch_api_and_path(tmp_path: Path) -> None:
+    path, model, x, ep = _save(tmp_path)
+    for source in (ep, path, str(path)):
+        m, weights = gdv.import_torch(source)
+        out = gdv.run(m, {"input": x.numpy(), **weights})[0]
+        with torch.no_grad():
+            assert np.abs(out - model(x).numpy()).max() <= 1e-5
+    m, _ = gdv.import_torch(ep, input_ranges={"input": (-2, 2)})
+    assert m.entry.params[0].range == (-2.0, 2.0)
+
+
+def test_cli_import_then_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, model, x, _ = _save(tmp_path)
+    ir, weights = tmp_path / "m.gdv", tmp_path / "w.npz"
+    assert main(["import", str(path), "-o", str(ir), "--weights", str(weights)]) == 0
+    assert "imported" in capsys.readouterr().out
+    np.savez(tmp_path / "in.npz", input=x.numpy())
+    outs = tmp_path / "out.npz"
+    argv = ["run", str(ir), "--inputs", str(tmp_path / "in.npz"), "--inputs", str(weights)]
+    assert main([*argv, "--output", str(outs)]) == 0
+    with torch.no_grad():
+        assert np.abs(np.load(outs)["out0"] - model(x).numpy()).max() <= 1e-5
+
+
+def test_cli_bad_files_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, *_ = _save(tmp_path)
+    text = tmp_path / "text.pt2"
+    text.write_text("not a program")
+    corrupt = tmp_path / "corrupt.pt2"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(corrupt, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            dst.writestr(item, data[: len(data) // 3] if item.filename.endswith(".json") else data)
+    truncated = tmp_path / "truncated.pt2"
+    truncated.write_bytes(path.read_bytes()[:2000])
+    cases = [
+        (text, "not a torch.export program (.pt2): not a zip archive"),
+        (truncated, "not a torch.export program (.pt2): not a zip archive"),
+        (corrupt, "not a valid torch.export program (.pt2): "),
+        (tmp_path / "missing.pt2", "no such file"),
+    ]
+    for bad, message in cases:
+        capsys.readouterr()
+        assert main(["import", str(bad), "-o", str(tmp_path / "o.gdv")]) == 3
+        err = capsys.readouterr().err
+        assert f"{bad}:1:1: error: {message}" in err, err
+        assert "Traceback" not in err
+    assert main(["import", str(path), "-o", str(tmp_path / "o.gdv"), "--input-shape", "x=1"]) == 3
+    assert "--input-shape applies to ONNX models" in capsys.readouterr().err
+    onnx_like = tmp_path / "model.onnx"
+    onnx_like.write_bytes(path.read_bytes())  # a .pt2 under another name is read as ONNX
+    assert main(["import", str(onnx_like), "-o", str(tmp_path / "o.gdv")]) == 3
+    assert "not a valid ONNX model" in capsys.readouterr().err
+
+
+def test_math_sanity_of_helpers() -> None:
+    assert math.isclose(_maxdiff(np.array([1.0, np.nan]), np.array([1.5, np.nan])), 0.5)
