@@ -17,11 +17,25 @@ import sympy
 
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops import OpSpec
+from gdv.validate.bounds.rounding import binade
 
 a_max, b_max, b_min, hi, e_a, e_b, m = sympy.symbols(
     "a_max b_max b_min hi e_a e_b m", nonnegative=True
 )
 K, n = sympy.symbols("K n", positive=True, integer=True)
+j = sympy.Symbol("j", positive=True, integer=True)  # a summation index
+
+
+class Binade(sympy.Function):
+    """The largest power of two <= x (`rounding.binade`): u Binade(|z|) bounds z's rounding."""
+
+    @classmethod
+    def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
+        if x.is_Number:
+            return sympy.Rational(binade(float(x)))
+        return None
+
+
 u, eta, u_f64, eta_f64, k = sympy.symbols("u eta u_f64 eta_f64 k", positive=True)
 
 TRANSCENDENTAL_OWN = m * (u + 2 * k * u_f64) + eta + 2 * k * eta_f64
@@ -38,12 +52,13 @@ FORMULAS: dict[OpSpec, sympy.Expr] = {
     OPS["div"]: e_a / b_min + a_max * e_b / b_min**2 + u * m + eta,
     # exp: sup exp' = exp(hi) times the argument's error, then the evaluation.
     OPS["exp"]: sympy.exp(hi) * e_a + TRANSCENDENTAL_OWN,
-    # reduce_sum: n ea, then Higham's recursive sum with partial sums |s_k| <= k A.
-    OPS["reduce_sum"]: n * e_a + u * a_max * (n * (n + 1) / 2 - 1),
+    # reduce_sum: n ea, then Higham's recursive sum with partial sums |s_j| <= j A, each
+    # rounding within half an ulp of its binade.
+    OPS["reduce_sum"]: n * e_a + u * sympy.Sum(Binade(j * a_max), (j, 2, n)),
     # dot (acc = result dtype): K (A eb + B ea), K product roundings, the recursive sum.
     OPS["dot"]: K * (a_max * e_b + b_max * e_a)
     + K * (u * a_max * b_max + eta)
-    + u * a_max * b_max * (K * (K + 1) / 2 - 1),
+    + u * sympy.Sum(Binade(j * a_max * b_max), (j, 2, K)),
     # exact data movement and exact 1-Lipschitz ops: the operand's error.
     OPS["neg"]: e_a,
     OPS["abs"]: e_a,

@@ -27,9 +27,13 @@ one end of the range and the rest tiny: long sums whose partial sums are large w
 inexact terms keep rounding).
 
 `worst_error` searches harder: every family, then each parameter drawn from its own family,
-then a hill climb on the worst inputs found (re-draw one parameter, or move a random few of
-its elements to a range end, to a random value, or by a few ulps), keeping any step that does
-not lower the measured error. Every candidate stays within the declared ranges.
+then coherent draws (the first float tensor of rank >= 2, by convention the activations, from
+`patterns`, `scaled` or `signs`, the other such tensors from `signs`, vectors from `aligned`,
+`signs` or `random`: one draw in a few dozen lines up every sign pattern along a layer's
+contractions), then a hill climb on the worst inputs found (re-draw one parameter, or move a
+random few of its elements to a range end, to a random value, or by a few ulps, or scale a
+row's spread), keeping any step that does not lower the measured error. Every candidate stays
+within the declared ranges.
 """
 
 from __future__ import annotations
@@ -251,6 +255,28 @@ def _mutate(
     return out
 
 
+def _coherent(
+    fn: Function, rng: np.random.Generator, default_range: tuple[float, float] | None
+) -> dict[str, np.ndarray]:
+    """One coherent draw (module doc)."""
+    out: dict[str, np.ndarray] = {}
+    first = True
+    for p in fn.params:
+        if p.type.dtype.is_float and p.type.rank >= 2:
+            kinds = ("patterns", "scaled", "signs") if first else ("signs",)
+            first = False
+        elif p.type.dtype.is_float:
+            kinds = ("aligned", "signs", "random")
+        else:
+            kinds = ("random",)
+        kind = kinds[rng.integers(len(kinds))]
+        try:
+            out[p.name] = make_inputs(fn, kind, int(rng.integers(2**31)), default_range)[p.name]
+        except ValueError:
+            out[p.name] = make_inputs(fn, "random", int(rng.integers(2**31)), default_range)[p.name]
+    return out
+
+
 def worst_error(
     module: Module,
     output: int = 0,
@@ -259,8 +285,9 @@ def worst_error(
     default_range: tuple[float, float] | None = None,
 ) -> tuple[float, str, dict[str, np.ndarray]]:
     """The largest error of output `output` that a search of `budget` runs finds: (error, how
-    it was found, the inputs). A third of the budget goes to the families (each parameter from
-    one family, then each from its own), the rest to the hill climb (module doc)."""
+    it was found, the inputs). A sixth of the budget goes to the families (each parameter from
+    one family, then each from its own), a sixth to coherent draws, the rest to the hill climb
+    (module doc)."""
     fn = module.entry if isinstance(module, Module) else module
     rng = np.random.default_rng(seed)
     best, how, best_inputs = -1.0, "-", {}
@@ -271,10 +298,13 @@ def worst_error(
         runs += 1
         return output_errors(module, inputs)[output][0]
 
-    start = budget // 3
-    while runs < start:
+    start, coherent = budget // 6, budget // 3
+    while runs < coherent:
         k = runs
-        if k < 2 * len(KINDS):  # every family, twice
+        if k >= start:  # coherent draws (module doc)
+            inputs = _coherent(fn, rng, default_range)
+            label = "coherent"
+        elif k < 2 * len(KINDS):  # every family, twice
             kind = KINDS[k % len(KINDS)]
             try:
                 inputs = make_inputs(fn, kind, int(rng.integers(2**31)), default_range)

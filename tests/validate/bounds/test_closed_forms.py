@@ -72,7 +72,7 @@ def test_sum_of_squared_partial_sums(n: int, r: float) -> None:
     assert exact <= _squares(n, r) <= exact * (1 + 1e-9) + 1e-12
 
 
-@pytest.mark.parametrize(("dt", "n"), [("bf16", 100), ("f16", 128), ("f16", 512)])
+@pytest.mark.parametrize(("dt", "n"), [("bf16", 200), ("f16", 256), ("f16", 512)])
 @pytest.mark.parametrize("dot", [False, True])
 def test_probabilistic_sum_holds_on_random_inputs(dt: str, n: int, dot: bool) -> None:
     """The martingale bound lambda u sqrt(sum Z_k^2) on 4000 random sums in low precision, where
@@ -200,3 +200,39 @@ def test_softmax_row_l1_fact_holds(dt: str) -> None:
         assert moved <= bound + slack, (kind, moved, bound)
         worst = max(worst, moved)
     assert worst > bound / 100, (worst, bound)  # the fact is not vacuous here
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16", "f32"])
+def test_one_rounding_within_half_ulp_of_its_binade(dt: str) -> None:
+    """|fl(z) - z| <= u binade(M) for |z| <= M: z drawn densely just below and above powers
+    of two (the worst spots), and at random, each rounded by the reference's conversion."""
+    import numpy as np
+
+    from gdv.ir.dtypes import DType
+    from gdv.ir.numerics import float_to_float
+    from gdv.validate.bounds.model import UNIT_ROUNDOFF
+    from gdv.validate.bounds.rounding import binade
+
+    dtype = DType(dt)
+    u = UNIT_ROUNDOFF[dtype]
+    rng = np.random.default_rng(0)
+    e = rng.integers(-10, 10, 200000).astype(np.float64)
+    z = np.ldexp(1.0, e.astype(int)) * (1 + rng.uniform(-4 * u, 4 * u, e.size))
+    z = np.concatenate([z, rng.uniform(-100, 100, 200000)])
+    rounded = float_to_float(z, dtype).astype(np.float64)
+    bound = np.array([binade(abs(v)) for v in z]) * u
+    assert (np.abs(rounded - z) <= bound).all()
+    assert (np.abs(rounded - z) > 0.9 * bound).any()  # attained: the bound is the right one
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@pytest.mark.parametrize("n", [3, 16, 100])
+@pytest.mark.parametrize("lo", [0.5, 0.97])
+def test_binade_sum_bound_on_sums_near_powers_of_two(dt: str, n: int, lo: float) -> None:
+    """Sums whose partial sums sit just below powers of two (terms near 1, or near lo..1):
+    every rounding is at its binade's largest; the per-binade bound must still hold."""
+    text = (
+        f"func @main(%x: {dt}[256,{n}] {{range = [{lo}, 1.0]}}) -> {dt}[256] {{\n"
+        f"  %y = reduce_sum(%x) {{axes = [1]}} : {dt}[256]\n  return %y\n}}\n"
+    )
+    _check(text, budget=60)

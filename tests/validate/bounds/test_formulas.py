@@ -36,7 +36,7 @@ def _coefficients(expr, values: dict) -> dict[str, float]:
     zero = {s: 0 for s in syms.values()}
     out = {}
     for name, s in syms.items():
-        value = float(expr.subs(values).subs({**zero, s: 1}))
+        value = float(expr.subs(values).subs({**zero, s: 1}).doit())
         if value:
             out[name] = value
     return out
