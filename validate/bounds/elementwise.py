@@ -497,6 +497,22 @@ def _mul(op: Op, args: list[TB], ctx: Context) -> TB:
     return finish(op, ctx, exact, err, mag(*pre), rounded(pre, u, eta), specials)
 
 
+def _power_of_two(op: Op, b: TB, ctx: Context) -> bool:
+    """The divisor is a float constant whose every element is a power of two (of either sign),
+    stored exactly (no error)."""
+    producer = ctx.producers.get(op.operands[1])
+    if not op.type.dtype.is_float or producer is None or producer.name != "constant":
+        return False
+    if b.err.total != 0 or b.specials:
+        return False
+    for leaf in iter_leaves(producer.attrs["value"]):
+        if isinstance(leaf, bool) or not math.isfinite(leaf) or leaf == 0:
+            return False
+        if math.frexp(abs(float(leaf)))[0] != 0.5 or float(leaf) != leaf:
+            return False
+    return True
+
+
 @rule(OPS["div"])
 def _div(op: Op, args: list[TB], ctx: Context) -> TB:
     a, b = args
@@ -529,6 +545,10 @@ def _div(op: Op, args: list[TB], ctx: Context) -> TB:
         a.err.total / mb_both + A * b.err.total / (mb * mb_both),
     )
     own = one_rounding(ctx, op.type.dtype, mag(*exact), mag(*pre))
+    if _power_of_two(op, b, ctx):
+        # a / 2^k is a's significand with another exponent: exact unless it lands among the
+        # subnormals, where it rounds by at most eta.
+        own = ({ctx.eta_sym(op.type.dtype): 1.0}, ctx.eta(op.type.dtype))
     specials = frozenset({"nan"}) & (a.specials | b.specials)
     u, eta = ctx.u(op.type.dtype), ctx.eta(op.type.dtype)
     return finish(op, ctx, exact, prop + combine(own), mag(*pre), rounded(pre, u, eta), specials)

@@ -236,3 +236,23 @@ def test_binade_sum_bound_on_sums_near_powers_of_two(dt: str, n: int, lo: float)
         f"  %y = reduce_sum(%x) {{axes = [1]}} : {dt}[256]\n  return %y\n}}\n"
     )
     _check(text, budget=60)
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("divisor", ["64", "0.25", "-1024.0", "3.0"])
+@pytest.mark.parametrize("inexact", [False, True])
+def test_division_by_a_power_of_two(dt: str, divisor: str, inexact: bool) -> None:
+    """x / 2^k is exact but in the subnormals (the `tiny` family reaches them); 3 is not a
+    power of two and keeps its rounding."""
+    pre = f"%s = add(%x, %w) : {dt}[64,8]\n  " if inexact else ""
+    arg = "%s" if inexact else "%x"
+    text = (
+        f"func @main(%x: {dt}[64,8] {{range = [-1.0, 1.0]}}, %w: {dt}[64,8] "
+        f"{{range = [-1e-3, 1e-3]}}) -> {dt}[64,8] {{\n  {pre}"
+        f"%c = constant() {{value = {divisor}}} : {dt}[64,8]\n"
+        f"  %y = div({arg}, %c) : {dt}[64,8]\n  return %y\n}}\n"
+    )
+    _check(text, budget=40)
+    _, rigorous, _ = _analysed(text)
+    if not inexact and divisor != "3.0":
+        assert rigorous.outputs[0].abs < 1e-6  # eta only
