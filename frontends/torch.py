@@ -765,6 +765,20 @@ def _logic(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     out = _out_type(imp, node)
     if name.startswith("aten.bitwise") and not out.dtype.is_bool:
         raise imp.unsupported(f"bitwise ops on {out.dtype} have no IR op")
+    for known, other in ((a["self"], a["other"]), (a["other"], a["self"])):
+        # A known all-true or all-false side decides or passes the other through (no dead
+        # constants left for the passes to clean up).
+        s = imp.static(known)
+        if s is None or "xor" in name or imp.val(other).type.dtype != DType.I1:
+            continue
+        bits = to_numpy(s).astype(bool)
+        if bits.size and (bits.all() or not bits.any()):
+            passes = bool(bits.all()) == ("and" in name)
+            if passes:
+                imp.set(node, bcast(imp, imp.dyn(other), out.shape))
+            else:
+                imp.set(node, imp.const(bool(bits.all()), out))
+            return
     x = _as_bool(imp, a["self"], out.shape)
     y = _as_bool(imp, a["other"], out.shape)
     t = imp.type_of(x)
@@ -1064,11 +1078,21 @@ def _index(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     first, last = present[0], present[-1]
     if present != list(range(first, last + 1)):
         raise imp.unsupported("index tensors on non-adjacent dims")
-    irs = []
-    for k in present:
-        irs.append(imp.dyn(idx[k]))
-    bshape = broadcast_shape(imp, *[imp.type_of(i).shape for i in irs])
     dims = [t.shape[k] for k in present]
+    flat = reshape(imp, x, [*t.shape[:first], math.prod(dims), *t.shape[last + 1 :]])
+    statics = [imp.static(idx[k]) for k in present]
+    if all(s is not None for s in statics):  # known indices: the linear index at import time
+        arrays = np.broadcast_arrays(*[to_numpy(s).astype(np.int64) for s in statics])
+        lin_static = np.zeros(arrays[0].shape, dtype=np.int64)
+        for k, (i, size) in enumerate(zip(arrays, dims, strict=True)):
+            if np.any((i < -size) | (i >= size)):
+                raise imp.unsupported(f"an index is out of range for a dim of size {size}")
+            lin_static += np.where(i < 0, i + size, i) * math.prod(dims[k + 1 :])
+        c = imp.const(lin_static, TensorType(DType.I64, lin_static.shape))
+        imp.set(node, reshape(imp, imp.emit("take", [flat, c], axis=first), out.shape))
+        return
+    irs = [imp.dyn(idx[k]) for k in present]
+    bshape = broadcast_shape(imp, *[imp.type_of(i).shape for i in irs])
     lin = None
     for k, (i, size) in enumerate(zip(irs, dims, strict=True)):
         i = bcast(imp, _wrap(imp, convert(imp, i, DType.I64), size), bshape)
@@ -1077,7 +1101,6 @@ def _index(imp: Importer, node: Any, a: dict[str, Any]) -> None:
             i = imp.emit("mul", [i, imp.const(stride, imp.type_of(i))])
         lin = i if lin is None else imp.emit("add", [lin, i])
     assert lin is not None
-    flat = reshape(imp, x, [*t.shape[:first], math.prod(dims), *t.shape[last + 1 :]])
     y = imp.emit("take", [flat, lin], axis=first)
     imp.set(node, reshape(imp, y, out.shape))
 
