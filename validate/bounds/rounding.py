@@ -79,13 +79,14 @@ BINADE_TERMS = 2**16
 """Sums up to this many terms get the per-binade bound term by term (a loop at bound time)."""
 
 
-def _binade_pairs(n: int, p: float, s: float, grow: float) -> float:
-    """sum_{k=2..n} binade(min(k p, s) exp((k-2) grow)), each argument rounded up first (binade
-    is monotone, so an upper bound of the argument keeps the result an upper bound)."""
+def _binade_pairs(n: int, p: float, s: float, grow: float, squares: bool = False) -> float:
+    """sum_{k=2..n} binade(min(k p, s) exp((k-2) grow)) (of the squares with `squares`), each
+    argument rounded up first (binade is monotone, so an upper bound of the argument keeps the
+    result an upper bound)."""
     total = 0.0
     for k in range(2, n + 1):
-        z = min(k * p, s) * math.exp((k - 2) * grow)
-        total += binade(z * (1 + 1e-12))
+        z = binade(min(k * p, s) * math.exp((k - 2) * grow) * (1 + 1e-12))
+        total += z * z if squares else z
     # Powers of two within about 2^20 of each other (Z_n / Z_2 <= n e^(n u) / 2): every
     # partial sum is exact in float64.
     return total
@@ -116,7 +117,8 @@ def sequential_sum(
     delta is mean-zero given the earlier ones, |delta| <= u. The error is exactly
     sum_{k=2..n} z_k delta_k, z_k = s^_{k-1} + t_k the k-th sum before rounding, a martingale
     whose k-th step is at most u Z_k in size, Z_k = min(k P, S)(1 + gamma_{n-1}) bounding |z_k|.
-    Azuma-Hoeffding: |error| <= lambda u sqrt(sum_k Z_k^2), failing with probability at most
+    Azuma-Hoeffding: |error| <= lambda u sqrt(sum_k Z_k^2) (binade(Z_k) in place of Z_k for
+    n <= BINADE_TERMS: each step is also within u binade(Z_k)), failing with probability at most
     2 exp(-lambda^2 / 2) per sum (Higham and Mary's Theorem 3.1 argument, lambda sqrt(n-1) u
     n P with the same failure per term, is larger by about sqrt 3). The smaller of it and the
     rigorous bound is used; each sum that uses it is one event for the failure probability."""
@@ -141,9 +143,15 @@ def sequential_sum(
         lin_sq = _squares(n, s_exact / p_exact) if p_exact > 0 else 0.0
         sq = _squares(n, s_computed / p_computed, u) if p_computed > 0 else 0.0
         total_prob = lam * u * p_computed * math.sqrt(sq)
+        lin_prob = lam * p_exact * math.sqrt(lin_sq)
+        if n <= BINADE_TERMS:  # each step within u binade(Z_k), as in the rigorous bound
+            fine = lam * u * math.sqrt(_binade_pairs(n, p_computed, s_computed, u, squares=True))
+            if fine < total_prob:
+                total_prob = fine
+                lin_prob = lam * math.sqrt(_binade_pairs(n, p_exact, s_exact, 0.0, squares=True))
         if total_prob < total:
             ctx.prob_events += elements
-            return {ctx.u_sym(dtype): lam * p_exact * math.sqrt(lin_sq)}, total_prob
+            return {ctx.u_sym(dtype): lin_prob}, total_prob
     return lin, total
 
 
