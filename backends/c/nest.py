@@ -1,11 +1,20 @@
 """One C function per loop nest: the `kernel` op's meaning (ir/ops/kernel.py) as nested loops.
 
-The out dims run in the schedule's `order` (tiled by `tile`, remainders handled by a `min`
-bound, the outermost loop under `#pragma omp parallel for` when it is a `parallel` dim and the
-nest is large enough); for each output element the reduce dims then run innermost, in the
-row-major order of `reduce` as listed, folding left from the first value with the combiner
-(acc = body(first); acc = combine(acc, body(next))), exactly as the reference backend does.
-An empty fold gives the combiner's identity. `accumulators = A > 1` folds A consecutive blocks
+Elementwise nests (no reduce dims): the out dims run in the schedule's `order` (tiled by
+`tile`, remainders handled by a `min` bound, the outermost loop under `#pragma omp parallel
+for` when it is a `parallel` dim and the nest is large enough); the innermost loop is an
+`omp simd` loop when it writes the result contiguously. Points are independent, so neither
+changes a result (`omp simd` vectorises without reassociating anything).
+
+Reductions interleave outputs: a block of R outputs along one out dim is folded together, the
+reduce dims outermost in the row-major order of `reduce` as listed and the R outputs innermost,
+`acc[r] = combine(acc[r], body(r, k))`. Each output still folds its own values alone and in
+order; the R folds are independent chains (and vector lanes when the block is contiguous in
+memory). A fold starts from a value the combiner absorbs exactly instead of from the first
+element: -0.0 for a float sum (-0.0 + x == x for every x, NaN included), -inf / +inf for float
+max / min (max(-inf, x) == x, min(+inf, x) == x under IR_SPEC's NaN and signed-zero rules),
+and the integer identities (0, the dtype's minimum, maximum). An empty fold writes the
+combiner's identity (+0.0 for a float sum). `accumulators = A > 1` folds A consecutive blocks
 apart and then folds their results in order, as the reference does. The reduce dims are never
 reordered or tiled, so the schedule never changes a result.
 """
@@ -17,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gdv.backends.c.emit import CTYPE, Program, comment, ctype, identity, strides
+from gdv.backends.c.emit import CTYPE, Program, comment, ctype, float_literal, identity, strides
+from gdv.backends.c.simd import vector_bytes
 from gdv.ir.core import Op
 from gdv.ir.ops.kernel import COMBINER_OP
 from gdv.ir.types import TensorType
@@ -28,6 +38,9 @@ expression of the body's value."""
 
 PARALLEL_MIN_POINTS = 1 << 15
 """Nests with fewer points than this run on one thread (thread start-up would dominate)."""
+
+INTERLEAVE_STRIDED = 8
+"""Outputs folded together when consecutive outputs are far apart in memory (scalar chains)."""
 
 
 @dataclass
@@ -77,6 +90,9 @@ def emit_nest(
     t = ctype(dtype, op, prog.module)
     for ot in operand_types:
         ctype(ot.dtype, op, prog.module)
+    if nest.reduce and nest.out and nest.schedule.get("accumulators", 1) <= 1:
+        _emit_interleaved(prog, op, nest, operand_types, body, note)
+        return
     name = prog.new_function()
     n = len(nest.space)
     params = [f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)]
@@ -90,10 +106,23 @@ def emit_nest(
     tiled = [d for d in order if 0 < tile[d] < nest.space[d]]
     first_loop = True
 
-    def pragma(d: int) -> None:
+    # The innermost loop of an elementwise nest writes the result contiguously: omp simd.
+    out_st = strides(result)
+    simd = -1
+    if not nest.reduce and order:
+        last = order[-1]
+        if out_st[nest.out.index(last)] == 1 and nest.space[last] > 1:
+            simd = last
+
+    def pragma(d: int, inner: bool = False) -> None:
         nonlocal first_loop
-        if first_loop and d in parallel and points >= PARALLEL_MIN_POINTS:
-            lines.append("#pragma omp parallel for")
+        par = first_loop and d in parallel and points >= PARALLEL_MIN_POINTS
+        vec = inner and d == simd
+        if par or vec:
+            lines.append(
+                f"#pragma omp {'parallel for' if par else ''}{' ' if par and vec else ''}"
+                f"{'simd' if vec else ''}"
+            )
         first_loop = False
 
     for d in tiled:
@@ -104,7 +133,7 @@ def emit_nest(
         )
         ind += "  "
     for d in order:
-        pragma(d)
+        pragma(d, inner=d == order[-1])
         if d in tiled:
             hi = f"(t{d} + INT64_C({tile[d]}) < INT64_C({nest.space[d]}) ? t{d} + "
             hi += f"INT64_C({tile[d]}) : INT64_C({nest.space[d]}))"
@@ -115,7 +144,6 @@ def emit_nest(
     lines.append(f"{ind[:-2]}{{" if order else f"{ind}{{")
     if not order:
         ind += "  "
-    out_st = strides(result)
     out_index = " + ".join(
         ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
     )
@@ -172,8 +200,299 @@ def emit_nest(
             lines.append(f"{inner[:-2]}}}")
         lines.append(f"{ind}r[{out_index}] = acc;")
     lines.append(f"{ind[:-2]}}}")
+    _finish(prog, op, name, lines)
+
+
+def _finish(prog: Program, op: Op, name: str, lines: list[str]) -> None:
     lines.append("}")
     prog.functions.append("\n".join(lines) + "\n")
     prog.new_slot(op.result, op.type)
     args = [prog.var(o) for o in op.operands] + [prog.var(op.result)]
     prog.body.append(f"  {name}({', '.join(args)});  /* %{comment(op.result)} */")
+
+
+def _emit_lanes(
+    prog: Program,
+    nest: Nest,
+    operand_types: list[TensorType],
+    body: Body,
+    lines: list[str],
+    order: list[int],
+    out_st: list[int],
+    dtype: Any,
+) -> None:
+    """A max or min fold in vector lanes along its last reduce dim, the lanes folded at the end.
+
+    This reorders the fold, which is exact for these combiners only: under IR_SPEC, max (min)
+    of two floats is NaN if either is NaN, else the larger (smaller) in the total order
+    -inf < ... < -0.0 < +0.0 < ... < +inf, so it is the join (meet) of a total order with NaN
+    absorbing: associative, commutative and idempotent, and every order of the fold gives the
+    same value (NaNs counting as one, as bit-exactness counts them). Integers likewise."""
+    t = CTYPE[dtype]
+    n = len(nest.space)
+    last = nest.reduce[-1]
+    size = nest.space[last]
+    lanes = max(2, min(2 * max(1, vector_bytes() // dtype.itemsize), size))
+    start = _start(nest.combiner, dtype)
+    if math.prod(nest.space) >= PARALLEL_MIN_POINTS and len(order) > 0:
+        collapse = f" collapse({len(order)})" if len(order) > 1 else ""
+        lines.append(f"#pragma omp parallel for{collapse}")
+    ind = "  "
+    for d in order:
+        lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)")
+    lines.append(f"{ind}{{")
+    ind += "  "
+    lines.append(f"{ind}{t} lane[{lanes}];")
+    lines.append(f"{ind}for (int64_t q = 0; q < INT64_C({lanes}); q++) lane[q] = {start};")
+    for d in nest.reduce[:-1]:
+        lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)")
+    lines.append(f"{ind}{{")
+    inner = ind + "  "
+
+    def point(indent: str, index: str, acc: str) -> None:
+        lines.append(f"{indent}const int64_t i{last} = {index};")
+        loads = []
+        for k, ot in enumerate(operand_types):
+            lines.append(
+                f"{indent}const {CTYPE[ot.dtype]} x{k} = a{k}[{_flat_index(nest.maps[k], ot, n)}];"
+            )
+            loads.append(f"x{k}")
+        value = body(loads, lines, indent)
+        lines.append(f"{indent}const {t} val = {value};")
+        lines.append(f"{indent}{acc} = {combine_expr(prog, nest.combiner, dtype, acc, 'val')};")
+
+    full = size - size % lanes
+    lines.append(f"{inner}for (int64_t kb = 0; kb < INT64_C({full}); kb += INT64_C({lanes})) {{")
+    lines.append("#pragma omp simd")
+    lines.append(f"{inner}  for (int64_t q = 0; q < INT64_C({lanes}); q++) {{")
+    point(inner + "    ", "kb + q", "lane[q]")
+    lines.append(f"{inner}  }}")
+    lines.append(f"{inner}}}")
+    if full < size:
+        lines.append(f"{inner}for (int64_t q = 0; q < INT64_C({size - full}); q++) {{")
+        point(inner + "  ", f"INT64_C({full}) + q", "lane[q]")
+        lines.append(f"{inner}}}")
+    lines.append(f"{ind}}}")
+    lines.append(f"{ind}{t} acc = {start};")
+    lines.append(f"{ind}for (int64_t q = 0; q < INT64_C({lanes}); q++) {{")
+    lines.append(f"{ind}  const {t} val = lane[q];")
+    lines.append(f"{ind}  acc = {combine_expr(prog, nest.combiner, dtype, 'acc', 'val')};")
+    lines.append(f"{ind}}}")
+    out_index = " + ".join(
+        ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
+    )
+    lines.append(f"{ind}r[{out_index}] = acc;")
+    lines.append(f"{ind[:-2]}}}")
+
+
+def _coefficients(rows: list[list[int]], t: TensorType, n: int) -> list[int]:
+    """Per loop dim, how far one step moves in `t`'s flat index when read at `rows`."""
+    st = strides(t)
+    return [sum(st[r] * row[d] for r, row in enumerate(rows)) for d in range(n)]
+
+
+def _start(combiner: str, dtype: Any) -> str:
+    """A value the combiner absorbs exactly (combine(start, x) == x for every x): the fold may
+    start from it instead of from its first element."""
+    if combiner == "add" and dtype.is_float:
+        return float_literal(-0.0, dtype)
+    return identity(combiner, dtype)
+
+
+def _emit_interleaved(
+    prog: Program,
+    op: Op,
+    nest: Nest,
+    operand_types: list[TensorType],
+    body: Body,
+    note: str,
+) -> None:
+    """A reduction nest folding a block of outputs along one out dim together (module doc)."""
+    result = op.type
+    dtype = result.dtype
+    t = CTYPE[dtype]
+    n = len(nest.space)
+    name = prog.new_function()
+    params = [f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)]
+    params.append(f"{t} *restrict r")
+    lines = [f"/* {note}: outputs interleaved */", f"static void {name}({', '.join(params)})", "{"]
+    count = math.prod(nest.space[d] for d in nest.reduce)
+    if result.num_elements == 0:
+        pass
+    elif count == 0:  # every fold is empty: the identity
+        ident = identity(nest.combiner, dtype)
+        lines.append(
+            f"  for (int64_t e = 0; e < INT64_C({result.num_elements}); e++) r[e] = {ident};"
+        )
+    else:
+        coefs = [_coefficients(nest.maps[k], ot, n) for k, ot in enumerate(operand_types)]
+        out_st = strides(result)
+        unit = [
+            d
+            for p, d in enumerate(nest.out)
+            if out_st[p] == 1 and all(c[d] in (0, 1) for c in coefs)
+        ]
+        order = [d for d in nest.schedule.get("order", list(range(n))) if d in nest.out]
+        last = nest.reduce[-1]
+        if (
+            not unit
+            and nest.combiner in ("max", "min")
+            and nest.space[last] > 1
+            and all(c[last] in (0, 1) for c in coefs)
+        ):
+            _emit_lanes(prog, nest, operand_types, body, lines, order, out_st, dtype)
+            _finish(prog, op, name, lines)
+            return
+        inner = unit[-1] if unit else order[-1]
+        contiguous = bool(unit)
+        size = nest.space[inner]
+        lanes = 2 * max(1, vector_bytes() // dtype.itemsize) if contiguous else INTERLEAVE_STRIDED
+        block = max(1, min(lanes, size))
+        others = [d for d in order if d != inner]
+        points = math.prod(nest.space)
+        if points >= PARALLEL_MIN_POINTS:
+            collapse = f" collapse({len(others) + 1})" if others else ""
+            lines.append(f"#pragma omp parallel for{collapse}")
+        ind = "  "
+        for d in others:
+            lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)")
+        lines.append(f"{ind}for (int64_t ib = 0; ib < INT64_C({size}); ib += INT64_C({block})) {{")
+        ind += "  "
+        lines.append(
+            f"{ind}const int64_t rn = INT64_C({size}) - ib < INT64_C({block}) ? "
+            f"INT64_C({size}) - ib : INT64_C({block});"
+        )
+        lines.append(f"{ind}{t} acc[{block}];")
+        lines.append(
+            f"{ind}for (int64_t q = 0; q < INT64_C({block}); q++) acc[q] = "
+            f"{_start(nest.combiner, dtype)};"
+        )
+        out_index = " + ".join(
+            ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
+        )
+
+        def fold(extent: str, indent: str) -> None:
+            """The reduce loops, then the block of outputs innermost."""
+            for d in nest.reduce:
+                lines.append(
+                    f"{indent}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)"
+                )
+                indent += "  "
+            lines.append(f"{indent[:-2]}{{" if nest.reduce else f"{indent}{{")
+            if contiguous:
+                lines.append("#pragma omp simd")
+            else:
+                lines.append(f"#pragma GCC unroll {block}")
+            lines.append(f"{indent}for (int64_t q = 0; q < {extent}; q++) {{")
+            inner_ind = indent + "  "
+            lines.append(f"{inner_ind}const int64_t i{inner} = ib + q;")
+            loads = []
+            for k, ot in enumerate(operand_types):
+                lines.append(
+                    f"{inner_ind}const {CTYPE[ot.dtype]} x{k} = "
+                    f"a{k}[{_flat_index(nest.maps[k], ot, n)}];"
+                )
+                loads.append(f"x{k}")
+            value = body(loads, lines, inner_ind)
+            lines.append(f"{inner_ind}const {t} val = {value};")
+            step = combine_expr(prog, nest.combiner, dtype, "acc[q]", "val")
+            lines.append(f"{inner_ind}acc[q] = {step};")
+            lines.append(f"{indent}}}")
+            lines.append(f"{indent[:-2]}}}" if nest.reduce else f"{indent}}}")
+
+        if block < size:
+            lines.append(f"{ind}if (rn == INT64_C({block})) {{")
+            fold(f"INT64_C({block})", ind + "  ")
+            lines.append(f"{ind}}} else {{")
+            fold("rn", ind + "  ")
+            lines.append(f"{ind}}}")
+        else:
+            fold(f"INT64_C({block})", ind)
+        lines.append(f"{ind}for (int64_t q = 0; q < rn; q++) {{")
+        lines.append(f"{ind}  const int64_t i{inner} = ib + q;")
+        lines.append(f"{ind}  r[{out_index}] = acc[q];")
+        lines.append(f"{ind}}}")
+        lines.append(f"{ind[:-2]}}}")
+    _finish(prog, op, name, lines)
+
+
+def _finish(prog: Program, op: Op, name: str, lines: list[str]) -> None:
+    lines.append("}")
+    prog.functions.append("\n".join(lines) + "\n")
+    prog.new_slot(op.result, op.type)
+    args = [prog.var(o) for o in op.operands] + [prog.var(op.result)]
+    prog.body.append(f"  {name}({', '.join(args)});  /* %{comment(op.result)} */")
+
+
+def _emit_lanes(
+    prog: Program,
+    nest: Nest,
+    operand_types: list[TensorType],
+    body: Body,
+    lines: list[str],
+    order: list[int],
+    out_st: list[int],
+    dtype: Any,
+) -> None:
+    """A max or min fold in vector lanes along its last reduce dim, the lanes folded at the end.
+
+    This reorders the fold, which is exact for these combiners only: under IR_SPEC, max (min)
+    of two floats is NaN if either is NaN, else the larger (smaller) in the total order
+    -inf < ... < -0.0 < +0.0 < ... < +inf, so it is the join (meet) of a total order with NaN
+    absorbing: associative, commutative and idempotent, and every order of the fold gives the
+    same value (NaNs counting as one, as bit-exactness counts them). Integers likewise."""
+    t = CTYPE[dtype]
+    n = len(nest.space)
+    last = nest.reduce[-1]
+    size = nest.space[last]
+    lanes = max(2, min(2 * max(1, vector_bytes() // dtype.itemsize), size))
+    start = _start(nest.combiner, dtype)
+    if math.prod(nest.space) >= PARALLEL_MIN_POINTS and len(order) > 0:
+        collapse = f" collapse({len(order)})" if len(order) > 1 else ""
+        lines.append(f"#pragma omp parallel for{collapse}")
+    ind = "  "
+    for d in order:
+        lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)")
+    lines.append(f"{ind}{{")
+    ind += "  "
+    lines.append(f"{ind}{t} lane[{lanes}];")
+    lines.append(f"{ind}for (int64_t q = 0; q < INT64_C({lanes}); q++) lane[q] = {start};")
+    for d in nest.reduce[:-1]:
+        lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)")
+    lines.append(f"{ind}{{")
+    inner = ind + "  "
+
+    def point(indent: str, index: str, acc: str) -> None:
+        lines.append(f"{indent}const int64_t i{last} = {index};")
+        loads = []
+        for k, ot in enumerate(operand_types):
+            lines.append(
+                f"{indent}const {CTYPE[ot.dtype]} x{k} = a{k}[{_flat_index(nest.maps[k], ot, n)}];"
+            )
+            loads.append(f"x{k}")
+        value = body(loads, lines, indent)
+        lines.append(f"{indent}const {t} val = {value};")
+        lines.append(f"{indent}{acc} = {combine_expr(prog, nest.combiner, dtype, acc, 'val')};")
+
+    full = size - size % lanes
+    lines.append(f"{inner}for (int64_t kb = 0; kb < INT64_C({full}); kb += INT64_C({lanes})) {{")
+    lines.append("#pragma omp simd")
+    lines.append(f"{inner}  for (int64_t q = 0; q < INT64_C({lanes}); q++) {{")
+    point(inner + "    ", "kb + q", "lane[q]")
+    lines.append(f"{inner}  }}")
+    lines.append(f"{inner}}}")
+    if full < size:
+        lines.append(f"{inner}for (int64_t q = 0; q < INT64_C({size - full}); q++) {{")
+        point(inner + "  ", f"INT64_C({full}) + q", "lane[q]")
+        lines.append(f"{inner}}}")
+    lines.append(f"{ind}}}")
+    lines.append(f"{ind}{t} acc = {start};")
+    lines.append(f"{ind}for (int64_t q = 0; q < INT64_C({lanes}); q++) {{")
+    lines.append(f"{ind}  const {t} val = lane[q];")
+    lines.append(f"{ind}  acc = {combine_expr(prog, nest.combiner, dtype, 'acc', 'val')};")
+    lines.append(f"{ind}}}")
+    out_index = " + ".join(
+        ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
+    )
+    lines.append(f"{ind}r[{out_index}] = acc;")
+    lines.append(f"{ind[:-2]}}}")

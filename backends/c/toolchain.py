@@ -1,7 +1,9 @@
 """The system C compiler: detection, flags, compiling in a private directory, the .so cache.
 
 Flags: `-O2 -std=c11 -fPIC -shared -ffp-contract=off -fno-fast-math` (no FMA contraction, no
-reassociation: bit-exact IEEE arithmetic), `-fopenmp` when the compiler accepts it, and
+reassociation: bit-exact IEEE arithmetic), `-fno-math-errno` (libm calls need not set errno, so
+`sqrt` is the correctly rounded instruction and vectorises; no value changes), `-fopenmp` when
+the compiler accepts it (threads, and `omp simd` loops: vectorised without reassociation), and
 `-march=native` when it accepts that (the detected ISA features are recorded; with contraction
 off, wider instructions never change a result). A shared object is cached under
 `~/.cache/gdv/c/` (or `$GDV_C_CACHE`) by the SHA-256 of the source, compiler and flags.
@@ -27,6 +29,7 @@ BASE_FLAGS = (
     "-shared",
     "-ffp-contract=off",
     "-fno-fast-math",
+    "-fno-math-errno",
 )
 COMPILE_TIMEOUT_S = 120.0
 

@@ -254,3 +254,177 @@ def test_recognised_and_refused_shapes() -> None:
         gemv,
         {"a": rng.standard_normal((4, 6)).astype(np.float32), "v": np.ones(6, np.float32)},
     )
+
+
+# --- reductions and elementwise nests -----------------------------------------------------------
+
+REDUCE_BODIES = {
+    "value": ("", "%pa"),
+    "square": ("%q = mul(%pa, %pa)", "%q"),
+    "centred": ("%q = sub(%pa, %pb)", "%q"),  # x - m[out]: softmax's and layer_norm's shape
+}
+
+
+@st.composite
+def reductions(draw):
+    """A reduction kernel (add / max / min over one or more dims in a listed order)."""
+    dtype = draw(st.sampled_from(["f32", "f64", "i32"]))
+    rank = draw(st.sampled_from([2, 2, 3]))
+    shape = [draw(st.sampled_from([0, 1, 2, 5, 17, 40, 70])) for _ in range(rank)]
+    if rank == 3:
+        shape = [min(s, 17) for s in shape]
+    red = draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True))
+    out = [d for d in range(rank) if d not in red]
+    combiner = draw(st.sampled_from(["add", "max", "min"]))
+    ops, ret = REDUCE_BODIES[draw(st.sampled_from(sorted(REDUCE_BODIES)))]
+    unit = [[int(j == d) for j in range(rank)] + [0] for d in range(rank)]
+    maps = [unit]
+    shapes = [tuple(shape)]
+    if "%pb" in ops:
+        maps.append([unit[d] for d in out])
+        shapes.append(tuple(shape[d] for d in out))
+    names = ["a", "b"][: len(maps)]
+    rshape = tuple(shape[d] for d in out)
+    order = draw(st.permutations(list(range(rank))))
+    params = ", ".join(f"%{v}: {_ty(dtype, s)}" for v, s in zip(names, shapes, strict=True))
+    bparams = ", ".join(f"%p{v}: {dtype}[]" for v in names)
+    op_line = f"  {ops} : {dtype}[]\n" if ops else ""
+    text = (
+        f"func @main({params}) -> {_ty(dtype, rshape)} {{\n"
+        f'  %r = kernel({", ".join("%" + v for v in names)}) {{body = "f", space = {shape}, '
+        f'maps = {maps}, out = {out}, reduce = {red}, combiner = "{combiner}", '
+        f"order = {list(order)}}} : {_ty(dtype, rshape)}\n"
+        f"  return %r\n}}\nfunc @f({bparams}) -> {dtype}[] {{\n{op_line}  return {ret}\n}}"
+    )
+    seed = draw(st.integers(0, 2**32 - 1))
+    if dtype == "i32":
+        rng = np.random.default_rng(seed)
+        inputs = {
+            v: rng.integers(-(2**31), 2**31, s, dtype=np.int64).astype(np.int32)
+            for v, s in zip(names, shapes, strict=True)
+        }
+    else:
+        scale = draw(st.sampled_from([1.0, 1e30]))
+        share = draw(st.sampled_from([0.0, 0.1, 0.5]))
+        inputs = {
+            v: _values(seed + k, dtype, s, scale, share)
+            for k, (v, s) in enumerate(zip(names, shapes, strict=True))
+        }
+    return text, inputs
+
+
+@settings(max_examples=45)
+@given(case=reductions(), vector=st.sampled_from(["64", "32", "16"]))
+def test_reductions_bit_exact(case, vector: str) -> None:
+    text, inputs = case
+    _check(text, inputs, **{VECTOR_BYTES_ENV: vector})
+
+
+def test_max_min_in_lanes_equal_the_ordered_fold_on_zeros_and_nans() -> None:
+    """Rows of signed zeros with a NaN here and there, folded along the contiguous dim (the lanes
+    path, which reorders: exact for max and min only)."""
+    rng = np.random.default_rng(3)
+    x = np.where(rng.random((9, 70)) < 0.5, -0.0, 0.0).astype(np.float32)
+    x[2, 69] = np.nan
+    x[4, 0] = np.nan
+    x[5, :] = -0.0
+    x[6, :] = 0.0
+    x[6, 40] = -0.0
+    for combiner in ("max", "min"):
+        text = (
+            "func @main(%a: f32[9,70]) -> f32[9] {\n"
+            '  %r = kernel(%a) {body = "f", space = [9, 70], maps = [[[1, 0, 0], [0, 1, 0]]], '
+            f'out = [0], reduce = [1], combiner = "{combiner}"}} : f32[9]\n  return %r\n}}\n'
+            "func @f(%pa: f32[]) -> f32[] {\n  return %pa\n}"
+        )
+        source = _check(text, {"a": x})
+        assert "lane[" in source
+
+
+def test_sum_along_rows_keeps_each_rows_order() -> None:
+    """1e8, 1, 1, -1e8 repeated along each row: the left fold loses the ones, any reassociation
+    keeps some. Rows are interleaved, never split."""
+    row = np.tile(np.array([1e8, 1.0, 1.0, -1e8], np.float32), 64)
+    x = np.stack([row, np.roll(row, 1), np.roll(row, 2)] * 11)
+    text = (
+        f"func @main(%a: f32[{x.shape[0]},{x.shape[1]}]) -> f32[{x.shape[0]}] {{\n"
+        f'  %r = kernel(%a) {{body = "f", space = [{x.shape[0]}, {x.shape[1]}], '
+        f'maps = [[[1, 0, 0], [0, 1, 0]]], out = [0], reduce = [1], combiner = "add"}} : '
+        f"f32[{x.shape[0]}]\n  return %r\n}}\nfunc @f(%pa: f32[]) -> f32[] {{\n  return %pa\n}}"
+    )
+    _check(text, {"a": x})
+
+
+ELEMENTWISE = ["add", "sub", "mul", "div", "max", "min"]
+
+
+@settings(max_examples=15)
+@given(
+    dtype=st.sampled_from(["f32", "f64"]),
+    rows=st.sampled_from([0, 1, 3, 17]),
+    cols=st.sampled_from([0, 1, 15, 16, 33, 70]),
+    transposed=st.booleans(),
+    name=st.sampled_from(ELEMENTWISE),
+    seed=st.integers(0, 2**32 - 1),
+    vector=st.sampled_from(["64", "32", "16"]),
+)
+def test_elementwise_nests_bit_exact(dtype, rows, cols, transposed, name, seed, vector) -> None:
+    """A fused elementwise body (op, sqrt, relu, a broadcast row) over contiguous and
+    transposed operands: the `omp simd` loop changes nothing."""
+    bmap = "[[0, 1, 0], [1, 0, 0]]" if transposed else "[[1, 0, 0], [0, 1, 0]]"
+    bshape = (cols, rows) if transposed else (rows, cols)
+    t = _ty(dtype, (rows, cols))
+    text = (
+        f"func @main(%a: {t}, %b: {_ty(dtype, bshape)}, %c: {_ty(dtype, (cols,))}) -> {t} {{\n"
+        f'  %r = kernel(%a, %b, %c) {{body = "f", space = [{rows}, {cols}], maps = '
+        f"[[[1, 0, 0], [0, 1, 0]], {bmap}, [[0, 1, 0]]], out = [0, 1], reduce = [], "
+        f'combiner = "none"}} : {t}\n  return %r\n}}\n'
+        f"func @f(%x: {dtype}[], %y: {dtype}[], %z: {dtype}[]) -> {dtype}[] {{\n"
+        f"  %u = {name}(%x, %y) : {dtype}[]\n  %v = sqrt(%u) : {dtype}[]\n"
+        f"  %w = relu(%v) : {dtype}[]\n  %q = mul(%w, %z) : {dtype}[]\n  return %q\n}}"
+    )
+    inputs = {
+        "a": _values(seed, dtype, (rows, cols), 1.0, 0.2),
+        "b": _values(seed + 1, dtype, bshape, 1.0, 0.2),
+        "c": _values(seed + 2, dtype, (cols,), 1.0, 0.2),
+    }
+    _check(text, inputs, **{VECTOR_BYTES_ENV: vector})
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i32"])
+def test_fold_starts_change_no_value(axis: int, dtype: str) -> None:
+    """Lines of all -0.0, all negative, all positive, all -inf / +inf, one NaN, and extents 1
+    and 0, along either dim (interleaved outputs, strided chains, max/min lanes): a fold that
+    started from +0.0, or from anything but the combiner's absorbing value, shows."""
+    np_t = {"f32": np.float32, "f64": np.float64, "i32": np.int32}[dtype]
+    for extent in (37, 1, 0):
+        lines = [
+            np.full(extent, -0.0),
+            -np.arange(1, extent + 1, dtype=np.float64),
+            np.arange(1, extent + 1, dtype=np.float64),
+            np.full(extent, -np.inf),
+            np.full(extent, np.inf),
+            np.where(np.arange(extent) == extent // 2, np.nan, 1.0),
+        ]
+        if dtype == "i32":
+            lines = [
+                np.full(extent, -(2**31)),
+                np.full(extent, 2**31 - 1),
+                -np.arange(1, extent + 1),
+                np.arange(1, extent + 1),
+            ]
+        x = np.stack(lines).astype(np_t)
+        if axis == 0:
+            x = np.ascontiguousarray(x.T)
+        shape = list(x.shape)
+        out = 1 - axis
+        for combiner in ("add", "max", "min"):
+            text = (
+                f"func @main(%a: {_ty(dtype, shape)}) -> {dtype}[{shape[out]}] {{\n"
+                f'  %r = kernel(%a) {{body = "f", space = {shape}, maps = [[[1, 0, 0], '
+                f'[0, 1, 0]]], out = [{out}], reduce = [{axis}], combiner = "{combiner}"}} : '
+                f"{dtype}[{shape[out]}]\n  return %r\n}}\n"
+                f"func @f(%pa: {dtype}[]) -> {dtype}[] {{\n  return %pa\n}}"
+            )
+            _check(text, {"a": x})
