@@ -19,8 +19,9 @@ and it is computed as BLAS computes a matrix product, but keeping the IR's order
   Accumulators start at -0.0, which changes nothing: -0.0 + p == p for every p, NaN included.
 - Blocking over k stores the partial sums in the result between blocks (in the result dtype,
   so exactly) and reloads them for the next block, in order. An empty reduction writes +0.0.
-- Threads (OpenMP) split the output rows (or, with too few rows, the columns) of each block:
-  an output element is always computed by one thread, in order.
+- Threads (OpenMP) split the output's columns (or, with too few column slivers, its rows):
+  each thread packs and computes its own rectangle, so there is no barrier, and an output
+  element is always computed by one thread, in order.
 
 So the result is bit-identical to the reference backend's. Multiplication is commutative in
 IEEE arithmetic, so which factor is the row operand never matters.
@@ -343,13 +344,13 @@ def _blocked(
         r[ob + {res_i} + {res_j}] = ws[i * {n_} + j];
 """
 
-    # Buffers: one shared packed panel of Y, one packed block of X per thread, the tables.
+    # Buffers, per thread: a packed panel of Y and a packed block of X; the tables.
     kc_top = min(kc_max, k_)
     bp_elems = _round64(kc_top * -(-min(nc_max, n_) // nr) * nr, dtype.itemsize)
     mc_top = min(mc_max, -(-m_ // mr) * mr)
     ap_elems = _round64(kc_top * mc_top, dtype.itemsize)
     sizes = {"b": nb, "i": m_, "j": n_, "k": k_}
-    heap = [f"bp = aligned_alloc(64, sizeof({t}) * {bp_elems})"]
+    heap = [f"bpall = aligned_alloc(64, sizeof({t}) * {bp_elems} * nthreads)"]
     heap.append(f"apall = aligned_alloc(64, sizeof({t}) * {ap_elems} * nthreads)")
     if not con.direct:
         heap.append(f"ws = malloc(sizeof({t}) * {m_ * n_})")
@@ -369,7 +370,7 @@ def _blocked(
         terms = [f"INT64_C({const})"] + [f"INT64_C({coef[d]}) * bi{d}" for d in gb.dims if coef[d]]
         batch += f"    const int64_t o{k} = {' + '.join(terms)};\n"
     c_at = f"r + b * INT64_C({m_ * n_})" if con.direct else "ws"
-    ind_y, ind_x = " " * 12, " " * 16
+    ind_y, ind_x = " " * 14, " " * 16
     pack_y = _pack(
         prog, body, con.right, y_offs, ind_y, ("jj", "nr", "j", "j0 + jj"), y_k_inner,
         f"dst[kk * {nr} + jj]",
@@ -388,59 +389,59 @@ def _blocked(
     int64_t q = b;
 {batch}    (void)q;
     {t} *restrict c = {c_at};
+    /* Each thread computes its own rectangle of the output with its own packed buffers: no
+       barrier, no output element shared. The columns are split when there are enough column
+       slivers for every thread, else the rows. */
 #pragma omp parallel if ({parallel})
     {{
-      int nt = 1, tid = 0;
+      int64_t nt = 1, tid = 0;
 #ifdef _OPENMP
       nt = omp_get_num_threads();
       tid = omp_get_thread_num();
 #endif
-      {t} *restrict ap = apall + (int64_t)tid * {ap_elems};
-      /* Row blocks: a multiple of the thread count, at most MC rows each, MR-aligned. */
-      const int64_t nblk = nt * (({m_} + nt * INT64_C({mc_top}) - 1) / (nt * INT64_C({mc_top})));
-      int64_t mc = ({m_} + nblk - 1) / nblk;
-      mc = (mc + {mr - 1}) / {mr} * {mr};
-      const int64_t nib = ({m_} + mc - 1) / mc;
-      for (int64_t jc = 0; jc < {n_}; jc += {nc_max}) {{
-        const int64_t nc = {n_} - jc < {nc_max} ? {n_} - jc : {nc_max};
+      {t} *restrict ap = apall + tid * {ap_elems};
+      {t} *restrict bp = bpall + tid * {bp_elems};
+      const int64_t nsl = ({n_} + {nr - 1}) / {nr}, msl = ({m_} + {mr - 1}) / {mr};
+      int64_t i_lo = 0, i_hi = {m_}, j_lo = 0, j_hi = {n_};
+      if (nsl >= nt) {{
+        j_lo = tid * nsl / nt * {nr};
+        j_hi = (tid + 1) * nsl / nt * {nr};
+        if (j_hi > {n_}) j_hi = {n_};
+      }} else {{
+        i_lo = tid * msl / nt * {mr};
+        i_hi = (tid + 1) * msl / nt * {mr};
+        if (i_hi > {m_}) i_hi = {m_};
+      }}
+      for (int64_t jc = j_lo; jc < j_hi; jc += {nc_max}) {{
+        const int64_t nc = j_hi - jc < {nc_max} ? j_hi - jc : {nc_max};
         const int64_t ns = (nc + {nr - 1}) / {nr};
-        /* Too few row blocks for the threads: split the columns too. */
-        const int64_t groups = nib >= nt ? 1 : (nt < ns ? nt : ns);
         for (int64_t pc = 0; pc < {k_}; pc += {kc_max}) {{
           const int64_t kc = {k_} - pc < {kc_max} ? {k_} - pc : {kc_max};
           /* Pack Y: sliver s holds columns jc + s*NR.. for reduce positions pc..pc+kc-1. */
-#pragma omp for schedule(static)
           for (int64_t s = 0; s < ns; s++) {{
             {t} *restrict dst = bp + s * kc * {nr};
             const int64_t j0 = jc + s * {nr};
-            const int64_t nr = {n_} - j0 < {nr} ? {n_} - j0 : {nr};
+            const int64_t nr = jc + nc - j0 < {nr} ? jc + nc - j0 : {nr};
 {pack_y}            for (int64_t jj = nr; jj < {nr}; jj++)
               for (int64_t kk = 0; kk < kc; kk++) dst[kk * {nr} + jj] = 0;
           }}
-          int64_t packed = -1;
-#pragma omp for schedule(static)
-          for (int64_t task = 0; task < nib * groups; task++) {{
-            const int64_t ib = task / groups, g = task % groups;
-            const int64_t i0 = ib * mc;
-            const int64_t mcur = {m_} - i0 < mc ? {m_} - i0 : mc;
+          for (int64_t i0 = i_lo; i0 < i_hi; i0 += {mc_top}) {{
+            const int64_t mcur = i_hi - i0 < {mc_top} ? i_hi - i0 : {mc_top};
             const int64_t nis = (mcur + {mr - 1}) / {mr};
-            if (ib != packed) {{ /* pack X: row slivers of MR rows */
-              for (int64_t is = 0; is < nis; is++) {{
-                {t} *restrict dst = ap + is * kc * {mr};
-                const int64_t r0 = i0 + is * {mr};
-                const int64_t mr = i0 + mcur - r0 < {mr} ? i0 + mcur - r0 : {mr};
-{pack_x}                for (int64_t ii = mr; ii < {mr}; ii++)
-                  for (int64_t kk = 0; kk < kc; kk++) dst[kk * {mr} + ii] = 0;
-              }}
-              packed = ib;
+            /* Pack X: row slivers of MR rows. */
+            for (int64_t is = 0; is < nis; is++) {{
+              {t} *restrict dst = ap + is * kc * {mr};
+              const int64_t r0 = i0 + is * {mr};
+              const int64_t mr = i0 + mcur - r0 < {mr} ? i0 + mcur - r0 : {mr};
+{pack_x}              for (int64_t ii = mr; ii < {mr}; ii++)
+                for (int64_t kk = 0; kk < kc; kk++) dst[kk * {mr} + ii] = 0;
             }}
-            const int64_t js0 = g * ns / groups, js1 = (g + 1) * ns / groups;
             for (int64_t is = 0; is < nis; is++) {{
               const int64_t ia = i0 + is * {mr};
-              const int64_t mr = {m_} - ia < {mr} ? {m_} - ia : {mr};
-              for (int64_t js = js0; js < js1; js++) {{
+              const int64_t mr = i0 + mcur - ia < {mr} ? i0 + mcur - ia : {mr};
+              for (int64_t js = 0; js < ns; js++) {{
                 const int64_t ja = jc + js * {nr};
-                const int64_t nr = {n_} - ja < {nr} ? {n_} - ja : {nr};
+                const int64_t nr = jc + nc - ja < {nr} ? jc + nc - ja : {nr};
                 {t} *ct = c + ia * {n_} + ja;
                 const {t} *pa = ap + is * kc * {mr};
                 const {t} *pb = bp + js * kc * {nr};

@@ -90,8 +90,10 @@ def micro_tile(elem_bytes: int, rows: int, cols: int) -> tuple[int, int, int]:
 
 
 def blocking(elem_bytes: int, mr: int, nr: int) -> tuple[int, int, int]:
-    """(KC, MC, NC): the reduce block keeps an MR x KC sliver of A in half of L1, the KC x NC
-    panel of B in half of L2, and an MC x KC block of A in a share of L3."""
+    """(KC, MC, NC): the reduce block keeps an MR x KC sliver of A in half of L1 while it meets
+    every KC x NR sliver of a KC x NC panel of B about the size of L2; the MC x KC block of A
+    takes an eighth of L2. (Measured on Zen 4, 1024^3 f32, one core: MC 96..192 and NC 1024
+    beat MC 1024 / NC 512 by about 8%.)"""
     env = os.environ.get(BLOCKING_ENV, "")
     parts = env.split(",")
     if len(parts) == 3 and all(p.strip().isdigit() and int(p) > 0 for p in parts):
@@ -100,9 +102,9 @@ def blocking(elem_bytes: int, mr: int, nr: int) -> tuple[int, int, int]:
     c = cache_sizes()
     kc = max(16, (c["l1d"] // 2) // (mr * elem_bytes))
     kc = min(512, kc - kc % 8 if kc > 8 else kc)
-    nc = max(nr, (c["l2"] // 2) // (kc * elem_bytes))
+    nc = max(nr, c["l2"] // (kc * elem_bytes))
     nc -= nc % nr
-    mc = max(mr, min(1024, (c["l3"] // 8) // (kc * elem_bytes)))
+    mc = max(mr, (c["l2"] // 8) // (kc * elem_bytes))
     mc -= mc % mr
     return kc, mc, nc
 
