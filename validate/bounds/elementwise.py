@@ -7,7 +7,8 @@ Notation: a, b exact operands with error bounds ea, eb; A = max|a| over the exac
 - floor: exact op, but a jump: e = 0 when ea = 0, else ea + 1.
 - add, sub: e = ea + eb + u |a +- b|; no eta (Hauser: subnormal sums are exact).
 - mul: e = A eb + B ea + ea eb + u |ab| + eta; a square `mul(x, x)` is known nonnegative.
-- div: e = ea / |b| + A eb / (|b| |b^|) + u |a/b| + eta; infinite when b's interval holds 0.
+- div: e = ea / |b| + A eb / (|b| |b^|) + u |a/b| + eta; infinite when b's interval holds 0;
+  no u term when b is a constant power of two (only a subnormal quotient rounds).
 - sqrt: correctly rounded; e = ea / (2 sqrt(min b)) + u |sqrt a| + eta (sqrt(ea) at 0: Hoelder).
 - exp, log, rsqrt, tanh, sigmoid, erf, sin, cos, pow: the named ulp assumption,
   |f^(x) - f(x)| <= k ulp(f(x)) <= 2k u |f(x)| + 2k eta, plus sup|f'| ea by the mean value

@@ -8,7 +8,8 @@ coefficients equal these expressions' on concrete operands, so the two cannot dr
 Symbols: `a_max`, `b_max` (largest |operand|), `b_min` (smallest |divisor|), `hi` (largest
 argument), `e_a`, `e_b` (operand error bounds), `K` (contraction length), `n` (reduced
 count), `u`, `eta` (the result dtype's unit roundoff and underflow unit), `u_f64`, `eta_f64`,
-`k` (the transcendental ulp assumption), `m` (largest |result|).
+`k` (the transcendental ulp assumption), `m` (largest |result|), `j` (a summation index);
+`Binade(x)` is the largest power of two <= x.
 """
 
 from __future__ import annotations
