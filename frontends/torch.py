@@ -1313,6 +1313,38 @@ def _addmm(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     imp.set(node, convert(imp, r, out.dtype))
 
 
+@handler("aten.convolution.default")
+def _convolution(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # 1-D and 2-D cross-correlation (a 1-D one as 2-D with a height of 1), bias per channel.
+    if a.get("transposed"):
+        raise imp.unsupported("transposed convolution")
+    out = _out_type(imp, node)
+    x, w = imp.dyn(a["input"]), imp.dyn(a["weight"])
+    tx, tw = imp.type_of(x), imp.type_of(w)
+    if not tx.dtype.is_float or tx.dtype != tw.dtype:
+        raise imp.unsupported(f"operands {tx} and {tw}")
+    nsp = tx.rank - 2
+    if nsp not in (1, 2):
+        raise imp.unsupported(f"{nsp}-D convolution (1-D and 2-D are supported)")
+    stride, padding, dilation = (list(a[k]) for k in ("stride", "padding", "dilation"))
+    if len(padding) == 1 and nsp == 2:
+        padding = padding * 2
+    if nsp == 1:
+        x = reshape(imp, x, [tx.shape[0], tx.shape[1], 1, tx.shape[2]])
+        w = reshape(imp, w, [tw.shape[0], tw.shape[1], 1, tw.shape[2]])
+        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
+    acc = _opmath(tx.dtype)
+    x, w = convert(imp, x, acc), convert(imp, w, acc)
+    y = imp.emit(
+        "conv2d", [x, w], stride=stride, padding=[[p, p] for p in padding],
+        dilation=dilation, groups=int(a.get("groups", 1)),
+    )  # fmt: skip
+    if a.get("bias") is not None:
+        b = convert(imp, imp.dyn(a["bias"]), acc)
+        y = imp.emit("add", [y, imp.emit("broadcast", [b], imp.type_of(y), dims=[1])])
+    imp.set(node, convert(imp, reshape(imp, y, out.shape), out.dtype))
+
+
 @handler("aten.scaled_dot_product_attention.default")
 def _sdpa(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     # softmax(q @ k^T * scale + mask) @ v, the mask boolean (False: -inf) or additive.

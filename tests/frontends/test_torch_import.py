@@ -268,6 +268,13 @@ def test_linear_and_matmul() -> None:
     )
 
 
+def test_convolution() -> None:
+    torch.manual_seed(1)
+    conv = nn.Conv2d(4, 6, 3, stride=(1, 2), padding=1, dilation=(2, 1), groups=2)
+    check(conv, rand(2, 4, 7, 9), tol=1e-5)
+    check(nn.Conv1d(3, 5, 4, padding=2, bias=False), rand(2, 3, 10), tol=1e-5)
+
+
 def test_softmax_layer_norm_gelu() -> None:
     x = rand(2, 3, 8, seed=8) * 3
     check(Fn(lambda a: (F.softmax(a, -1), F.softmax(a, 1), F.log_softmax(a, -1))), x, tol=1e-6)
@@ -356,6 +363,10 @@ def test_refusals_name_op_node_and_reason() -> None:
     assert refusal(Fn(lambda x: torch.log1p(x)), rand(3)) == (
         "unsupported PyTorch op aten.log1p.default at node log1p: no exact IR decomposition "
         "(log(1 + x) rounds 1 + x)"
+    )
+    assert refusal(Fn(lambda x: torch.max(x, 0).indices), rand(3, 4)) == (
+        "unsupported PyTorch op aten.max.dim at node max_1: its output 1 (an index-valued "
+        "result) has no IR op; only output 0 may be used"
     )
     assert refusal(Fn(lambda x, i: x[i]), rand(4), torch.tensor([True, False, True, True])) == (
         "unsupported PyTorch op aten.index.Tensor at node index: a boolean mask index (its "
