@@ -61,4 +61,4 @@ def _kernel(prog: Program, op: Op) -> None:
         matmul.emit(prog, op, contraction, operand_types, body)
         return
     note = f"kernel %{comment(op.result)} body @{comment(op.attrs['body'])}"
-    emit_nest(prog, op, nest, operand_types, body_code(prog, body), note)
+    emit_nest(prog, op, nest, operand_types, body_code(prog, body), note, function=body)

@@ -26,10 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gdv.backends.c.elementwise import scalar
 from gdv.backends.c.emit import CTYPE, Program, comment, ctype, float_literal, identity, strides
 from gdv.backends.c.simd import vector_bytes
-from gdv.ir.core import Op
-from gdv.ir.ops.kernel import COMBINER_OP
+from gdv.ir.core import Function, Op
+from gdv.ir.ops.kernel import BODY_OPS, COMBINER_OP
 from gdv.ir.types import TensorType
 
 Body = Callable[[list[str], list[str], str], str]
@@ -83,8 +84,13 @@ def emit_nest(
     operand_types: list[TensorType],
     body: Body,
     note: str,
+    function: Function | None = None,
 ) -> None:
-    """Emit the C function of `nest` computing `op`'s result into a new buffer, and its call."""
+    """Emit the C function of `nest` computing `op`'s result into a new buffer, and its call.
+
+    `function`, the body as a function of the module when there is one, lets an elementwise
+    nest compute the body ops that do not depend on its innermost loop once per row, before
+    that loop (the same ops on the same values: the same results)."""
     result = op.type
     dtype = result.dtype
     t = ctype(dtype, op, prog.module)
@@ -132,7 +138,14 @@ def emit_nest(
             f"t{d} += INT64_C({tile[d]}))"
         )
         ind += "  "
+    hoist = None
+    if function is not None and simd >= 0:
+        hoist = _hoist(prog, function, nest, operand_types, simd)
     for d in order:
+        if hoist is not None and d == order[-1]:
+            lines.append(f"{ind}{{")
+            ind += "  "
+            hoist.before(lines, ind)
         pragma(d, inner=d == order[-1])
         if d in tiled:
             hi = f"(t{d} + INT64_C({tile[d]}) < INT64_C({nest.space[d]}) ? t{d} + "
@@ -149,6 +162,9 @@ def emit_nest(
     )
 
     def point(indent: str, acc: str | None, first: str | None) -> None:
+        if hoist is not None:
+            lines.append(f"{indent}r[{out_index}] = {hoist.inside(lines, indent)};")
+            return
         loads = []
         for k, ot in enumerate(operand_types):
             lines.append(
@@ -200,7 +216,72 @@ def emit_nest(
             lines.append(f"{inner[:-2]}}}")
         lines.append(f"{ind}r[{out_index}] = acc;")
     lines.append(f"{ind[:-2]}}}")
+    if hoist is not None:
+        lines.append(f"{ind[:-4]}}}")
     _finish(prog, op, name, lines)
+
+
+@dataclass
+class _Hoist:
+    """A kernel body split at an innermost loop: the part that does not depend on it (computed
+    before the loop) and the rest (computed at every point)."""
+
+    prog: Program
+    function: Function
+    nest: Nest
+    operand_types: list[TensorType]
+    outside: set[str]
+    """Body values computed before the loop (params read with no coefficient on it, and ops
+    of those only)."""
+
+    def _emit(self, names: set[str], env: dict, lines: list[str], indent: str) -> None:
+        n = len(self.nest.space)
+        for k, p in enumerate(self.function.params):
+            if p.name in names and p.name not in env:
+                ot = self.operand_types[k]
+                index = _flat_index(self.nest.maps[k], ot, n)
+                lines.append(f"{indent}const {CTYPE[ot.dtype]} x{k} = a{k}[{index}];")
+                env[p.name] = (f"x{k}", p.type.dtype)
+        for s, b in enumerate(self.function.ops):
+            if b.result in names and b.result not in env:
+                args = [env[o][0] for o in b.operands]
+                expr = scalar(self.prog, b, args, [env[o][1] for o in b.operands])
+                t = ctype(b.type.dtype, b, self.prog.module)
+                lines.append(f"{indent}const {t} s{s} = {expr};  /* %{comment(b.result)} */")
+                env[b.result] = (f"s{s}", b.type.dtype)
+
+    def before(self, lines: list[str], indent: str) -> None:
+        self.env: dict = {}
+        self._emit(self.outside, self.env, lines, indent)
+
+    def inside(self, lines: list[str], indent: str) -> str:
+        env = dict(self.env)
+        every = {p.name for p in self.function.params} | {b.result for b in self.function.ops}
+        self._emit(every, env, lines, indent)
+        (ret,) = self.function.returns
+        return env[ret][0]
+
+
+def _hoist(
+    prog: Program, function: Function, nest: Nest, operand_types: list[TensorType], last: int
+) -> _Hoist | None:
+    """The split of `function` at loop dim `last`, or None when no op would move."""
+    for b in function.ops:
+        if b.name not in BODY_OPS or b.type.rank != 0:
+            return None  # kernel.py reports it
+    outside = {
+        p.name
+        for p, rows in zip(function.params, nest.maps, strict=True)
+        if all(row[last] == 0 for row in rows)
+    }
+    moved = False
+    for b in function.ops:
+        if all(o in outside for o in b.operands):
+            outside.add(b.result)
+            moved = moved or bool(b.operands)
+    if not moved or len(function.returns) != 1:
+        return None
+    return _Hoist(prog, function, nest, operand_types, outside)
 
 
 def _finish(prog: Program, op: Op, name: str, lines: list[str]) -> None:
@@ -414,85 +495,3 @@ def _emit_interleaved(
         lines.append(f"{ind}}}")
         lines.append(f"{ind[:-2]}}}")
     _finish(prog, op, name, lines)
-
-
-def _finish(prog: Program, op: Op, name: str, lines: list[str]) -> None:
-    lines.append("}")
-    prog.functions.append("\n".join(lines) + "\n")
-    prog.new_slot(op.result, op.type)
-    args = [prog.var(o) for o in op.operands] + [prog.var(op.result)]
-    prog.body.append(f"  {name}({', '.join(args)});  /* %{comment(op.result)} */")
-
-
-def _emit_lanes(
-    prog: Program,
-    nest: Nest,
-    operand_types: list[TensorType],
-    body: Body,
-    lines: list[str],
-    order: list[int],
-    out_st: list[int],
-    dtype: Any,
-) -> None:
-    """A max or min fold in vector lanes along its last reduce dim, the lanes folded at the end.
-
-    This reorders the fold, which is exact for these combiners only: under IR_SPEC, max (min)
-    of two floats is NaN if either is NaN, else the larger (smaller) in the total order
-    -inf < ... < -0.0 < +0.0 < ... < +inf, so it is the join (meet) of a total order with NaN
-    absorbing: associative, commutative and idempotent, and every order of the fold gives the
-    same value (NaNs counting as one, as bit-exactness counts them). Integers likewise."""
-    t = CTYPE[dtype]
-    n = len(nest.space)
-    last = nest.reduce[-1]
-    size = nest.space[last]
-    lanes = max(2, min(2 * max(1, vector_bytes() // dtype.itemsize), size))
-    start = _start(nest.combiner, dtype)
-    if math.prod(nest.space) >= PARALLEL_MIN_POINTS and len(order) > 0:
-        collapse = f" collapse({len(order)})" if len(order) > 1 else ""
-        lines.append(f"#pragma omp parallel for{collapse}")
-    ind = "  "
-    for d in order:
-        lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)")
-    lines.append(f"{ind}{{")
-    ind += "  "
-    lines.append(f"{ind}{t} lane[{lanes}];")
-    lines.append(f"{ind}for (int64_t q = 0; q < INT64_C({lanes}); q++) lane[q] = {start};")
-    for d in nest.reduce[:-1]:
-        lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)")
-    lines.append(f"{ind}{{")
-    inner = ind + "  "
-
-    def point(indent: str, index: str, acc: str) -> None:
-        lines.append(f"{indent}const int64_t i{last} = {index};")
-        loads = []
-        for k, ot in enumerate(operand_types):
-            lines.append(
-                f"{indent}const {CTYPE[ot.dtype]} x{k} = a{k}[{_flat_index(nest.maps[k], ot, n)}];"
-            )
-            loads.append(f"x{k}")
-        value = body(loads, lines, indent)
-        lines.append(f"{indent}const {t} val = {value};")
-        lines.append(f"{indent}{acc} = {combine_expr(prog, nest.combiner, dtype, acc, 'val')};")
-
-    full = size - size % lanes
-    lines.append(f"{inner}for (int64_t kb = 0; kb < INT64_C({full}); kb += INT64_C({lanes})) {{")
-    lines.append("#pragma omp simd")
-    lines.append(f"{inner}  for (int64_t q = 0; q < INT64_C({lanes}); q++) {{")
-    point(inner + "    ", "kb + q", "lane[q]")
-    lines.append(f"{inner}  }}")
-    lines.append(f"{inner}}}")
-    if full < size:
-        lines.append(f"{inner}for (int64_t q = 0; q < INT64_C({size - full}); q++) {{")
-        point(inner + "  ", f"INT64_C({full}) + q", "lane[q]")
-        lines.append(f"{inner}}}")
-    lines.append(f"{ind}}}")
-    lines.append(f"{ind}{t} acc = {start};")
-    lines.append(f"{ind}for (int64_t q = 0; q < INT64_C({lanes}); q++) {{")
-    lines.append(f"{ind}  const {t} val = lane[q];")
-    lines.append(f"{ind}  acc = {combine_expr(prog, nest.combiner, dtype, 'acc', 'val')};")
-    lines.append(f"{ind}}}")
-    out_index = " + ".join(
-        ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
-    )
-    lines.append(f"{ind}r[{out_index}] = acc;")
-    lines.append(f"{ind[:-2]}}}")

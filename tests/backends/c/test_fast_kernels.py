@@ -369,26 +369,33 @@ ELEMENTWISE = ["add", "sub", "mul", "div", "max", "min"]
     vector=st.sampled_from(["64", "32", "16"]),
 )
 def test_elementwise_nests_bit_exact(dtype, rows, cols, transposed, name, seed, vector) -> None:
-    """A fused elementwise body (op, sqrt, relu, a broadcast row) over contiguous and
-    transposed operands: the `omp simd` loop changes nothing."""
+    """A fused elementwise body (op, sqrt, relu, a broadcast row, a per-row factor computed
+    once per row before the inner loop) over contiguous and transposed operands: neither the
+    `omp simd` loop nor the hoisting changes anything."""
     bmap = "[[0, 1, 0], [1, 0, 0]]" if transposed else "[[1, 0, 0], [0, 1, 0]]"
     bshape = (cols, rows) if transposed else (rows, cols)
     t = _ty(dtype, (rows, cols))
     text = (
-        f"func @main(%a: {t}, %b: {_ty(dtype, bshape)}, %c: {_ty(dtype, (cols,))}) -> {t} {{\n"
-        f'  %r = kernel(%a, %b, %c) {{body = "f", space = [{rows}, {cols}], maps = '
-        f"[[[1, 0, 0], [0, 1, 0]], {bmap}, [[0, 1, 0]]], out = [0, 1], reduce = [], "
-        f'combiner = "none"}} : {t}\n  return %r\n}}\n'
-        f"func @f(%x: {dtype}[], %y: {dtype}[], %z: {dtype}[]) -> {dtype}[] {{\n"
+        f"func @main(%a: {t}, %b: {_ty(dtype, bshape)}, %c: {_ty(dtype, (cols,))}, "
+        f"%d: {_ty(dtype, (rows,))}) -> {t} {{\n"
+        f'  %r = kernel(%a, %b, %c, %d) {{body = "f", space = [{rows}, {cols}], maps = '
+        f"[[[1, 0, 0], [0, 1, 0]], {bmap}, [[0, 1, 0]], [[1, 0, 0]]], out = [0, 1], "
+        f'reduce = [], combiner = "none"}} : {t}\n  return %r\n}}\n'
+        f"func @f(%x: {dtype}[], %y: {dtype}[], %z: {dtype}[], %e: {dtype}[]) -> {dtype}[] {{\n"
         f"  %u = {name}(%x, %y) : {dtype}[]\n  %v = sqrt(%u) : {dtype}[]\n"
-        f"  %w = relu(%v) : {dtype}[]\n  %q = mul(%w, %z) : {dtype}[]\n  return %q\n}}"
+        f"  %w = relu(%v) : {dtype}[]\n  %q = mul(%w, %z) : {dtype}[]\n"
+        f"  %h = sqrt(%e) : {dtype}[]\n  %g = add(%h, %e) : {dtype}[]\n"
+        f"  %o = mul(%q, %g) : {dtype}[]\n  return %o\n}}"
     )
     inputs = {
         "a": _values(seed, dtype, (rows, cols), 1.0, 0.2),
         "b": _values(seed + 1, dtype, bshape, 1.0, 0.2),
         "c": _values(seed + 2, dtype, (cols,), 1.0, 0.2),
+        "d": _values(seed + 3, dtype, (rows,), 1.0, 0.2),
     }
-    _check(text, inputs, **{VECTOR_BYTES_ENV: vector})
+    source = _check(text, inputs, **{VECTOR_BYTES_ENV: vector})
+    if rows and cols > 1:  # the per-row factor sits before the vector loop
+        assert source.index("/* %g */") < source.index("#pragma omp simd")
 
 
 @pytest.mark.parametrize("axis", [0, 1])
