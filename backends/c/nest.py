@@ -3,7 +3,8 @@
 Elementwise nests (no reduce dims): the out dims run in the schedule's `order` (tiled by
 `tile`, remainders handled by a `min` bound, the outermost loop under `#pragma omp parallel
 for` when it is a `parallel` dim and the nest is large enough); the innermost loop is an
-`omp simd` loop when it writes the result contiguously. Points are independent, so neither
+`omp simd` loop when it writes the result and reads its operands contiguously, and body ops
+that do not depend on it are computed once before it. Points are independent, so none of this
 changes a result (`omp simd` vectorises without reassociating anything).
 
 Reductions interleave outputs: a block of R outputs along one out dim is folded together, the
@@ -112,13 +113,17 @@ def emit_nest(
     tiled = [d for d in order if 0 < tile[d] < nest.space[d]]
     first_loop = True
 
-    # The innermost loop of an elementwise nest writes the result contiguously: omp simd.
+    # The innermost loop of an elementwise nest that writes the result and reads every operand
+    # contiguously (or not at all) is an omp simd loop; a strided read (a transpose) is left to
+    # the compiler, as gathers seldom pay.
     out_st = strides(result)
     simd = -1
     if not nest.reduce and order:
         last = order[-1]
+        coefs = [_coefficients(nest.maps[k], ot, n)[last] for k, ot in enumerate(operand_types)]
         if out_st[nest.out.index(last)] == 1 and nest.space[last] > 1:
-            simd = last
+            if all(c in (0, 1) for c in coefs):
+                simd = last
 
     def pragma(d: int, inner: bool = False) -> None:
         nonlocal first_loop
