@@ -909,13 +909,15 @@ def _full(imp: Importer, node: Any, a: dict[str, Any]) -> None:
 
 @handler("aten.arange.start_step", "aten.arange.default", "aten.arange.start")
 def _arange(imp: Importer, node: Any, a: dict[str, Any]) -> None:
-    # Integer aranges fold at import time; a float one is start + iota * step in the dtype.
+    # Integer aranges fold at import time. A float one is start + step * i computed in f64 and
+    # rounded once to the dtype, as torch's kernel does (its accumulation type is double).
     out = _out_type(imp, node)
     start = a.get("start", 0) or 0
     step = a.get("step", 1) or 1
-    i = imp.emit("iota", [], out, axis=0)
-    y = imp.emit("add", [imp.const(start, out), imp.emit("mul", [i, imp.const(step, out)])])
-    imp.set(node, y)
+    wide = out.with_dtype(DType.F64)
+    i = imp.emit("iota", [], wide, axis=0)
+    y = imp.emit("add", [imp.const(start, wide), imp.emit("mul", [imp.const(step, wide), i])])
+    imp.set(node, convert(imp, y, out.dtype))
 
 
 # --- layout -----------------------------------------------------------------------------------

@@ -228,7 +228,11 @@ def test_creation() -> None:
     check(
         Fn(lambda x: (x + torch.ones_like(x), torch.full((2, 2), 1.5), torch.zeros(3))), rand(2, 2)
     )
-    check(Fn(lambda x: x + torch.arange(0.0, 2.0, 0.5)), rand(3, 4))
+    check(Fn(lambda x: x + torch.arange(0.1, 1.3, 0.3)), rand(3, 4))
+    check(
+        Fn(lambda x: x + torch.arange(-1.0, 2.0, 0.1)[:4].to(torch.bfloat16)),
+        rand(3, 4, dtype=torch.bfloat16),
+    )
 
 
 # --- reductions -------------------------------------------------------------------------------
