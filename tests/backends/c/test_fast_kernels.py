@@ -435,3 +435,20 @@ def test_fold_starts_change_no_value(axis: int, dtype: str) -> None:
                 f"func @f(%pa: {dtype}[]) -> {dtype}[] {{\n  return %pa\n}}"
             )
             _check(text, {"a": x})
+
+
+def test_converting_prologue_packs_in_the_accumulation_dtype() -> None:
+    """f64 operands converted to f32 in the body, multiplied and summed in f32 (as a dot with
+    acc = f32 lowers): the packing converts, the micro-kernel folds in f32."""
+    m, n, k = 37, 45, 300
+    text = (
+        f"func @main(%a: f64[{m},{k}], %b: f64[{k},{n}]) -> f32[{m},{n}] {{\n"
+        f'  %r = kernel(%a, %b) {{body = "f", space = [{m}, {n}, {k}], '
+        f"maps = [[[1, 0, 0, 0], [0, 0, 1, 0]], [[0, 0, 1, 0], [0, 1, 0, 0]]], out = [0, 1], "
+        f'reduce = [2], combiner = "add"}} : f32[{m},{n}]\n  return %r\n}}\n'
+        "func @f(%x: f64[], %y: f64[]) -> f32[] {\n  %u = convert(%x) : f32[]\n"
+        "  %v = convert(%y) : f32[]\n  %q = mul(%u, %v) : f32[]\n  return %q\n}"
+    )
+    inputs = {"a": _values(5, "f64", (m, k), 1e3, 0.05), "b": _values(6, "f64", (k, n), 1.0, 0.05)}
+    source = _check(text, inputs, **{BLOCKING_ENV: "64,16,32"})
+    assert "contraction" in source
