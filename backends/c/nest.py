@@ -97,7 +97,7 @@ def emit_nest(
     t = ctype(dtype, op, prog.module)
     for ot in operand_types:
         ctype(ot.dtype, op, prog.module)
-    if nest.reduce and nest.out and nest.schedule.get("accumulators", 1) <= 1:
+    if nest.reduce and nest.schedule.get("accumulators", 1) <= 1:
         _emit_interleaved(prog, op, nest, operand_types, body, note)
         return
     name = prog.new_function()
@@ -401,7 +401,8 @@ def _emit_interleaved(
     name = prog.new_function()
     params = [f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)]
     params.append(f"{t} *restrict r")
-    lines = [f"/* {note}: outputs interleaved */", f"static void {name}({', '.join(params)})", "{"]
+    how = "outputs interleaved" if nest.out else "one fold"
+    lines = [f"/* {note}: {how} */", f"static void {name}({', '.join(params)})", "{"]
     count = math.prod(nest.space[d] for d in nest.reduce)
     if result.num_elements == 0:
         pass
@@ -427,6 +428,26 @@ def _emit_interleaved(
             and all(c[last] in (0, 1) for c in coefs)
         ):
             _emit_lanes(prog, nest, operand_types, body, lines, order, out_st, dtype)
+            _finish(prog, op, name, lines)
+            return
+        if not nest.out:  # one output: one fold, in order, from the absorbing start
+            lines.append(f"  {t} acc = {_start(nest.combiner, dtype)};")
+            ind = "  "
+            for d in nest.reduce:
+                extent = nest.space[d]
+                lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({extent}); i{d}++)")
+                ind += "  "
+            lines.append(f"{ind[:-2]}{{")
+            loads = []
+            for k, ot in enumerate(operand_types):
+                index = _flat_index(nest.maps[k], ot, n)
+                lines.append(f"{ind}const {CTYPE[ot.dtype]} x{k} = a{k}[{index}];")
+                loads.append(f"x{k}")
+            value = body(loads, lines, ind)
+            lines.append(f"{ind}const {t} val = {value};")
+            lines.append(f"{ind}acc = {combine_expr(prog, nest.combiner, dtype, 'acc', 'val')};")
+            lines.append(f"{ind[:-2]}}}")
+            lines.append("  r[0] = acc;")
             _finish(prog, op, name, lines)
             return
         inner = unit[-1] if unit else order[-1]
