@@ -1347,6 +1347,146 @@ def _convolution(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     imp.set(node, convert(imp, reshape(imp, y, out.shape), out.dtype))
 
 
+@handler("aten._native_batch_norm_legit_no_training.default")
+def _batch_norm(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # Inference: (x - mean) * (1 / sqrt(var + eps)) * weight + bias per channel (dim 1), the
+    # invstd first, as torch's CPU kernel; the saved mean/invstd outputs are empty in eval.
+    x = imp.dyn(a["input"])
+    t = _require_float(imp, x)
+    xc, back = _narrow_in(imp, x)
+    tc = imp.type_of(xc)
+    c = t.shape[1] if t.rank > 1 else 1
+
+    def chan(name: str, default: float) -> str:
+        v = a.get(name)
+        if v is None:
+            return imp.const(default, tc)
+        return imp.emit("broadcast", [convert(imp, imp.dyn(v), tc.dtype)], tc, dims=[1])
+
+    var = a.get("running_var")
+    ct = tc.with_shape((c,))
+    vv = convert(imp, imp.dyn(var), tc.dtype)
+    inv = imp.emit("rsqrt", [imp.emit("add", [vv, imp.const(float(a["eps"]), ct)])])
+    inv = imp.emit("broadcast", [inv], tc, dims=[1])
+    y = imp.emit("mul", [imp.emit("sub", [xc, chan("running_mean", 0.0)]), inv])
+    y = imp.emit("add", [imp.emit("mul", [y, chan("weight", 1.0)]), chan("bias", 0.0)])
+    imp.tuples[node.name] = [_v(imp, convert(imp, y, back)), None, None]
+
+
+def _windows(
+    imp: Importer, x: str, kernel: list[int], stride: list[int], padding: list[int],
+    dilation: list[int], ceil_mode: bool, fill: float,
+) -> tuple[list[str], list[int]]:  # fmt: skip
+    """The pooling windows of x (N, C, H, W) as strided slices of the padded input, in window
+    order (kh, then kw), and the output's spatial sizes (torch's formula, ceil_mode too)."""
+    t = imp.type_of(x)
+    spatial = list(t.shape[2:])
+    outs = []
+    for s, k, st, d, p in zip(spatial, kernel, stride, dilation, padding, strict=True):
+        span = s + 2 * p - d * (k - 1) - 1
+        o = (-(-span // st) if ceil_mode else span // st) + 1
+        if ceil_mode and (o - 1) * st >= s + p:
+            o -= 1  # the last window must start inside the input or the low padding
+        if o < 1:
+            raise imp.unsupported(f"the window does not fit {t}")
+        outs.append(o)
+    extra = [
+        max((o - 1) * st + (k - 1) * d + 1 - (s + 2 * p), 0)
+        for o, s, k, st, d, p in zip(outs, spatial, kernel, stride, dilation, padding, strict=True)
+    ]  # fmt: skip
+    lows = [0, 0, *padding]
+    highs = [0, 0, *[p + e for p, e in zip(padding, extra, strict=True)]]
+    xp = x if not any(lows + highs) else imp.emit("pad", [x], low=lows, high=highs, value=fill)
+    wins = []
+    for offs in np.ndindex(*kernel):
+        start = [0, 0] + [kk * d for kk, d in zip(offs, dilation, strict=True)]
+        ends = zip(offs, dilation, outs, stride, strict=True)
+        limit = [t.shape[0], t.shape[1]] + [kk * d + (o - 1) * st + 1 for kk, d, o, st in ends]
+        wins.append(imp.emit("slice", [xp], start=start, limit=limit, stride=[1, 1, *stride]))
+    return wins, outs
+
+
+def _pool_args(imp: Importer, a: dict[str, Any], rank: int) -> tuple[list[int], ...]:
+    def two(v: Any, default: int) -> list[int]:
+        v = list(v) if v else [default]
+        return v * 2 if len(v) == 1 else v
+
+    if rank != 4:
+        raise imp.unsupported(f"rank {rank} input (N, C, H, W expected)")
+    kernel = two(a["kernel_size"], 1)
+    stride = two(a.get("stride"), 0) if a.get("stride") else kernel
+    return kernel, stride, two(a.get("padding"), 0), two(a.get("dilation"), 1)
+
+
+@handler("aten.max_pool2d_with_indices.default", "aten.max_pool2d.default")
+def _max_pool(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # max over the window (exact in any order); the indices output has no IR op.
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    if t.dtype.is_bool:
+        raise imp.unsupported("boolean operands are not supported")
+    kernel, stride, padding, dilation = _pool_args(imp, a, t.rank)
+    fill = -math.inf if t.dtype.is_float else t.dtype.int_min
+    wins, _ = _windows(imp, x, kernel, stride, padding, dilation, bool(a.get("ceil_mode")), fill)
+    acc = wins[0]
+    for w in wins[1:]:
+        acc = imp.emit("max", [acc, w])
+    if _op_name(node.target) == "aten.max_pool2d.default":
+        imp.set(node, acc)
+    else:
+        imp.tuples[node.name] = [_v(imp, acc), None]
+
+
+@handler("aten.avg_pool2d.default")
+def _avg_pool(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # The window's sum in window order, divided by torch's count (padding cells counted with
+    # count_include_pad, but never those past the padded border) or divisor_override.
+    x = imp.dyn(a["self"])
+    t = _require_float(imp, x)
+    kernel, stride, padding, dilation = _pool_args(imp, a, t.rank)
+    xc, back = _narrow_in(imp, x)
+    wins, outs = _windows(imp, xc, kernel, stride, padding, [1, 1], bool(a.get("ceil_mode")), 0.0)
+    acc = wins[0]
+    for w in wins[1:]:
+        acc = imp.emit("add", [acc, w])
+    at = imp.type_of(acc)
+    if a.get("divisor_override"):
+        div = imp.const(float(a["divisor_override"]), at)
+    else:
+        include = a.get("count_include_pad", True)
+        counts = np.ones(outs, dtype=np.float64)
+        for dim, (s, k, st, p, o) in enumerate(
+            zip(t.shape[2:], kernel, stride, padding, outs, strict=True)
+        ):
+            starts = np.arange(o) * st - p
+            ends = np.minimum(starts + k, s + p)
+            if not include:
+                starts, ends = np.maximum(starts, 0), np.minimum(ends, s)
+            shape = [1, 1]
+            shape[dim] = o
+            counts = counts * (ends - starts).astype(np.float64).reshape(shape)
+        div = imp.const(np.broadcast_to(counts, at.shape).copy(), at)
+    imp.set(node, convert(imp, imp.emit("div", [acc, div]), back))
+
+
+@handler("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default")
+def _adaptive_avg_pool(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # Where the output size divides the input's, the windows are a plain average pool.
+    x = imp.dyn(a["self"])
+    t = _require_float(imp, x)
+    size = list(a["output_size"])
+    if t.rank != 4 or any(o == 0 or s % o for s, o in zip(t.shape[2:], size, strict=True)):
+        raise imp.unsupported(f"output size {size} does not divide {t}'s spatial dims")
+    kernel = [s // o for s, o in zip(t.shape[2:], size, strict=True)]
+    xc, back = _narrow_in(imp, x)
+    wins, _ = _windows(imp, xc, kernel, kernel, [0, 0], [1, 1], False, 0.0)
+    acc = wins[0]
+    for w in wins[1:]:
+        acc = imp.emit("add", [acc, w])
+    div = imp.const(float(math.prod(kernel)), imp.type_of(acc))
+    imp.set(node, convert(imp, imp.emit("div", [acc, div]), back))
+
+
 @handler("aten.scaled_dot_product_attention.default")
 def _sdpa(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     # softmax(q @ k^T * scale + mask) @ v, the mask boolean (False: -inf) or additive.

@@ -279,6 +279,26 @@ def test_convolution() -> None:
     check(nn.Conv1d(3, 5, 4, padding=2, bias=False), rand(2, 3, 10), tol=1e-5)
 
 
+def test_cnn_batch_norm_and_pools() -> None:
+    torch.manual_seed(2)
+    bn = nn.BatchNorm2d(3)
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.5, 2)
+    x = rand(2, 3, 7, 9, seed=13)
+    check(bn, x, tol=1e-6)
+    check(nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True), x)  # bit-exact: a max
+    check(nn.MaxPool2d((2, 3), dilation=(1, 2)), x)
+    check(nn.AvgPool2d(3, stride=2, padding=1), x, tol=1e-6)
+    check(nn.AvgPool2d(2, ceil_mode=True, count_include_pad=False), x, tol=1e-6)
+    check(nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True), x, tol=1e-6)
+    check(nn.AdaptiveAvgPool2d((1, 3)), x, tol=1e-6)
+    cnn = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2),
+    )  # fmt: skip
+    check(cnn, rand(2, 3, 8, 8, seed=14), tol=1e-5)
+
+
 def test_softmax_layer_norm_gelu() -> None:
     x = rand(2, 3, 8, seed=8) * 3
     check(Fn(lambda a: (F.softmax(a, -1), F.softmax(a, 1), F.log_softmax(a, -1))), x, tol=1e-6)
