@@ -5,10 +5,10 @@
 - matmul: a 1024^3 f32 `matmul` compiled by gdv (target c, -O2) in GFLOP/s beside numpy's
   (OpenBLAS) on the same inputs.
 - memory-bound kernels: every kernel of a compiled layer_norm, softmax and GELU (tanh form) on
-  f32[4096,2048] (32 MiB), each run alone, in GB/s (bytes of its distinct operands read once
-  plus its result written once), beside the copy bandwidth measured here: a C copy loop over
-  64 MiB on all cores, counted like STREAM (bytes read plus bytes written), timed in turn with
-  each kernel so that both see the same load.
+  f32[8192,2048] (64 MiB, twice the last-level cache here), each run alone, in GB/s (bytes of
+  its distinct operands read once plus its result written once), beside the copy bandwidth
+  measured here: a C copy loop over 64 MiB on all cores, counted like STREAM (bytes read plus
+  bytes written), timed in turn with each kernel so that both see the same load.
 
 The compiled entry function is called directly through ctypes on prepared buffers, so the
 figures are the kernels' own, without Python's per-call work; `whole_program_s` adds the
@@ -48,7 +48,7 @@ from gdv.ir.core import Function, Module, Param
 from gdv.ir.ops import get as get_spec
 
 HERE = Path(__file__).resolve().parent
-ROWS, COLS = 4096, 2048
+ROWS, COLS = 8192, 2048
 
 COMPOSITES = {
     "layer_norm": (
