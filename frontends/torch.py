@@ -365,7 +365,17 @@ class Importer:
         if fn is None:
             raise self.unsupported(_WHY_NOT.get(name, "no IR mapping"))
         args = _bind(self, target, node.args, node.kwargs)
-        fn(self, node, args)
+        try:
+            fn(self, node, args)
+        except IRError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            # An argument combination the mapping does not read (a None where it expects a
+            # value, a list where it expects a number): a refusal, never a traceback.
+            raise self.unsupported(
+                f"arguments {printable(_describe(args), 120)} are not supported "
+                f"({type(e).__name__}: {printable(str(e), 60)})"
+            ) from None
         self._check(node)
 
     def _check(self, node: Any) -> None:
@@ -434,6 +444,17 @@ def _op_name(target: Any) -> str:
     if hasattr(target, "_schema") and hasattr(target, "namespace"):
         return str(target)
     return str(name or target)
+
+
+def _describe(args: Mapping[str, Any]) -> str:
+    def one(v: Any) -> str:
+        if isinstance(v, torch.fx.Node):
+            return v.name
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(one(x) for x in v) + "]"
+        return repr(v)
+
+    return ", ".join(f"{k}={one(v)}" for k, v in args.items())
 
 
 def _bind(imp: Importer, target: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict:

@@ -321,6 +321,12 @@ def test_scaled_dot_product_attention() -> None:
     check(Fn(lambda q, k, v: sdpa(q, k, k, is_causal=True)), q, q, q, tol=1e-6)
 
 
+def test_transformer_encoder_layer() -> None:
+    torch.manual_seed(3)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, activation="gelu")
+    check(layer, rand(2, 5, 16, seed=15), tol=1e-5)
+
+
 def test_mlp_with_dropout_in_eval() -> None:
     mlp = nn.Sequential(
         nn.Linear(6, 16), nn.GELU(), nn.Dropout(0.1), nn.Linear(16, 3), nn.Softmax(-1)
@@ -395,6 +401,21 @@ def test_refusals_name_op_node_and_reason() -> None:
     assert refusal(Fn(lambda x, i: x[i]), rand(4), torch.tensor([True, False, True, True])) == (
         "unsupported PyTorch op aten.index.Tensor at node index: a boolean mask index (its "
         "output shape depends on the data)"
+    )
+
+
+def test_an_argument_combination_a_mapping_does_not_read_is_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gdv.frontends.torch as frontend
+
+    def confused(imp: Any, node: Any, args: dict[str, Any]) -> None:
+        raise TypeError("boom")
+
+    monkeypatch.setitem(frontend.HANDLERS, "aten.relu.default", confused)
+    assert refusal(Fn(torch.relu), rand(3)) == (
+        "unsupported PyTorch op aten.relu.default at node relu: arguments self=xs_0 are not "
+        "supported (TypeError: boom)"
     )
 
 
