@@ -37,6 +37,7 @@ from gdv.backends.c.emit import CTYPE, SUFFIX, Program, comment, ctype, strides
 from gdv.backends.c.simd import blocking, micro_tile, vector_bytes
 from gdv.ir.core import Function, Op
 from gdv.ir.dtypes import DType
+from gdv.ir.ops.kernel import BODY_OPS
 from gdv.ir.types import TensorType
 
 PARALLEL_MIN_MACS = 1 << 17
@@ -90,6 +91,8 @@ def find(op: Op, body: Function) -> Contraction | None:
         return None
     if dtype not in _FLOATS or len(body.returns) != 1:
         return None
+    if any(b.name not in BODY_OPS or b.type.rank != 0 for b in body.ops):
+        return None  # the loop nest reports it
     (ret,) = body.returns
     last = next((b for b in body.ops if b.result == ret), None)
     if last is None or last.name != "mul" or last.type.dtype != dtype or last.type.rank != 0:

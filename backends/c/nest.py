@@ -15,7 +15,8 @@ memory). A fold starts from a value the combiner absorbs exactly instead of from
 element: -0.0 for a float sum (-0.0 + x == x for every x, NaN included), -inf / +inf for float
 max / min (max(-inf, x) == x, min(+inf, x) == x under IR_SPEC's NaN and signed-zero rules),
 and the integer identities (0, the dtype's minimum, maximum). An empty fold writes the
-combiner's identity (+0.0 for a float sum). `accumulators = A > 1` folds A consecutive blocks
+combiner's identity (+0.0 for a float sum). A reduction to one value is one fold, in order.
+`accumulators = A > 1` folds A consecutive blocks
 apart and then folds their results in order, as the reference does. The reduce dims are never
 reordered or tiled, so the schedule never changes a result.
 """
