@@ -33,6 +33,7 @@ from gdv.backends.c import (  # noqa: F401  (importing the families fills RULES)
 )
 from gdv.backends.c.emit import CTYPE, UNSUPPORTED_DTYPES, Program, comment, ctype, where
 from gdv.backends.c.registry import LOWERINGS, RULES, UNSUPPORTED
+from gdv.backends.c.simd import simd_choice
 from gdv.backends.c.toolchain import compiler, detect, flags, isa_features
 from gdv.ir.core import Module, Op
 from gdv.ir.diagnostics import IRError, Loc
@@ -240,6 +241,8 @@ class Executable:
         if fallbacks:
             self._lib.gdv_set_fallback(self._callback)
         status = self._lib.gdv_entry(self._pointers)
+        if status == -1:
+            raise IRError("target c: out of memory (a product kernel's packing buffers)")
         if status != 0:
             if 0 < status <= len(fallbacks):
                 bad = fallbacks[status - 1][0]
@@ -255,15 +258,6 @@ def run(
 
     With `allow_fallback`, ops the target cannot do run on the reference backend's kernels."""
     return Executable(module, allow_fallback)(inputs)
-
-
-def simd_choice() -> str:
-    """The vector instruction set the generated code targets on this host."""
-    isa = set(isa_features())
-    for name, need in (("avx512", "avx512f"), ("avx2+fma", "avx2"), ("neon", "asimd")):
-        if need in isa:
-            return name
-    return "scalar"
 
 
 def capabilities(measure: bool = True, refresh: bool = False) -> dict:
@@ -287,7 +281,8 @@ def capabilities(measure: bool = True, refresh: bool = False) -> dict:
         from gdv.backends.c.machine import caches
 
         host["caches"] = caches()
-    host = {**host, "isa": isa_features(), "simd": simd_choice()}
+    vectors = simd_choice()
+    host = {**host, "isa": isa_features(), "simd": f"{vectors['isa']} ({vectors['method']})"}
     return {
         "schema": CAPABILITY_SCHEMA,
         "name": "c",
@@ -315,6 +310,7 @@ def capabilities(measure: bool = True, refresh: bool = False) -> dict:
         },
         "execution": {
             "libm": sorted(set(LIBM.values())),
+            "vectorization": vectors,
             "schedule": {
                 "honoured": [
                     "order (out dims)",
@@ -322,7 +318,18 @@ def capabilities(measure: bool = True, refresh: bool = False) -> dict:
                     "parallel (outermost loop)",
                     "accumulators",
                 ],
-                "not_yet": ["vector (no explicit SIMD: left to the C compiler)"],
+                "not_yet": [
+                    "vector (the vector width comes from the host's ISA, not the attribute)"
+                ],
+            },
+            "kernels": {
+                "contraction": "a kernel folding mul(X, Y) with add (f32, f64) runs as a packed, "
+                "cache-blocked product with a register-blocked vector micro-kernel; each output "
+                "still folds in the spec's order (separate multiply and add, no FMA)",
+                "reduction": "blocks of outputs fold together in independent chains (vector "
+                "lanes across contiguous outputs), each output alone and in order",
+                "elementwise": "omp simd on a contiguous innermost loop; ops that do not depend "
+                "on it are computed once per row",
             },
             "exactness": "bit-exact to the reference backend (every fold in the spec's order, "
             "no contraction to FMA), except the last bits of transcendentals (libm)",

@@ -54,7 +54,7 @@ def test_every_descriptor_follows_the_one_schema(name: str) -> None:
 def test_c_descriptor_reports_the_machine_and_compiler() -> None:
     d = descriptor("c")
     m = d["machine"]
-    assert m["cores"] >= 1 and m["simd"] in {"avx512", "avx2+fma", "neon", "scalar"}
+    assert m["cores"] >= 1 and m["simd"].startswith(d["execution"]["vectorization"]["isa"])
     assert m["peak_gflops"]["f32_mul_add"] > 0 and m["copy_bandwidth_gbs"] > 0
     assert all(cache["size_bytes"] > 0 for cache in m["caches"])
     flags = d["compiler"]["flags"]
