@@ -71,16 +71,18 @@ def test_max_abs_error(tmp_path, small_source, capsys) -> None:
 
 
 def test_pyproject_policy_forbids_fallbacks(tmp_path, monkeypatch, capsys) -> None:
+    # An external pass is proved by a whole-function equivalence (it makes no local claim).
     src = tmp_path / "dead.gdv"
     src.write_text(DEAD_CODE)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text("[tool.gdv.policy]\nallow_fallback = false\n")
-    assert main(_compile(src)) == 1
+    assert main(_compile(src, "--external-pass", "cat")) == 1
     err = capsys.readouterr().err
-    assert "policy allow_fallback: whole-function obligation eliminate-dead-code/" in err
+    assert "policy allow_fallback: whole-function obligation external-1/" in err
     assert "pyproject.toml [tool.gdv.policy]" in err
+    assert main(_compile(src)) == 0  # dead-code elimination's obligation is local
     (tmp_path / "pyproject.toml").write_text("[tool.gdv.policy]\nallow_fallback = true\n")
-    assert main(_compile(src)) == 0
+    assert main(_compile(src, "--external-pass", "cat")) == 0
 
 
 def test_required_second_solver(tmp_path, small_source, pristine, capsys) -> None:
