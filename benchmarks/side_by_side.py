@@ -3,16 +3,18 @@ one process, on the same inputs (issue 5, item 3).
 
     python benchmarks/side_by_side.py [--quick] [--only NAME ...] [--out FILE]
 
-Workloads: a 1024^3 f32 matmul, an MLP, layer_norm+GELU, softmax, a causal attention block and
-a conv+bias+relu+maxpool block. Each is written once as gdv IR, once in numpy and once as a
-torch module (exported to ONNX for onnxruntime with `torch.onnx.export(dynamo=False)`). Before
-timing, every engine's output is compared with gdv's (the largest absolute difference is
-reported; a difference above 1e-3 relative to the output's scale marks the row). Each engine
-runs until it has taken about a second (at least 5 runs, at most 200); the median is reported,
-and `gdv/peer` is gdv's median divided by the peer's (below 1: gdv is faster). Results go to
-`benchmarks/side_by_side.json` with the machine's capability descriptor. Engines that are not
-installed or fail are reported as such, never silently dropped. Timings are this machine's,
-on all its cores; none of this is a unit test.
+Workloads: the examples as written (examples/mlp.gdv, attention.gdv, layernorm_gelu.gdv,
+conv_block.gdv), then larger ones: a 1024^3 f32 matmul, an MLP, layer_norm+GELU, softmax, a
+causal attention block and a conv+bias+relu+maxpool block. Each is written once as gdv IR,
+once in numpy and once as a torch module (exported to ONNX for onnxruntime with
+`torch.onnx.export(dynamo=False)`). Before timing, every engine's output is compared with
+gdv's (the largest absolute difference is reported; a difference above 1e-3 relative to the
+output's scale marks the row). Each engine runs until it has taken about a second (at least 5
+runs, at most 200); the median is reported, and `gdv/peer` is gdv's median divided by the
+peer's (below 1: gdv is faster). Results go to `benchmarks/side_by_side.json` with the
+machine's capability descriptor. Engines that are not installed or fail are reported as such,
+never silently dropped. Timings are this machine's, on all its cores; none of this is a unit
+test.
 """
 
 from __future__ import annotations
@@ -337,7 +339,80 @@ def conv_block(batch: int = 8, cin: int = 3, cout: int = 16, hw: int = 64) -> Wo
     )
 
 
+def ffn(tokens: int = 32, d: int = 128, hidden: int = 512) -> Workload:
+    """A transformer feed-forward block (the layernorm_gelu example's computation)."""
+    s = {
+        "x": ((tokens, d), -3.0, 3.0),
+        "gamma": ((d,), 0.5, 1.5),
+        "beta": ((d,), -0.1, 0.1),
+        "w1": ((d, hidden), -0.09, 0.09),
+        "b1": ((hidden,), -0.1, 0.1),
+        "w2": ((hidden, d), -0.045, 0.045),
+        "b2": ((d,), -0.1, 0.1),
+    }
+    ir = f"""func @main({_params(s)}) -> f32[{tokens},{d}] {{
+  %h = layer_norm(%x, %gamma, %beta) {{axes = [1], eps = 1e-05}} : f32[{tokens},{d}]
+  %u = matmul(%h, %w1) : f32[{tokens},{hidden}]
+  %ub = broadcast(%b1) {{dims = [1]}} : f32[{tokens},{hidden}]
+  %u1 = add(%u, %ub) : f32[{tokens},{hidden}]
+  %g = gelu(%u1) {{approximate = "tanh"}} : f32[{tokens},{hidden}]
+  %dd = matmul(%g, %w2) : f32[{tokens},{d}]
+  %db = broadcast(%b2) {{dims = [1]}} : f32[{tokens},{d}]
+  %d1 = add(%dd, %db) : f32[{tokens},{d}]
+  %y = add(%x, %d1) : f32[{tokens},{d}]
+  return %y
+}}
+"""
+
+    def np_fn(x, gamma, beta, w1, b1, w2, b2):
+        return x + _np_gelu_tanh(_np_layer_norm(x, gamma, beta) @ w1 + b1) @ w2 + b2
+
+    def torch_module():
+        import torch
+
+        class M(torch.nn.Module):
+            def forward(self, x, gamma, beta, w1, b1, w2, b2):
+                h = torch.nn.functional.layer_norm(x, (d,), gamma, beta, 1e-5)
+                g = torch.nn.functional.gelu(h @ w1 + b1, approximate="tanh")
+                return x + g @ w2 + b2
+
+        return M()
+
+    return Workload(
+        "ffn",
+        f"layer_norm, {d}->{hidden} GELU {hidden}->{d}, residual; {tokens} tokens",
+        ir,
+        _rng_inputs(s),
+        np_fn,
+        torch_module,
+        4 * tokens * d * hidden,
+    )
+
+
+def example(name: str, make: Callable[..., Workload], **sizes) -> Callable[[], Workload]:
+    """The example `examples/NAME.gdv` itself, with the generator's numpy and torch versions at
+    the example's sizes (outputs are checked against gdv's, so a mismatch would show)."""
+
+    def build() -> Workload:
+        from gdv.api import parse
+        from gdv.backends import reference
+
+        w = make(**sizes)
+        w.ir = (HERE.parent / "examples" / f"{name}.gdv").read_text()
+        inputs = reference.random_inputs(parse(w.ir), 0)
+        assert list(inputs) == list(w.inputs), (list(inputs), list(w.inputs))
+        w.inputs = inputs
+        w.name, w.what = f"example {name}", f"examples/{name}.gdv ({w.what})"
+        return w
+
+    return build
+
+
 WORKLOADS = {
+    "example-mlp": example("mlp", mlp, batch=8, d_in=784, hidden=128, d_out=10),
+    "example-attention": example("attention", attention, seq=16, d=64, heads=4),
+    "example-layernorm_gelu": example("layernorm_gelu", ffn, tokens=32, d=128, hidden=512),
+    "example-conv_block": example("conv_block", conv_block, batch=2, cin=3, cout=16, hw=32),
     "matmul": matmul,
     "mlp": mlp,
     "layernorm_gelu": layernorm_gelu,
@@ -346,6 +421,10 @@ WORKLOADS = {
     "conv_block": conv_block,
 }
 QUICK = {
+    "example-mlp": {},
+    "example-attention": {},
+    "example-layernorm_gelu": {},
+    "example-conv_block": {},
     "matmul": dict(n=256),
     "mlp": dict(batch=32),
     "layernorm_gelu": dict(rows=256),
@@ -517,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     engines = ["gdv-c"] + [e for e in args.engines if e != "gdv-c"]
     rows = []
     for name in args.only or list(WORKLOADS):
-        w = WORKLOADS[name](**(QUICK[name] if args.quick else {}))
+        w = WORKLOADS[name](**(QUICK.get(name, {}) if args.quick else {}))
         print(f"{w.name}: {w.what}", flush=True)
         rows.append(run_workload(w, engines, args.budget))
     from gdv.backends.capabilities import descriptor
