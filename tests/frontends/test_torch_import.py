@@ -307,6 +307,9 @@ def test_softmax_layer_norm_gelu() -> None:
     check(ln, x, tol=1e-5)
     check(Fn(lambda a: (F.gelu(a), F.gelu(a, approximate="tanh"))), x, tol=1e-6)
     check(Fn(lambda a: F.layer_norm(a, (8,), eps=1e-3)), x.to(torch.bfloat16), tol=2**-7)
+    w, b = rand(8, seed=16), rand(8, seed=17)
+    native = Fn(lambda a: torch.ops.aten.native_layer_norm(a, [8], w, b, 1e-5))
+    check(native, x, tol=1e-5)  # output, mean and 1/sqrt(var + eps)
 
 
 def test_scaled_dot_product_attention() -> None:
