@@ -10,11 +10,15 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
 - max/min: NaN if either is NaN, max(-0.0, +0.0) = +0.0, min gives -0.0 (helpers below, the
   reference's `float_max`/`float_min` step by step); relu is max(x, +0.0).
 - neg flips the sign (C's unary minus), abs clears it (fabs), floor is exact (floor).
-- transcendentals (exp log tanh erf sin cos pow, rsqrt = 1/sqrt, sigmoid = 1/(1+exp(-x))) go
-  through libm in double and are rounded once to the dtype, as the reference evaluates them in
-  float64: the libm functions used are recorded in the capability descriptor. Their last bits
-  are implementation-defined (IR_SPEC.md section 3), so f64 results may differ from numpy's in
-  the last place; f32 results almost always agree bit for bit.
+- transcendentals (exp log tanh erf sin cos pow, rsqrt = 1/sqrt, sigmoid = 1/(1+exp(-x))) are
+  computed in double and rounded once to the dtype, as the reference evaluates them in float64.
+  f64 results call libm (the functions used are recorded in the capability descriptor). f32,
+  f16 and bf16 results of exp, tanh, erf and sigmoid use gdv's own branch-free functions
+  (backends/c/vmath.py, within about an ulp of double), which vectorise in `omp simd` loops
+  where libm calls do not; the one rounding then gives the correctly rounded narrow value
+  nearly always, never one more than 1 ulp away. Their last bits are implementation-defined
+  (IR_SPEC.md section 3): f64 results may differ from numpy's in the last place; narrower
+  results almost always agree bit for bit.
 - convert: float->float rounds to nearest-even (C casts), float->int truncates and saturates
   with NaN -> 0 (helper), int->float rounds to nearest-even (C casts), int->int wraps, to i1
   is `x != 0`.
@@ -44,6 +48,8 @@ from gdv.backends.c.emit import (
     value_literal,
 )
 from gdv.backends.c.registry import lowering
+from gdv.backends.c.vmath import FAST, REQUIRES
+from gdv.backends.c.vmath import HELPERS as VMATH
 from gdv.ir.core import Op
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
@@ -219,6 +225,7 @@ for _d in NARROW:
         HELPERS[f"gdv_{_k}_{SUFFIX[_d]}"] = _narrow_extreme(_k, _d)
 for _d in (DType.I64, DType.I32, DType.I8):
     HELPERS[f"gdv_f2{SUFFIX[_d]}"] = _float_to_int(_d)
+HELPERS.update(VMATH)
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -260,6 +267,19 @@ def convert_expr(x: str, src: DType, dst: DType) -> str:
     return f"(({CTYPE[dst]})({x}))"  # float<->float, int->float: round to nearest-even
 
 
+def _fast(prog: Program, name: str, x: str) -> str | None:
+    """C computing transcendental `name` of the double expression `x` with gdv's own
+    vectorisable functions (backends/c/vmath.py), or None where it has none; the result is
+    within a few double ulps, for results rounded once to f32, f16 or bf16."""
+    fn = FAST.get("exp" if name == "sigmoid" else name)
+    if fn is None:
+        return None
+    prog.helpers.update(REQUIRES[fn])
+    if name == "sigmoid":
+        return f"1.0 / (1.0 + {fn}(-{x}))"
+    return f"{fn}({x})"
+
+
 def _narrow_scalar(prog: Program, name: str, op: Op, args: list[str], dtype: DType) -> str:
     """C for float op `name` on f16/bf16 bit patterns `args`: computed in double from the
     exact widened values, rounded once to `dtype` (the reference's via_f64)."""
@@ -279,6 +299,9 @@ def _narrow_scalar(prog: Program, name: str, op: Op, args: list[str], dtype: DTy
         return store(f"{x[0]} {_ARITH[name]} {x[1]}", dtype)
     if name in ("sqrt", "floor"):
         return store(f"{name}({x[0]})", dtype)
+    fast = _fast(prog, name, x[0])
+    if fast is not None:
+        return store(fast, dtype)
     prog.libm.add(LIBM[name])
     if name == "rsqrt":
         return store(f"1.0 / sqrt({x[0]})", dtype)
@@ -334,9 +357,13 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
     if name in ("abs", "sqrt", "floor"):
         fn = {"abs": "fabs", "sqrt": "sqrt", "floor": "floor"}[name]
         return f"{fn}{f}({args[0]})"
-    # Transcendentals: libm in double, rounded once to the dtype.
-    prog.libm.add(LIBM[name])
+    # Transcendentals: in double, rounded once to the dtype; f32 with gdv's vectorisable
+    # functions where it has them, f64 always with libm.
     x = [f"(double)({a})" for a in args]
+    fast = _fast(prog, name, x[0]) if dtype is DType.F32 else None
+    if fast is not None:
+        return _via_double(fast, dtype)
+    prog.libm.add(LIBM[name])
     if name == "rsqrt":
         return _via_double(f"1.0 / sqrt({x[0]})", dtype)
     if name == "sigmoid":
