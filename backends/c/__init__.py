@@ -206,18 +206,20 @@ class Executable:
         self._pointers = (ctypes.c_void_p * max(1, len(self._buffers)))(
             *[b.ctypes.data for b in self._buffers]
         )
-        self._param_names = {p.name for p in self.entry.params}
-        self._param_index = {p.name: k for k, p in enumerate(self.entry.params)}
-        self._inputs: dict[str, np.ndarray] | None = None
+        self._read_in_place: dict[int, np.ndarray] = {}
         self._callback = _FALLBACK_FN(self._fallback)  # alive as long as the executable
         if self.lowered.fallbacks:
             self._lib.gdv_set_fallback.argtypes = [_FALLBACK_FN]
 
     def _value(self, name: str) -> np.ndarray:
-        if name in self._param_names and self._inputs is not None:
-            return self._inputs[name]
+        """`name`'s elements in this call: a parameter's slot (the parameter, or a reshape
+        sharing it) is the caller's array, any other slot a buffer of the executable."""
         t = self._types[name]
-        return self._buffers[self._slot_of[name]][: t.num_elements].reshape(t.shape)
+        slot = self._slot_of[name]
+        flat = self._read_in_place.get(slot)
+        if flat is None:
+            flat = self._buffers[slot]
+        return flat[: t.num_elements].reshape(t.shape)
 
     def _fallback(self, k: int, _buf) -> int:
         from gdv.backends.reference import Context
@@ -261,12 +263,16 @@ class Executable:
 
             env = check_inputs(self.entry, inputs, Context())
             arrays = [np.ascontiguousarray(env[p.name]) for p in params]
+        self._read_in_place = {}
         for p, x in zip(params, arrays, strict=True):
             slot = self._slot_of[p.name]
-            self._pointers[slot] = x.ctypes.data if x.size else self._buffers[slot].ctypes.data
+            if x.size:
+                self._read_in_place[slot] = x.reshape(-1)
+                self._pointers[slot] = x.ctypes.data
+            else:
+                self._pointers[slot] = self._buffers[slot].ctypes.data
         fallbacks = self.lowered.fallbacks
         if fallbacks:
-            self._inputs = dict(zip((p.name for p in params), arrays, strict=True))
             self._lib.gdv_set_fallback(self._callback)
         status = self._lib.gdv_entry(self._pointers)
         if status == -1:
@@ -276,12 +282,8 @@ class Executable:
                 bad = fallbacks[status - 1][0]
                 raise IRError(f"target c: the reference fallback for {bad.op} at {bad.loc} failed")
             raise IRError(f"target c: the compiled program returned status {status}")
-        outs = []
-        for name in self.entry.returns:
-            if name in self._param_names:  # a returned parameter: a copy of the caller's array
-                outs.append(np.array(arrays[self._param_index[name]], copy=True))
-            else:
-                outs.append(np.array(self._value(name), copy=True))
+        outs = [np.array(self._value(name), copy=True) for name in self.entry.returns]
+        self._read_in_place = {}  # hold no reference to the caller's arrays
         return outs
 
 

@@ -199,3 +199,29 @@ def test_fallback_callback_failure_is_reported(transpose_unsupported, monkeypatc
     with pytest.raises(IRError) as e:
         c.run(module, {"x": np.zeros((3, 5), np.float32)}, allow_fallback=True)
     assert "the reference fallback for transpose" in e.value.message
+
+
+def test_executable_reads_inputs_in_place_without_changing_them() -> None:
+    text = """func @main(%x: f32[4,6], %w: f32[6,3]) -> (f32[4,3], f32[24], f32[4,6]) {
+  %y = matmul(%x, %w) : f32[4,3]
+  %f = reshape(%x) : f32[24]
+  return %y, %f, %x
+}
+"""
+    comp = compile_module(text, CompileOptions(target="c", use_cache=False))
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    w_t = rng.standard_normal((3, 6)).astype(np.float32)
+    before = (x.copy(), w_t.copy())
+    w = w_t.T  # not C-contiguous: copied, not read in place
+    outs = comp(x=x, w=w)
+    want = reference.run(parse(text), {"x": x, "w": np.ascontiguousarray(w)})
+    for got, ref in zip(outs, want, strict=True):
+        assert reference.bit_equal(got, ref)
+    np.testing.assert_array_equal(x, before[0])
+    np.testing.assert_array_equal(w_t, before[1])
+    outs[1][0] = 42.0  # outputs are copies: neither the input nor the next call sees this
+    assert x[0, 0] == before[0][0, 0]
+    assert reference.bit_equal(comp(x=x, w=w)[1], want[1])
+    with pytest.raises(IRError, match="input %x is f64"):
+        comp(x=x.astype(np.float64), w=w)
