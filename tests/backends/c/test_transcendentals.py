@@ -1,0 +1,217 @@
+"""The C target's own exp, tanh, erf and sigmoid (backends/c/vmath.py) are within 1 ulp of the
+correctly rounded f32, f16 and bf16 results, and exact at the edges.
+
+Programs in the textual IR run through the real target (`gdv.backends.c.run`); the correctly
+rounded result is computed with mpmath at 96 bits and rounded once to the dtype here. f16 and
+bf16 are checked on every one of their 65536 values; f32 on dense sweeps over each function's
+interesting ranges (the polynomial intervals' ends, the overflow and underflow thresholds,
+subnormals, huge values) and on hypothesis-drawn values. The double-precision functions
+themselves are checked against mpmath within ~1 ulp of double, and the reference backend
+(numpy in float64, rounded once) is reported alongside.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gdv.api import parse
+from gdv.backends import c, reference
+from gdv.backends.c import vmath
+from gdv.backends.c.toolchain import build
+from gdv.ir.dtypes import DType
+
+FUNCS = ["exp", "tanh", "erf", "sigmoid"]
+FORMAT = {DType.F32: (24, -126, 127), DType.F16: (11, -14, 15), DType.BF16: (8, -126, 127)}
+"""Precision (hidden bit included), least normal exponent, greatest exponent."""
+BITS = {DType.F32: np.uint32, DType.F16: np.uint16, DType.BF16: np.uint16}
+
+EXACT = {
+    "exp": mpmath.exp,
+    "tanh": mpmath.tanh,
+    "erf": mpmath.erf,
+    "sigmoid": lambda x: 1 / (1 + mpmath.exp(-x)),
+}
+
+
+@functools.cache
+def _correctly_rounded(name: str, x: float, dtype: DType) -> float:
+    """f(x) rounded once, to nearest-even, to `dtype` (as a float holding that value)."""
+    p, emin, emax = FORMAT[dtype]
+    with mpmath.workprec(96):
+        v = EXACT[name](mpmath.mpf(x))
+        if v == 0 or mpmath.isinf(v):
+            return float(v)
+        _, e = mpmath.frexp(v)  # |v| = m 2^e, 1/2 <= m < 1
+        q = max(int(e) - 1, emin) - (p - 1)  # the exponent of the ulp at v
+        n = mpmath.nint(mpmath.ldexp(v, -q))  # nearest-even (ties are measure zero here)
+        r = mpmath.ldexp(n, q)
+        if abs(r) >= mpmath.ldexp(1, emax + 1):
+            return float(mpmath.sign(v)) * np.inf
+        return float(r)
+
+
+def _ordinal(a: np.ndarray, dtype: DType) -> np.ndarray:
+    """Each value's position in the dtype's order (adjacent values differ by 1, +0 = -0)."""
+    bits = np.ascontiguousarray(a).view(BITS[dtype]).astype(np.int64)
+    sign = np.int64(1) << (8 * np.dtype(BITS[dtype]).itemsize - 1)
+    return np.where(bits & sign, -(bits & (sign - 1)), bits)
+
+
+def _program(dtype: DType, n: int) -> str:
+    t = f"{dtype}[{n}]"
+    ops = [f"  %r{k} = {name}(%x) : {t}" for k, name in enumerate(FUNCS)]
+    returns = ", ".join(f"%r{k}" for k in range(len(FUNCS)))
+    return "\n".join(
+        [
+            f"func @main(%x: {t}) -> ({', '.join([t] * len(FUNCS))}) {{",
+            *ops,
+            f"  return {returns}",
+            "}",
+        ]
+    )
+
+
+def _run(x: np.ndarray, dtype: DType) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    module = parse(_program(dtype, x.size))
+    return c.run(module, {"x": x}), reference.run(module, {"x": x})
+
+
+def _check(x: np.ndarray, dtype: DType) -> dict[str, tuple[int, int]]:
+    """Every result within 1 ulp of the correctly rounded value, NaN exactly where f(x) is NaN;
+    per function (values off by one ulp, values differing from the reference backend)."""
+    got, ref = _run(x, dtype)
+    with np.errstate(invalid="ignore"):  # bf16 NaN -> float64 warns in ml_dtypes
+        wide = x.astype(np.float64)
+    out = {}
+    for name, g, r in zip(FUNCS, got, ref, strict=True):
+        want = np.array(
+            [np.nan if np.isnan(v) else _correctly_rounded(name, float(v), dtype) for v in wide]
+        ).astype(dtype.np)
+        nan = np.isnan(want.astype(np.float64))
+        assert np.array_equal(np.isnan(g.astype(np.float64)), nan), name
+        diff = np.abs(_ordinal(g, dtype) - _ordinal(want, dtype))[~nan]
+        worst = int(np.argmax(diff)) if diff.size else 0
+        assert diff.size == 0 or diff.max() <= 1, (
+            f"{name}({x[~nan][worst]!r}) = {g[~nan][worst]!r}, correctly rounded "
+            f"{want[~nan][worst]!r} ({diff.max()} ulp)"
+        )
+        same = (_ordinal(g, dtype) == _ordinal(r, dtype)) & (np.signbit(g) == np.signbit(r))
+        off_ref = int(np.count_nonzero(~(same | (np.isnan(g) & np.isnan(r)))))
+        out[name] = (int(np.count_nonzero(diff)), off_ref)
+    return out
+
+
+def _f32_sweep() -> np.ndarray:
+    """Dense f32 points: each function's intervals and thresholds, both signs."""
+    pieces = [np.linspace(lo, hi, 1500) for lo, hi in [(-20, 20), (-1.5, 1.5), (-6.5, 6.5)]]
+    # exp's overflow (88.72) and underflow (-87.34 to normal, -103.97 to zero) thresholds
+    pieces += [np.linspace(a - 0.05, a + 0.05, 400) for a in (88.7228, -87.3365, -103.972)]
+    pieces.append(np.linspace(-104, -87, 800))  # exp's subnormal f32 results
+    # tanh's 0.55 and erf's 1, 2, 3.5, 6 boundaries
+    for a in (0.55, 1.0, 2.0, 3.5, 6.0, 10.0):
+        pieces.append(np.linspace(a - 1e-3, a + 1e-3, 200))
+        pieces.append(np.linspace(-a - 1e-3, -a + 1e-3, 200))
+    pieces.append(np.geomspace(1e-45, 1e-3, 400))  # subnormal and tiny arguments
+    pieces.append(-np.geomspace(1e-45, 1e-3, 400))
+    pieces.append(np.geomspace(1e3, 3.4e38, 100))
+    x = np.concatenate(pieces).astype(np.float32)
+    return np.concatenate([x, _specials(DType.F32)])
+
+
+def _specials(dtype: DType) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.array(
+            [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 3.4e38, -3.4e38],
+            dtype=np.float64,
+        ).astype(dtype.np)
+
+
+def test_f32_sweep_within_one_ulp() -> None:
+    stats = _check(_f32_sweep(), DType.F32)
+    for name, (off, _) in stats.items():  # nearly always the correctly rounded value itself
+        assert off <= 3, (name, off)
+
+
+@pytest.mark.parametrize("dtype", [DType.F16, DType.BF16])
+def test_every_narrow_value_within_one_ulp(dtype: DType) -> None:
+    x = np.arange(1 << 16, dtype=np.uint16).view(dtype.np)
+    stats = _check(x, dtype)
+    for name, (off, _) in stats.items():
+        assert off <= 3, (name, off)
+
+
+@given(
+    st.lists(
+        st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_hypothesis_f32_within_one_ulp(values: list[float]) -> None:
+    _check(np.array(values, dtype=np.float32), DType.F32)
+
+
+def test_special_values_exact() -> None:
+    for dtype in FORMAT:
+        x = _specials(dtype)[:6]  # +0, -0, +inf, -inf, NaN, -NaN
+        got, _ = _run(x, dtype)
+        exp, tanh, erf, sig = (g.astype(np.float64) for g in got)
+        assert list(exp[:4]) == [1.0, 1.0, np.inf, 0.0] and not np.signbit(exp[3])
+        for odd in (tanh, erf):
+            assert list(odd[:4]) == [0.0, 0.0, 1.0, -1.0]
+            assert list(np.signbit(odd[:2])) == [False, True]  # f(-0) = -0
+        assert list(sig[:4]) == [0.5, 0.5, 1.0, 0.0]
+        for r in (exp, tanh, erf, sig):
+            assert np.isnan(r[4:]).all()
+
+
+# --- the double-precision functions themselves -------------------------------------------------
+
+_HARNESS = """
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+{helpers}
+void gdv_apply(int which, const double *x, double *y, int64_t n)
+{{
+  for (int64_t i = 0; i < n; i++)
+    y[i] = which == 0 ? gdv_vexp(x[i]) : which == 1 ? gdv_vtanh(x[i]) : gdv_verf(x[i]);
+}}
+"""
+
+
+def _double_ulps(name: str, x: np.ndarray, lib: ctypes.CDLL) -> float:
+    y = np.empty_like(x)
+    which = ["exp", "tanh", "erf"].index(name)
+    lib.gdv_apply(
+        which, x.ctypes.data_as(ctypes.c_void_p), y.ctypes.data_as(ctypes.c_void_p), x.size
+    )
+    worst = 0.0
+    with mpmath.workprec(120):
+        for xi, yi in zip(x, y, strict=True):
+            v = EXACT[name](mpmath.mpf(float(xi)))
+            ulp = np.spacing(abs(float(v)))  # the double ulp at the exact value
+            worst = max(worst, float(abs(mpmath.mpf(float(yi)) - v)) / ulp)
+    return worst
+
+
+def test_double_functions_within_about_an_ulp() -> None:
+    lib = ctypes.CDLL(str(build(_HARNESS.format(helpers="".join(vmath.HELPERS.values())))))
+    lib.gdv_apply.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    rng = np.random.default_rng(0)
+    ranges = {
+        "exp": [(-745, 709.7), (-1, 1)],
+        "tanh": [(-0.8, 0.8), (-20, 20)],
+        "erf": [(-1.2, 1.2), (-6.5, 6.5)],
+    }
+    bound = {"exp": 1.0, "tanh": 1.25, "erf": 1.0}
+    for name, spans in ranges.items():
+        x = np.concatenate([rng.uniform(lo, hi, 1000) for lo, hi in spans])
+        assert _double_ulps(name, x, lib) <= bound[name], name
