@@ -1949,6 +1949,17 @@ def _matmul(imp: Importer, a: str, b: str) -> str:
     if b1:
         b = reshape(imp, b, [tb.shape[0], 1])
     ta, tb = imp.type_of(a), imp.type_of(b)
+    if tb.rank == 2 and ta.rank > 2:
+        # A batch of rows times one matrix: the rows stacked into one product (each output is
+        # the same fold over K), instead of the matrix broadcast over the batch.
+        if ta.shape[-1] != tb.shape[0]:
+            raise imp.unsupported(f"inner dims of {ta} and {tb} differ")
+        rows = reshape(imp, a, [math.prod(ta.shape[:-1]), ta.shape[-1]])
+        flat = imp.emit("matmul", [rows, b])
+        shape = [*ta.shape[:-1], tb.shape[1]]
+        if b1:
+            shape.pop(-1)
+        return reshape(imp, flat, shape)
     batch = broadcast_shape(imp, ta.shape[:-2], tb.shape[:-2])
     a = bcast(imp, a, (*batch, *ta.shape[-2:]))
     b = bcast(imp, b, (*batch, *tb.shape[-2:]))
