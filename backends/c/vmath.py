@@ -147,15 +147,14 @@ ERFC_PIECES = (
 )
 """erfc(a) e^(a^2) on [1, 2], [2, 3.5], [3.5, 6]: (the C flag "a is below the upper end",
 None for the last; centre; coefficients in a - centre, lowest degree first). The flags are
-computed in gdv_verf outside any select: GCC (-ftrapping-math) keeps a comparison that only one
-side of a select would evaluate as a branch, and the loop would not vectorise."""
+computed in gdv_verf."""
 
 
 def _horner(var: str, coeffs: tuple[str, ...] | list[str]) -> str:
-    """C for the polynomial sum(coeffs[i] * var^i), Horner's order (no FMA: separate ops)."""
+    """C for the polynomial sum(coeffs[i] * var^i), Horner's order (GDV_FMA steps)."""
     expr = coeffs[-1]
     for c in reversed(coeffs[:-1]):
-        expr = f"({expr}) * {var} + {c}"
+        expr = f"GDV_FMA({expr}, {var}, {c})"
     return expr
 
 
@@ -163,18 +162,42 @@ def _piece_coefficient(j: int) -> str:
     """C selecting coefficient j of the erfc piece that holds `a`."""
     expr = ERFC_PIECES[-1][2][j]
     for upper, _, coeffs in reversed(ERFC_PIECES[:-1]):
-        expr = f"({upper} ? {coeffs[j]} : {expr})"
+        expr = f"gdv_sel({upper}, {coeffs[j]}, {expr})"
     return expr
 
 
 def _piece_centre() -> str:
     expr = ERFC_PIECES[-1][1]
     for upper, centre, _ in reversed(ERFC_PIECES[:-1]):
-        expr = f"({upper} ? {centre} : {expr})"
+        expr = f"gdv_sel({upper}, {centre}, {expr})"
     return expr
 
 
 _DECL = "#pragma omp declare simd notinbranch\n"
+
+_FMA = (
+    "/* a * b + c: fused (one rounding, fma inlined as an instruction) where the target has\n"
+    "   FMA, else two roundings; the functions below are within their bounds either way */\n"
+    "#if defined(__FMA__) || defined(__aarch64__)\n"
+    "#define GDV_FMA(a, b, c) fma((a), (b), (c))\n"
+    "#else\n"
+    "#define GDV_FMA(a, b, c) ((a) * (b) + (c))\n"
+    "#endif\n"
+)
+
+_SEL = (
+    "static inline double gdv_sel(int c, double a, double b)\n"
+    "{\n"
+    "  /* c ? a : b on the bits: GCC (-ftrapping-math) may keep a float select as a branch */\n"
+    "  uint64_t ua, ub;\n"
+    "  memcpy(&ua, &a, sizeof ua);\n"
+    "  memcpy(&ub, &b, sizeof ub);\n"
+    "  const uint64_t u = ub ^ ((ua ^ ub) & ((uint64_t)0 - (uint64_t)(c != 0)));\n"
+    "  double d;\n"
+    "  memcpy(&d, &u, sizeof d);\n"
+    "  return d;\n"
+    "}\n"
+)
 
 _POW2 = (
     "static inline double gdv_pow2i(int64_t k)\n"
@@ -195,24 +218,23 @@ _EXP = (
     "  uint64_t ux;\n"
     "  memcpy(&ux, &x, sizeof ux);\n"
     "  const int nan = (ux & UINT64_C(0x7fffffffffffffff)) > UINT64_C(0x7ff0000000000000);\n"
-    "  const uint64_t un = nan ? 0 : ux;\n"
+    "  const uint64_t un = ux & ((uint64_t)nan - 1);  /* NaN -> +0 */\n"
     "  double xn;\n"
     "  memcpy(&xn, &un, sizeof xn);\n"
-    "  const double xl = xn < -746.0 ? -746.0 : xn;\n"
-    "  const double xc = xn > 710.0 ? 710.0 : xl;\n"
+    "  const double xc = gdv_sel(xn > 710.0, 710.0, gdv_sel(xn < -746.0, -746.0, xn));\n"
     "  const double big = 0x1.8p52;  /* adding it rounds to an integer, held in the low bits */\n"
     f"  const double kb = xc * {INV_LN2} + big;\n"
     "  uint64_t kbits;\n"
     "  memcpy(&kbits, &kb, sizeof kbits);\n"
     "  const int64_t k = (int64_t)(kbits - UINT64_C(0x4338000000000000));\n"
     "  const double kd = kb - big;\n"
-    f"  const double r = (xc - kd * {LN2_HI}) - kd * {LN2_LO};\n"
+    f"  const double r = GDV_FMA(kd, -{LN2_LO}, GDV_FMA(kd, -{LN2_HI}, xc));\n"
     f"  const double q = {_horner('r', EXP_Q)};\n"
-    "  const double p = 1.0 + (r + (r * r) * q);\n"
+    "  const double p = 1.0 + GDV_FMA(r * r, q, r);\n"
     "  /* 2^k as two exact factors: p 2^k1 is normal, one rounding at the second */\n"
-    "  const int64_t k1 = k / 2;\n"
+    "  const int64_t k1 = k >> 1;  /* floor(k / 2): GCC's >> on negatives is arithmetic */\n"
     "  const double y = (p * gdv_pow2i(k1)) * gdv_pow2i(k - k1);\n"
-    "  return nan ? x + x : y;\n"
+    "  return gdv_sel(nan, x + x, y);\n"
     "}\n"
 )
 
@@ -221,13 +243,13 @@ _TANH = (
     "{\n"
     "  const double ax = fabs(x);\n"
     "  const double s = x * x;\n"
-    f"  const double small = ax + (ax * s) * ({_horner('s', TANH_P)});\n"
+    f"  const double small = GDV_FMA(ax * s, {_horner('s', TANH_P)}, ax);\n"
     "  /* 0.55 <= |x|: 1 - 2w / (1 + w), w = exp(-2|x|), 1 + w = h + l exactly */\n"
     "  const double w = gdv_vexp(-2.0 * ax);\n"
     "  const double h = 1.0 + w, l = (1.0 - h) + w;\n"
     "  const double c0 = (2.0 * w) / h;\n"
     "  const double large = 1.0 - (c0 - c0 * (l / h));\n"
-    "  return copysign(ax < 0.55 ? small : large, x);\n"
+    "  return copysign(gdv_sel(ax < 0.55, small, large), x);\n"
     "}\n"
 )
 
@@ -236,17 +258,16 @@ _ERF = (
     "{\n"
     "  const double ax = fabs(x);\n"
     "  const double s = x * x;\n"
-    f"  const double small = ax + ax * ({_horner('s', ERF_P)});\n"
+    f"  const double small = GDV_FMA(ax, {_horner('s', ERF_P)}, ax);\n"
     "  /* 1 <= |x|: 1 - exp(-a^2) g(a), a^2 = hi + lo exactly; a = 6 beyond (erf = 1) */\n"
-    "  const double a1 = ax < 1.0 ? 1.0 : ax;\n"
-    "  const double a = ax > 6.0 ? 6.0 : a1;\n"
-    "  const int p0 = a < 2.0, p1 = a < 3.5;  /* the piece; no comparison under a select */\n"
+    "  const double a = gdv_sel(ax > 6.0, 6.0, gdv_sel(ax < 1.0, 1.0, ax));\n"
+    "  const int p0 = a < 2.0, p1 = a < 3.5;  /* the piece */\n"
     "  const double t = a - " + _piece_centre() + ";\n"
     "  double g = "
     + _piece_coefficient(len(ERFC_PIECES[0][2]) - 1)
     + ";\n"
     + "".join(
-        f"  g = g * t + {_piece_coefficient(j)};\n"
+        f"  g = GDV_FMA(g, t, {_piece_coefficient(j)});\n"
         for j in reversed(range(len(ERFC_PIECES[0][2]) - 1))
     )
     + "  const double c = 134217729.0 * a;  /* Dekker's split: a = ah + al, 26 bits each */\n"
@@ -254,11 +275,13 @@ _ERF = (
     "  const double hi = a * a;\n"
     "  const double lo = ((ah * ah - hi) + 2.0 * (ah * al)) + al * al;\n"
     "  const double erfc = (gdv_vexp(-hi) * (1.0 - lo)) * g;\n"
-    "  return copysign(ax < 1.0 ? small : 1.0 - erfc, x);\n"
+    "  return copysign(gdv_sel(ax < 1.0, small, 1.0 - erfc), x);\n"
     "}\n"
 )
 
 HELPERS: dict[str, str] = {
+    "gdv_fma": _FMA,
+    "gdv_sel": _DECL + _SEL,
     "gdv_pow2i": _DECL + _POW2,
     "gdv_vexp": _EXP,
     "gdv_vtanh": _TANH,
@@ -270,8 +293,8 @@ FAST: dict[str, str] = {"exp": "gdv_vexp", "tanh": "gdv_vtanh", "erf": "gdv_verf
 """The op each function computes (double -> double)."""
 
 REQUIRES: dict[str, list[str]] = {
-    "gdv_vexp": ["gdv_pow2i", "gdv_vexp"],
-    "gdv_vtanh": ["gdv_pow2i", "gdv_vexp", "gdv_vtanh"],
-    "gdv_verf": ["gdv_pow2i", "gdv_vexp", "gdv_verf"],
+    "gdv_vexp": ["gdv_fma", "gdv_sel", "gdv_pow2i", "gdv_vexp"],
+    "gdv_vtanh": ["gdv_fma", "gdv_sel", "gdv_pow2i", "gdv_vexp", "gdv_vtanh"],
+    "gdv_verf": ["gdv_fma", "gdv_sel", "gdv_pow2i", "gdv_vexp", "gdv_verf"],
 }
 """The helpers a program calling the function needs (itself included)."""
