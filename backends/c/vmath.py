@@ -16,12 +16,13 @@ error far below a double ulp of the result; rounded to the nearest double):
   on |r| <= 1.01 ln2/2; ln2 = LN2_HI + LN2_LO with LN2_HI's last 11 bits zero, so k*LN2_HI is
   exact for |k| < 2048 and x - k*LN2_HI is exact. 2^k is applied as two exact factors, so
   results overflow to +inf and underflow through the subnormals with one rounding.
-- tanh: |x| < 0.55: x + x^3 P(x^2), P fitted with 11 coefficients on x^2 <= 0.56^2; above,
-  tanh|x| = -m / (2 + m) with m = expm1(-2|x|) = 2^k (e^r - 1) + (2^k - 1) (one rounding);
-  |x| >= 20 gives 1 exactly. The sign is copied from x (tanh(-0) = -0).
-- erf: |x| < 1: x P(x^2), P fitted with 12 coefficients on x^2 <= 1.01; 1 <= |x|: 1 - erfc,
-  erfc(a) = exp(-a^2) g(a) with g = erfc(a) e^(a^2) fitted with 16 coefficients in a - mid on
-  [1, 2], [2, 3.5], [3.5, 6] (each widened by 0.01), the piece's coefficients chosen by
+- tanh: |x| < 0.9: |x| + |x|^3 P(x^2), P fitted with 16 coefficients on x^2 <= 0.91^2;
+  above, 1 - 2w / (1 + w) with w = exp(-2|x|), 1 + w carried as an exact sum h + l (below 0.9
+  the final subtraction would lose more). The sign is copied from x (tanh(-0) = -0).
+- erf: |x| < 0.9: |x| + |x| R(x^2), R = erf(x)/x - 1 fitted with 12 coefficients on
+  x^2 <= 1.01; 0.9 <= |x|: 1 - erfc, erfc(a) = exp(-a^2) g(a) with g = erfc(a) e^(a^2) fitted
+  with 17, 16 and 16 coefficients in a - mid on [0.9, 2], [2, 3.5], [3.5, 6] (each widened by
+  0.01; the shorter ones padded with a zero), the piece's coefficients chosen by
   selects; a^2 is split exactly (Dekker) so exp(-a^2) = exp(-hi) (1 - lo); |x| >= 6 gives 1.
 """
 
@@ -48,18 +49,23 @@ EXP_Q = (
 
 TANH_P = (
     "-0x1.5555555555555p-2",
-    "0x1.1111111110fd9p-3",
-    "-0x1.ba1ba1b9f49e6p-5",
-    "0x1.664f487384560p-6",
-    "-0x1.226e324ef7265p-7",
-    "0x1.d6d318a012c9ep-9",
-    "-0x1.7d95d08f04614p-10",
-    "0x1.34b253ea057a5p-11",
-    "-0x1.eb2f1f90d81f4p-13",
-    "0x1.6227bf9d410dfp-14",
-    "-0x1.51eb0f790fd4cp-16",
+    "0x1.1111111111109p-3",
+    "-0x1.ba1ba1ba1ad32p-5",
+    "0x1.664f48827f2c3p-6",
+    "-0x1.226e35535b12ep-7",
+    "0x1.d6d3ce9ff521ep-9",
+    "-0x1.7da33d8ca1873p-10",
+    "0x1.355655a194227p-11",
+    "-0x1.f55e7304a3f30p-13",
+    "0x1.95bab6dfcee1ep-14",
+    "-0x1.45e9c92f44b02p-15",
+    "0x1.fd0c676e0e356p-17",
+    "-0x1.6f03bd1af381cp-18",
+    "0x1.bb2784f26443ep-20",
+    "-0x1.7cd428d81aeb7p-22",
+    "0x1.4f14e8bcc9394p-25",
 )
-"""(tanh(x) - x) / x^3 as a polynomial in s = x^2, s <= 0.56^2."""
+"""(tanh(x) - x) / x^3 as a polynomial in s = x^2, s <= 0.91^2."""
 
 ERF_P = (
     "0x1.06eba8214db68p-3",
@@ -80,24 +86,25 @@ ERF_P = (
 ERFC_PIECES = (
     (
         "p0",
-        "1.5",
+        "1.45",
         (
-            "0x1.494daffa2ad68p-2",
-            "-0x1.4f1988444caf7p-3",
-            "0x1.37ea271bc55e9p-4",
-            "-0x1.0dc51d2941f0ap-5",
-            "0x1.b65944f320406p-7",
-            "-0x1.513ed75ff4669p-8",
-            "0x1.ee705ea0b9ac6p-10",
-            "-0x1.5b0abffe12311p-11",
-            "0x1.d45087b3e4a71p-13",
-            "-0x1.30c0e14872bfep-14",
-            "0x1.7f9eecc10c7bcp-16",
-            "-0x1.d41b26478651ep-18",
-            "0x1.14a7b5d100a02p-19",
-            "-0x1.3f36d4b9c6a51p-21",
-            "0x1.84872284ade31p-23",
-            "-0x1.a8f11b7032fe2p-25",
+            "0x1.51e1555fa2e8dp-2",
+            "-0x1.5f371f5d033cep-3",
+            "0x1.4cff1424023ebp-4",
+            "-0x1.24c7f97f3813bp-5",
+            "0x1.e2eb969f1bd8ap-7",
+            "-0x1.78b650f2331ddp-8",
+            "0x1.17bd142d148adp-9",
+            "-0x1.8d7d5644896c0p-11",
+            "0x1.0f4c173d8ccdcp-12",
+            "-0x1.64f9bbf7044bfp-14",
+            "0x1.c60ede12b3766p-16",
+            "-0x1.17db54dbd6720p-17",
+            "0x1.4ef2480830d6ep-19",
+            "-0x1.843d243a30f68p-21",
+            "0x1.b8a3ce38dd6c3p-23",
+            "-0x1.0d7a014b993adp-24",
+            "0x1.224b250cd94d7p-26",
         ),
     ),
     (
@@ -120,6 +127,7 @@ ERFC_PIECES = (
             "-0x1.ec076f902d7a5p-28",
             "0x1.f597c94ee3875p-30",
             "-0x1.bc603f6850261p-32",
+            "0x0p+0",
         ),
     ),
     (
@@ -142,10 +150,11 @@ ERFC_PIECES = (
             "-0x1.0ee94c30b02f0p-35",
             "0x1.b44f34f42c656p-38",
             "-0x1.1f15eb01f3e3fp-40",
+            "0x0p+0",
         ),
     ),
 )
-"""erfc(a) e^(a^2) on [1, 2], [2, 3.5], [3.5, 6]: (the C flag "a is below the upper end",
+"""erfc(a) e^(a^2) on [0.9, 2], [2, 3.5], [3.5, 6]: (the C flag "a is below the upper end",
 None for the last; centre; coefficients in a - centre, lowest degree first). The flags are
 computed in gdv_verf."""
 
@@ -223,7 +232,7 @@ _EXP = (
     "  memcpy(&xn, &un, sizeof xn);\n"
     "  const double xc = gdv_sel(xn > 710.0, 710.0, gdv_sel(xn < -746.0, -746.0, xn));\n"
     "  const double big = 0x1.8p52;  /* adding it rounds to an integer, held in the low bits */\n"
-    f"  const double kb = xc * {INV_LN2} + big;\n"
+    f"  const double kb = GDV_FMA(xc, {INV_LN2}, big);\n"
     "  uint64_t kbits;\n"
     "  memcpy(&kbits, &kb, sizeof kbits);\n"
     "  const int64_t k = (int64_t)(kbits - UINT64_C(0x4338000000000000));\n"
@@ -244,12 +253,14 @@ _TANH = (
     "  const double ax = fabs(x);\n"
     "  const double s = x * x;\n"
     f"  const double small = GDV_FMA(ax * s, {_horner('s', TANH_P)}, ax);\n"
-    "  /* 0.55 <= |x|: 1 - 2w / (1 + w), w = exp(-2|x|), 1 + w = h + l exactly */\n"
+    "  /* 0.9 <= |x|: 1 - 2w / (1 + w), w = exp(-2|x|), 1 + w = h + l exactly */\n"
     "  const double w = gdv_vexp(-2.0 * ax);\n"
     "  const double h = 1.0 + w, l = (1.0 - h) + w;\n"
     "  const double c0 = (2.0 * w) / h;\n"
-    "  const double large = 1.0 - (c0 - c0 * (l / h));\n"
-    "  return copysign(gdv_sel(ax < 0.55, small, large), x);\n"
+    "  /* 2w / (h + l) = c0 (1 - l/h + ...); l/h ~ 2^-53 needs only a rough 1/h = 2 - h */\n"
+    "  const double t = 1.0 - c0;  /* t + ((1 - t) - c0) = 1 - c0 exactly (Fast2Sum) */\n"
+    "  const double large = t + (((1.0 - t) - c0) + (c0 * l) * (2.0 - h));\n"
+    "  return copysign(gdv_sel(ax < 0.9, small, large), x);\n"
     "}\n"
 )
 
@@ -259,8 +270,8 @@ _ERF = (
     "  const double ax = fabs(x);\n"
     "  const double s = x * x;\n"
     f"  const double small = GDV_FMA(ax, {_horner('s', ERF_P)}, ax);\n"
-    "  /* 1 <= |x|: 1 - exp(-a^2) g(a), a^2 = hi + lo exactly; a = 6 beyond (erf = 1) */\n"
-    "  const double a = gdv_sel(ax > 6.0, 6.0, gdv_sel(ax < 1.0, 1.0, ax));\n"
+    "  /* 0.9 <= |x|: 1 - exp(-a^2) g(a), a^2 = hi + lo exactly; a = 6 beyond (erf = 1) */\n"
+    "  const double a = gdv_sel(ax > 6.0, 6.0, gdv_sel(ax < 0.9, 0.9, ax));\n"
     "  const int p0 = a < 2.0, p1 = a < 3.5;  /* the piece */\n"
     "  const double t = a - " + _piece_centre() + ";\n"
     "  double g = "
@@ -274,8 +285,9 @@ _ERF = (
     "  const double ah = c - (c - a), al = a - ah;\n"
     "  const double hi = a * a;\n"
     "  const double lo = ((ah * ah - hi) + 2.0 * (ah * al)) + al * al;\n"
-    "  const double erfc = (gdv_vexp(-hi) * (1.0 - lo)) * g;\n"
-    "  return copysign(gdv_sel(ax < 1.0, small, 1.0 - erfc), x);\n"
+    "  const double e = gdv_vexp(-hi);\n"
+    "  const double erfc = GDV_FMA(-e, lo, e) * g;\n"
+    "  return copysign(gdv_sel(ax < 0.9, small, 1.0 - erfc), x);\n"
     "}\n"
 )
 

@@ -6,7 +6,7 @@ rounded result is computed with mpmath at 96 bits and rounded once to the dtype 
 bf16 are checked on every one of their 65536 values; f32 on dense sweeps over each function's
 interesting ranges (the polynomial intervals' ends, the overflow and underflow thresholds,
 subnormals, huge values) and on hypothesis-drawn values. The double-precision functions
-themselves are checked against mpmath within ~1 ulp of double, and the reference backend
+themselves are checked against mpmath within 1 ulp of double, and the reference backend
 (numpy in float64, rounded once) is reported alongside.
 """
 
@@ -114,8 +114,8 @@ def _f32_sweep() -> np.ndarray:
     # exp's overflow (88.72) and underflow (-87.34 to normal, -103.97 to zero) thresholds
     pieces += [np.linspace(a - 0.05, a + 0.05, 400) for a in (88.7228, -87.3365, -103.972)]
     pieces.append(np.linspace(-104, -87, 800))  # exp's subnormal f32 results
-    # tanh's 0.55 and erf's 1, 2, 3.5, 6 boundaries
-    for a in (0.55, 1.0, 2.0, 3.5, 6.0, 10.0):
+    # tanh's 0.9 and erf's 1, 2, 3.5, 6 boundaries
+    for a in (0.9, 1.0, 2.0, 3.5, 6.0, 10.0):
         pieces.append(np.linspace(a - 1e-3, a + 1e-3, 200))
         pieces.append(np.linspace(-a - 1e-3, -a + 1e-3, 200))
     pieces.append(np.geomspace(1e-45, 1e-3, 400))  # subnormal and tiny arguments
@@ -202,16 +202,15 @@ def _double_ulps(name: str, x: np.ndarray, lib: ctypes.CDLL) -> float:
     return worst
 
 
-def test_double_functions_within_about_an_ulp() -> None:
+def test_double_functions_within_one_ulp() -> None:
     lib = ctypes.CDLL(str(build(_HARNESS.format(helpers="".join(vmath.HELPERS.values())))))
     lib.gdv_apply.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     rng = np.random.default_rng(0)
     ranges = {
         "exp": [(-745, 709.7), (-1, 1)],
-        "tanh": [(-0.8, 0.8), (-20, 20)],
+        "tanh": [(-1.2, 1.2), (-20, 20)],
         "erf": [(-1.2, 1.2), (-6.5, 6.5)],
     }
-    bound = {"exp": 1.0, "tanh": 1.25, "erf": 1.0}
     for name, spans in ranges.items():
         x = np.concatenate([rng.uniform(lo, hi, 1000) for lo, hi in spans])
-        assert _double_ulps(name, x, lib) <= bound[name], name
+        assert _double_ulps(name, x, lib) <= 1.0, name
