@@ -14,7 +14,7 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
   computed in double and rounded once to the dtype, as the reference evaluates them in float64.
   f64 results call libm (the functions used are recorded in the capability descriptor). f32,
   f16 and bf16 results of exp, tanh, erf and sigmoid use gdv's own branch-free functions
-  (backends/c/vmath.py, within about an ulp of double), which vectorise in `omp simd` loops
+  (backends/c/vmath.py, within 1 ulp of double), which vectorise in `omp simd` loops
   where libm calls do not; the one rounding then gives the correctly rounded narrow value
   nearly always, never one more than 1 ulp away. Their last bits are implementation-defined
   (IR_SPEC.md section 3): f64 results may differ from numpy's in the last place; narrower

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import subprocess
 
 import mpmath
 import numpy as np
@@ -24,7 +25,8 @@ from hypothesis import strategies as st
 from gdv.api import parse
 from gdv.backends import c, reference
 from gdv.backends.c import vmath
-from gdv.backends.c.toolchain import build
+from gdv.backends.c.toolchain import build, compiler, detect, flags
+from gdv.driver import compile as gdv_compile
 from gdv.ir.dtypes import DType
 
 FUNCS = ["exp", "tanh", "erf", "sigmoid"]
@@ -214,3 +216,39 @@ def test_double_functions_within_one_ulp() -> None:
     for name, spans in ranges.items():
         x = np.concatenate([rng.uniform(lo, hi, 1000) for lo, hi in spans])
         assert _double_ulps(name, x, lib) <= 1.0, name
+
+
+# --- vectorisation ---------------------------------------------------------------------------
+
+GELU = 'gelu(%x) {approximate = "tanh"}'
+
+
+@pytest.mark.parametrize(
+    ("body", "fn"),
+    [
+        ("softmax(%x) {axis = 1}", "gdv_vexp"),
+        (GELU, "gdv_vtanh"),
+        (GELU.replace("tanh", "none"), "gdv_verf"),
+    ],
+)
+def test_hot_loops_vectorise(body: str, fn: str, tmp_path) -> None:
+    """The omp simd loop calling the function vectorises (GCC's -fopt-info-vec says so): a
+    float select or comparison GCC keeps as a branch would silently stop it."""
+    cc = compiler()
+    if "clang" in detect(cc)["version"].lower():
+        pytest.skip("-fopt-info-vec is GCC's")
+    t = "f32[64,128]"
+    text = f"func @main(%x: {t}) -> {t} {{\n  %y = {body} : {t}\n  return %y\n}}"
+    source = c.lower(gdv_compile(text, target="c").module)
+    lines = source.splitlines()
+    calls = [i for i, line in enumerate(lines) if f"{fn}((double)" in line]
+    assert calls, source
+    pragma = max(i for i in range(calls[0]) if lines[i].strip() == "#pragma omp simd")
+    body = range(pragma + 2, calls[0] + 2)  # 1-based: GCC names a line of the loop's header
+    src = tmp_path / "k.c"
+    src.write_text(source)
+    command = [cc, str(src), "-o", str(tmp_path / "k.so"), "-fopt-info-vec-optimized", *flags(cc)]
+    report = subprocess.run(command, capture_output=True, text=True, check=True)
+    notes = (report.stdout + report.stderr).splitlines()
+    at = [int(n.split("k.c:")[1].split(":")[0]) for n in notes if "loop vectorized" in n]
+    assert any(line in body for line in at), "\n".join(notes)
