@@ -8,8 +8,9 @@ body is a new scalar function of the module:
                                convert(a) * convert(b) in acc, then a convert kernel to the
                                result dtype when acc differs
 
-Ops that are not affine in their indices (reshape, slice, concat, pad, take, iota, constant,
-conv2d) stay ops at the loop stage. Each rewrite carries an exact (`fp`) equivalence
+A splat constant (one value) becomes a kernel with no operands whose body is that value.
+Ops that are not affine in their indices (reshape, slice, concat, pad, take, iota, other
+constants, conv2d) stay ops at the loop stage. Each rewrite carries an exact (`fp`) equivalence
 obligation between the op and its kernels, with the new bodies in scope; the kernel's SMT
 meaning folds exactly as reduce_* and dot do, so these prove by congruence.
 """
@@ -140,6 +141,14 @@ def lower_op(
             list(range(n)),
         )
         return f"copy-{op.name}", [k]
+    if op.name == "constant" and op.type.rank > 0 and not isinstance(op.attrs["value"], list):
+        # A splat: a kernel with no operands whose body is the scalar constant, so fusion can
+        # inline it into its user (no tensor of copies is written and read back).
+        n = op.type.rank
+        scalar = Op("r", "constant", [], dict(op.attrs), TensorType(op.type.dtype, ()))
+        body = bodies.new(owner, [], [scalar], "r")
+        k = _kernel(op, op.result, [], op.type.dtype, body, list(op.type.shape), [], list(range(n)))
+        return "splat-constant", [k]
     if op.name in _COMBINER:
         (x,) = ts
         axes = sorted(op.attrs["axes"])
