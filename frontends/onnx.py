@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,7 +167,55 @@ class _State:
     counter: int = 0
 
 
-class Importer:
+class GraphEmitter(ABC):
+    """Appending graph-stage ops with inferred types: the interface every importer's op helpers
+    (`reshape`, `bcast`, `convert`, `_matmul`, ...) use. A subclass has `st` (ops, types and a
+    name counter) and `unsupported(reason)`, its refusal for the node being imported."""
+
+    st: Any
+
+    @abstractmethod
+    def unsupported(self, reason: str) -> IRError:
+        """The refusal of the node being imported, naming it and `reason`."""
+
+    def fresh(self) -> str:
+        self.st.counter += 1
+        return f"tmp.v{self.st.counter}"
+
+    def emit(
+        self, name: str, operands: Sequence[str], type_: TensorType | None = None, **attrs: Any
+    ) -> str:
+        """Append `name(operands) {attrs}`; its type is inferred (`type_` supplies the parts
+        the rule reads from the written type)."""
+        spec = REGISTRY[name]
+        types = [self.st.types[o] for o in operands]
+        written = type_ if type_ is not None else types[0]
+        try:
+            t = spec.infer(types, attrs, written)
+        except OpTypeError as e:
+            raise self.unsupported(f"cannot express as IR {name}: {e.message}") from None
+        result = self.fresh()
+        self.st.ops.append(Op(result, name, list(operands), dict(attrs), t))
+        self.st.types[result] = t
+        return result
+
+    def type_of(self, name: str) -> TensorType:
+        return self.st.types[name]
+
+    def const(self, value: Any, t: TensorType) -> str:
+        """A constant of type `t`: a scalar splat or an array of t's shape."""
+        if isinstance(value, np.ndarray):
+            arr = value.astype(t.dtype.np)
+            if arr.size and _same_bits(arr):
+                value = _py(arr.flat[0], t.dtype)
+            else:
+                value = _nested(arr, t.dtype)
+        else:
+            value = _py(np.asarray(value).astype(t.dtype.np)[()], t.dtype)
+        return self.emit("constant", [], t, value=value)
+
+
+class Importer(GraphEmitter):
     """Imports one ONNX graph. Use `import_model`."""
 
     def __init__(
@@ -207,44 +256,6 @@ class Importer:
             f"{printable(self.node_label, 80)}: {reason}",
             self.loc(),
         )
-
-    # --- emission -----------------------------------------------------------------------------
-
-    def fresh(self) -> str:
-        self.st.counter += 1
-        return f"tmp.v{self.st.counter}"
-
-    def emit(
-        self, name: str, operands: Sequence[str], type_: TensorType | None = None, **attrs: Any
-    ) -> str:
-        """Append `name(operands) {attrs}`; its type is inferred (`type_` supplies the parts
-        the rule reads from the written type)."""
-        spec = REGISTRY[name]
-        types = [self.st.types[o] for o in operands]
-        written = type_ if type_ is not None else types[0]
-        try:
-            t = spec.infer(types, attrs, written)
-        except OpTypeError as e:
-            raise self.unsupported(f"cannot express as IR {name}: {e.message}") from None
-        result = self.fresh()
-        self.st.ops.append(Op(result, name, list(operands), dict(attrs), t))
-        self.st.types[result] = t
-        return result
-
-    def type_of(self, name: str) -> TensorType:
-        return self.st.types[name]
-
-    def const(self, value: Any, t: TensorType) -> str:
-        """A constant of type `t`: a scalar splat or an array of t's shape."""
-        if isinstance(value, np.ndarray):
-            arr = value.astype(t.dtype.np)
-            if arr.size and _same_bits(arr):
-                value = _py(arr.flat[0], t.dtype)
-            else:
-                value = _nested(arr, t.dtype)
-        else:
-            value = _py(np.asarray(value).astype(t.dtype.np)[()], t.dtype)
-        return self.emit("constant", [], t, value=value)
 
     # --- values -------------------------------------------------------------------------------
 

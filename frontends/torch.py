@@ -37,10 +37,9 @@ from typing import Any
 import numpy as np
 
 from gdv.frontends.onnx import (
+    GraphEmitter,
     _matmul,
-    _nested,
     _py,
-    _same_bits,
     _slice1,
     bcast,
     broadcast_shape,
@@ -51,7 +50,6 @@ from gdv.frontends.onnx import (
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.dtypes import DType
-from gdv.ir.ops import REGISTRY, OpTypeError
 from gdv.ir.types import TensorType
 from gdv.ir.verifier import verify
 
@@ -133,7 +131,7 @@ class _State:
     counter: int = 0
 
 
-class Importer:
+class Importer(GraphEmitter):
     """Imports one (decomposed) ExportedProgram. Use `import_program`."""
 
     def __init__(
@@ -166,42 +164,6 @@ class Importer:
             f"unsupported PyTorch op {printable(op, 80)} at node {printable(label, 80)}: {reason}",
             self.loc(),
         )
-
-    # --- emission (the same interface as the ONNX importer's, so its helpers apply) -----------
-
-    def fresh(self) -> str:
-        self.st.counter += 1
-        return f"tmp.v{self.st.counter}"
-
-    def emit(
-        self, name: str, operands: Sequence[str], type_: TensorType | None = None, **attrs: Any
-    ) -> str:
-        spec = REGISTRY[name]
-        types = [self.st.types[o] for o in operands]
-        written = type_ if type_ is not None else types[0]
-        try:
-            t = spec.infer(types, attrs, written)
-        except OpTypeError as e:
-            raise self.unsupported(f"cannot express as IR {name}: {e.message}") from None
-        result = self.fresh()
-        self.st.ops.append(Op(result, name, list(operands), dict(attrs), t))
-        self.st.types[result] = t
-        return result
-
-    def type_of(self, name: str) -> TensorType:
-        return self.st.types[name]
-
-    def const(self, value: Any, t: TensorType) -> str:
-        """A constant of type `t`: a scalar splat or an array of t's shape."""
-        if isinstance(value, np.ndarray):
-            arr = value.astype(t.dtype.np)
-            if arr.size and _same_bits(arr):
-                value = _py(arr.flat[0], t.dtype)
-            else:
-                value = _nested(arr, t.dtype)
-        else:
-            value = _py(np.asarray(value).astype(t.dtype.np)[()], t.dtype)
-        return self.emit("constant", [], t, value=value)
 
     # --- values -------------------------------------------------------------------------------
 
