@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+import ml_dtypes
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
 from gdv.ir.core import Module
+from gdv.ir.dtypes import DType
 from gdv.passes.base import Pass, PassResult, Rewrite, Site, rewrite_module
 
 TESTS = Path(__file__).resolve().parent
@@ -45,3 +51,46 @@ class WrongPass(Pass):
 
     def run(self, module: Module) -> PassResult:
         return rewrite_module(module, self.name, [_wrong_rule])
+
+
+# --- values for backend conformance tests ------------------------------------------------
+
+
+def special_values(dtype: DType) -> np.ndarray:
+    """Every float dtype's edge values: zeros, infinities, NaN, its largest, smallest normal
+    and subnormal values, and values that overflow or underflow when narrowed."""
+    fi = ml_dtypes.finfo(dtype.np)
+    big, tiny, sub = float(fi.max), float(fi.tiny), float(fi.smallest_subnormal)
+    vals = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, big, -big, tiny, -sub, sub]
+    vals += [3 * sub, -tiny / 2, 1e308, 65520.0]  # 1e308 and 65520: infinities when narrowed
+    with np.errstate(all="ignore"):
+        return np.array(vals, dtype=np.float64).astype(dtype.np)
+
+
+@st.composite
+def float_array(draw, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
+    """Seeded normal values at a drawn scale, some positions replaced by special values."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    scale = draw(st.sampled_from([1.0, 1e-3, 1e4, 1e30]))
+    with np.errstate(all="ignore"):
+        x = np.array(rng.standard_normal(shape) * scale, dtype=np.float64, ndmin=0)
+        x = x.astype(dtype.np)
+    special = special_values(dtype)
+    share = draw(st.sampled_from([0.0, 0.2, 0.6]))
+    mask = np.asarray(rng.random(shape) < share)
+    x[mask] = special[np.asarray(rng.integers(0, len(special), shape))][mask]
+    return x
+
+
+def array_of(dtype: DType, shape: tuple[int, ...]) -> st.SearchStrategy:
+    """Arrays of `dtype`: floats from `float_array`, booleans, or any integers."""
+    if dtype.is_float:
+        return float_array(dtype, shape)
+    if dtype is DType.I1:
+        return hnp.arrays(np.bool_, shape)
+    return hnp.arrays(dtype.np, shape)
+
+
+def ir_type(dtype: DType, shape: tuple[int, ...]) -> str:
+    """The IR's spelling of a tensor type, e.g. `f32[2,3]`."""
+    return f"{dtype}[{','.join(map(str, shape))}]"

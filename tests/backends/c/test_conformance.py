@@ -15,43 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from support import array_of as _array
+from support import ir_type as _ty
 
 from gdv.api import parse
 from gdv.backends import c, reference
 from gdv.ir.dtypes import DType
 
-FLOATS = {DType.F32: np.float32, DType.F64: np.float64}
-SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 5e-324, -1e-45, 3.4e38, 1e308, 0.5]
-
-
-@st.composite
-def _float_array(draw, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
-    """Seeded normal values (their sums round, so a changed order shows) with some positions
-    replaced by special values: NaN, infinities, signed zeros, subnormals, huge values."""
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    scale = draw(st.sampled_from([1.0, 1e-3, 1e30]))
-    with np.errstate(over="ignore"):  # 1e308 is inf in f32: one more infinity
-        x = np.array(rng.standard_normal(shape) * scale, dtype=FLOATS[dtype], ndmin=0)
-        special = np.array(SPECIAL, dtype=np.float64).astype(FLOATS[dtype])
-    share = draw(st.sampled_from([0.0, 0.1, 0.5]))
-    mask = np.asarray(rng.random(shape) < share)
-    x[mask] = special[np.asarray(rng.integers(0, len(special), shape))][mask]
-    return x
-
-
-def _array(dtype: DType, shape: tuple[int, ...]) -> st.SearchStrategy:
-    if dtype.is_float:
-        return _float_array(dtype, shape)
-    if dtype is DType.I1:
-        return hnp.arrays(np.bool_, shape)
-    return hnp.arrays(dtype.np, shape)
-
-
 shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)
-
-
-def _ty(dtype: DType, shape: tuple[int, ...]) -> str:
-    return f"{dtype}[{','.join(map(str, shape))}]"
 
 
 def _same(got: np.ndarray, want: np.ndarray, ulps: int = 0) -> bool:

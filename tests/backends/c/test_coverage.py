@@ -21,6 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from support import array_of as _array
+from support import ir_type as _ty
 
 from gdv.api import parse
 from gdv.backends import c, reference
@@ -42,43 +44,7 @@ TRANSCENDENTAL_ULPS = {DType.F64: 4, DType.F32: 1, DType.F16: 1, DType.BF16: 1}
 differ only where the two doubles straddle a rounding boundary. f64: the two libms differ."""
 
 
-def _specials(dtype: DType) -> np.ndarray:
-    fi = ml_dtypes.finfo(dtype.np)
-    big, tiny, sub = float(fi.max), float(fi.tiny), float(fi.smallest_subnormal)
-    vals = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, big, -big, tiny, -sub, sub]
-    vals += [3 * sub, -tiny / 2, 1e308, 65520.0]  # 1e308 and 65520: infinities when narrowed
-    with np.errstate(all="ignore"):
-        return np.array(vals, dtype=np.float64).astype(dtype.np)
-
-
-@st.composite
-def _float_array(draw, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
-    """Seeded normal values at a drawn scale, some positions replaced by special values."""
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    scale = draw(st.sampled_from([1.0, 1e-3, 1e4, 1e30]))
-    with np.errstate(all="ignore"):
-        x = np.array(rng.standard_normal(shape) * scale, dtype=np.float64, ndmin=0)
-        x = x.astype(dtype.np)
-    special = _specials(dtype)
-    share = draw(st.sampled_from([0.0, 0.2, 0.6]))
-    mask = np.asarray(rng.random(shape) < share)
-    x[mask] = special[np.asarray(rng.integers(0, len(special), shape))][mask]
-    return x
-
-
-def _array(dtype: DType, shape: tuple[int, ...]) -> st.SearchStrategy:
-    if dtype.is_float:
-        return _float_array(dtype, shape)
-    if dtype is DType.I1:
-        return hnp.arrays(np.bool_, shape)
-    return hnp.arrays(dtype.np, shape)
-
-
 shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
-
-
-def _ty(dtype: DType, shape: tuple[int, ...]) -> str:
-    return f"{dtype}[{','.join(map(str, shape))}]"
 
 
 def _ordinal(x: np.ndarray) -> list[int]:
