@@ -71,6 +71,18 @@ def _flat_index(rows: list[list[int]], t: TensorType, n: int) -> str:
     return " + ".join(terms)
 
 
+def load_operands(
+    lines: list[str], indent: str, nest: Nest, operand_types: list[TensorType]
+) -> list[str]:
+    """Append the loads of every operand's element at the current loop index (`x0`, `x1`,
+    ...); their C names."""
+    n = len(nest.space)
+    for k, ot in enumerate(operand_types):
+        index = _flat_index(nest.maps[k], ot, n)
+        lines.append(f"{indent}const {CTYPE[ot.dtype]} x{k} = a{k}[{index}];")
+    return [f"x{k}" for k in range(len(operand_types))]
+
+
 def combine_expr(prog: Program, combiner: str, dtype: Any, a: str, b: str) -> str:
     """C for the combiner applied to `a` and `b`: the elementwise op it folds with."""
     from gdv.backends.c.elementwise import scalar
@@ -171,12 +183,7 @@ def emit_nest(
         if hoist is not None:
             lines.append(f"{indent}r[{out_index}] = {hoist.inside(lines, indent)};")
             return
-        loads = []
-        for k, ot in enumerate(operand_types):
-            lines.append(
-                f"{indent}const {CTYPE[ot.dtype]} x{k} = a{k}[{_flat_index(nest.maps[k], ot, n)}];"
-            )
-            loads.append(f"x{k}")
+        loads = load_operands(lines, indent, nest, operand_types)
         value = body(loads, lines, indent)
         if acc is None:
             lines.append(f"{indent}r[{out_index}] = {value};")
@@ -316,7 +323,6 @@ def _emit_lanes(
     absorbing: associative, commutative and idempotent, and every order of the fold gives the
     same value (NaNs counting as one, as bit-exactness counts them). Integers likewise."""
     t = CTYPE[dtype]
-    n = len(nest.space)
     last = nest.reduce[-1]
     size = nest.space[last]
     lanes = max(2, min(2 * max(1, vector_bytes() // dtype.itemsize), size))
@@ -338,12 +344,7 @@ def _emit_lanes(
 
     def point(indent: str, index: str, acc: str) -> None:
         lines.append(f"{indent}const int64_t i{last} = {index};")
-        loads = []
-        for k, ot in enumerate(operand_types):
-            lines.append(
-                f"{indent}const {CTYPE[ot.dtype]} x{k} = a{k}[{_flat_index(nest.maps[k], ot, n)}];"
-            )
-            loads.append(f"x{k}")
+        loads = load_operands(lines, indent, nest, operand_types)
         value = body(loads, lines, indent)
         lines.append(f"{indent}const {t} val = {value};")
         lines.append(f"{indent}{acc} = {combine_expr(prog, nest.combiner, dtype, acc, 'val')};")
@@ -439,11 +440,7 @@ def _emit_interleaved(
                 lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({extent}); i{d}++)")
                 ind += "  "
             lines.append(f"{ind[:-2]}{{")
-            loads = []
-            for k, ot in enumerate(operand_types):
-                index = _flat_index(nest.maps[k], ot, n)
-                lines.append(f"{ind}const {CTYPE[ot.dtype]} x{k} = a{k}[{index}];")
-                loads.append(f"x{k}")
+            loads = load_operands(lines, ind, nest, operand_types)
             value = body(loads, lines, ind)
             lines.append(f"{ind}const {t} val = {value};")
             lines.append(f"{ind}acc = {combine_expr(prog, nest.combiner, dtype, 'acc', 'val')};")
@@ -494,13 +491,7 @@ def _emit_interleaved(
             lines.append(f"{indent}for (int64_t q = 0; q < {extent}; q++) {{")
             inner_ind = indent + "  "
             lines.append(f"{inner_ind}const int64_t i{inner} = ib + q;")
-            loads = []
-            for k, ot in enumerate(operand_types):
-                lines.append(
-                    f"{inner_ind}const {CTYPE[ot.dtype]} x{k} = "
-                    f"a{k}[{_flat_index(nest.maps[k], ot, n)}];"
-                )
-                loads.append(f"x{k}")
+            loads = load_operands(lines, inner_ind, nest, operand_types)
             value = body(loads, lines, inner_ind)
             lines.append(f"{inner_ind}const {t} val = {value};")
             step = combine_expr(prog, nest.combiner, dtype, "acc[q]", "val")
