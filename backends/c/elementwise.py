@@ -299,17 +299,23 @@ def _narrow_scalar(prog: Program, name: str, op: Op, args: list[str], dtype: DTy
         return store(f"{x[0]} {_ARITH[name]} {x[1]}", dtype)
     if name in ("sqrt", "floor"):
         return store(f"{name}({x[0]})", dtype)
-    fast = _fast(prog, name, x[0])
-    if fast is not None:
-        return store(fast, dtype)
+    return store(_in_double(prog, name, x, fast=True), dtype)
+
+
+def _in_double(prog: Program, name: str, x: list[str], fast: bool) -> str:
+    """The double-precision C expression of transcendental `name` on the double expressions
+    `x`: gdv's vectorisable function when `fast` and it has one, else libm."""
+    expr = _fast(prog, name, x[0]) if fast else None
+    if expr is not None:
+        return expr
     prog.libm.add(LIBM[name])
     if name == "rsqrt":
-        return store(f"1.0 / sqrt({x[0]})", dtype)
+        return f"1.0 / sqrt({x[0]})"
     if name == "sigmoid":
-        return store(f"1.0 / (1.0 + exp(-{x[0]}))", dtype)
+        return f"1.0 / (1.0 + exp(-{x[0]}))"
     if name == "pow":
-        return store(f"pow({x[0]}, {x[1]})", dtype)
-    return store(f"{LIBM[name]}({x[0]})", dtype)
+        return f"pow({x[0]}, {x[1]})"
+    return f"{LIBM[name]}({x[0]})"
 
 
 def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> str:
@@ -360,17 +366,7 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
     # Transcendentals: in double, rounded once to the dtype; f32 with gdv's vectorisable
     # functions where it has them, f64 always with libm.
     x = [f"(double)({a})" for a in args]
-    fast = _fast(prog, name, x[0]) if dtype is DType.F32 else None
-    if fast is not None:
-        return _via_double(fast, dtype)
-    prog.libm.add(LIBM[name])
-    if name == "rsqrt":
-        return _via_double(f"1.0 / sqrt({x[0]})", dtype)
-    if name == "sigmoid":
-        return _via_double(f"1.0 / (1.0 + exp(-{x[0]}))", dtype)
-    if name == "pow":
-        return _via_double(f"pow({x[0]}, {x[1]})", dtype)
-    return _via_double(f"{LIBM[name]}({x[0]})", dtype)
+    return _via_double(_in_double(prog, name, x, fast=dtype is DType.F32), dtype)
 
 
 # --- the ops outside kernels -----------------------------------------------------------------
