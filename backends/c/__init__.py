@@ -15,6 +15,7 @@ import ctypes
 import functools
 import os
 import platform
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,6 +208,13 @@ class Executable:
             *[b.ctypes.data for b in self._buffers]
         )
         self._read_in_place: dict[int, np.ndarray] = {}
+        self._params = [
+            (p.name, p.type.dtype.np, p.type.shape, self._slot_of[p.name])
+            for p in self.entry.params
+        ]
+        self._seen: dict[int, tuple[weakref.ref, int]] = {}
+        """Per parameter slot, the last array read in place (weakly) and its data address:
+        `ndarray.ctypes.data` costs about a microsecond, and a live array's address is fixed."""
         self._callback = _FALLBACK_FN(self._fallback)  # alive as long as the executable
         if self.lowered.fallbacks:
             self._lib.gdv_set_fallback.argtypes = [_FALLBACK_FN]
@@ -216,10 +224,10 @@ class Executable:
         sharing it) is the caller's array, any other slot a buffer of the executable."""
         t = self._types[name]
         slot = self._slot_of[name]
-        flat = self._read_in_place.get(slot)
-        if flat is None:
-            flat = self._buffers[slot]
-        return flat[: t.num_elements].reshape(t.shape)
+        arr = self._read_in_place.get(slot)
+        if arr is not None:
+            return arr.reshape(t.shape)
+        return self._buffers[slot][: t.num_elements].reshape(t.shape)
 
     def _fallback(self, k: int, _buf) -> int:
         from gdv.backends.reference import Context
@@ -242,33 +250,34 @@ class Executable:
         Inputs of exactly the parameter's dtype and shape, C-contiguous, are read in place
         (the generated code never writes a parameter's buffer); anything else goes through
         the reference backend's input checks and is copied."""
-        params = self.entry.params
-        direct = isinstance(inputs, Mapping) and len(inputs) == len(params)
+        specs = self._params
         arrays = []
-        if direct:
-            for p in params:
-                x = inputs.get(p.name)
+        if isinstance(inputs, Mapping) and len(inputs) == len(specs):
+            for name, dtype, shape, _ in specs:
+                x = inputs.get(name)
                 if not (
-                    isinstance(x, np.ndarray)
-                    and x.dtype == p.type.dtype.np
-                    and x.shape == p.type.shape
+                    type(x) is np.ndarray
+                    and x.dtype == dtype
+                    and x.shape == shape
                     and x.flags.c_contiguous
                 ):
-                    direct = False
                     break
                 arrays.append(x)
-        if not direct:
+        if len(arrays) != len(specs):
             from gdv.backends.reference import Context
             from gdv.backends.reference.interpreter import check_inputs
 
             env = check_inputs(self.entry, inputs, Context())
-            arrays = [np.ascontiguousarray(env[p.name]) for p in params]
-        self._read_in_place = {}
-        for p, x in zip(params, arrays, strict=True):
-            slot = self._slot_of[p.name]
+            arrays = [np.ascontiguousarray(env[name]) for name, _, _, _ in specs]
+        read = self._read_in_place = {}
+        seen = self._seen
+        for (_, _, _, slot), x in zip(specs, arrays, strict=True):
             if x.size:
-                self._read_in_place[slot] = x.reshape(-1)
-                self._pointers[slot] = x.ctypes.data
+                read[slot] = x
+                last = seen.get(slot)
+                if last is None or last[0]() is not x:
+                    last = seen[slot] = (weakref.ref(x), x.ctypes.data)
+                self._pointers[slot] = last[1]
             else:
                 self._pointers[slot] = self._buffers[slot].ctypes.data
         fallbacks = self.lowered.fallbacks
@@ -282,7 +291,7 @@ class Executable:
                 bad = fallbacks[status - 1][0]
                 raise IRError(f"target c: the reference fallback for {bad.op} at {bad.loc} failed")
             raise IRError(f"target c: the compiled program returned status {status}")
-        outs = [np.array(self._value(name), copy=True) for name in self.entry.returns]
+        outs = [self._value(name).copy() for name in self.entry.returns]
         self._read_in_place = {}  # hold no reference to the caller's arrays
         return outs
 

@@ -40,6 +40,10 @@ from gdv.ir.dtypes import DType
 from gdv.ir.ops.kernel import BODY_OPS
 from gdv.ir.types import TensorType
 
+DIRECT_MAX_ROWS = 16
+"""Products with at most this many rows read their column factor in place when they can
+(measured on the mlp example, M = 8: packing B cost more than the product)."""
+
 PARALLEL_MIN_MACS = 1 << 17
 """Contractions with fewer multiply-adds than this run on one thread."""
 
@@ -156,8 +160,10 @@ def _runtime_includes(prog: Program) -> None:
 def micro_kernel(prog: Program, dtype: DType, mr: int, nv: int, vb: int) -> str:
     """The name of the MR x (NV vectors) micro-kernel for `dtype` (emitted once per program).
 
-    `gdv_mk(kc, ap, bp, c, ldc, first)`: for k = 0 .. kc-1 in order, c[r][j] += ap[k][r] *
-    bp[k][j] (multiply, then add), starting from -0.0 when `first`, else from c."""
+    `gdv_mk(kc, ap, bp, ldb, c, ldc, first)`: for k = 0 .. kc-1 in order, c[r][j] +=
+    ap[k][r] * bp[k * ldb + j] (multiply, then add), starting from -0.0 when `first`, else
+    from c. B is a packed sliver (ldb = NR) or, for a product with few rows, the operand
+    itself (ldb its reduce stride; unaligned loads)."""
     t, s = CTYPE[dtype], SUFFIX[dtype]
     va, vu = _vector_types(prog, dtype, vb)
     vl = vb // dtype.itemsize
@@ -169,7 +175,7 @@ def micro_kernel(prog: Program, dtype: DType, mr: int, nv: int, vb: int) -> str:
     accs = [[f"c{r}_{v}" for v in range(nv)] for r in range(mr)]
     zero = "-0.0f" if dtype is DType.F32 else "-0.0"
     lines = [
-        f"{head}int64_t kc, const {t} *restrict ap, const {t} *restrict bp, "
+        f"{head}int64_t kc, const {t} *restrict ap, const {t} *restrict bp, int64_t ldb, "
         f"{t} *restrict c, int64_t ldc, int first)",
         "{",
         f"  {va} " + ", ".join(a for row in accs for a in row) + ";",
@@ -184,12 +190,12 @@ def micro_kernel(prog: Program, dtype: DType, mr: int, nv: int, vb: int) -> str:
         for v in range(nv)
     ]
     lines += ["  }", "  for (int64_t k = 0; k < kc; k++) {"]
-    lines += [f"    const {va} b{v} = *(const {va} *)(bp + {v * vl});" for v in range(nv)]
+    lines += [f"    const {va} b{v} = *(const {vu} *)(bp + {v * vl});" for v in range(nv)]
     for r in range(mr):
         lines.append(f"    {{ const {t} a = ap[{r}];")
         lines += [f"      {accs[r][v]} = {accs[r][v]} + b{v} * a;" for v in range(nv)]
         lines.append("    }")
-    lines += [f"    ap += {mr};", f"    bp += {nr};", "  }"]
+    lines += [f"    ap += {mr};", "    bp += ldb;", "  }"]
     lines += [
         f"  *({vu} *)(c + {r} * ldc + {v * vl}) = {accs[r][v]};"
         for r in range(mr)
@@ -212,21 +218,30 @@ class _Group:
     def size(self) -> int:
         return math.prod(self.sizes)
 
+    def step(self, coef: list[int]) -> int | None:
+        """How far one step of the flattened index moves at per-dim coefficients `coef`, or
+        None when the dims do not flatten to one stride."""
+        live = [(c, z) for c, z in zip((coef[d] for d in self.dims), self.sizes, strict=True)]
+        live = [(c, z) for c, z in live if z != 1]
+        if all(c == 0 for c, _ in live):
+            return 0
+        step = live[-1][0]
+        expect = step
+        for c, z in reversed(live):
+            if c != expect:
+                return None
+            expect *= z
+        return step
+
     def offset(self, coef: list[int], table: str, tables: dict[str, str]) -> tuple[str, int]:
         """C for sum_d coef[d] * index_d at flattened index `var`, and a stride hint (how far
         one step of `var` moves in memory; large when a table is needed). A table (int64_t
         `table[size]`, its initialising loop put in `tables`) serves when the dims do not
         flatten to one stride."""
-        live = [(c, z) for c, z in zip((coef[d] for d in self.dims), self.sizes, strict=True)]
-        live = [(c, z) for c, z in live if z != 1]
-        if all(c == 0 for c, _ in live):
+        step = self.step(coef)
+        if step == 0:
             return "INT64_C(0)", 0
-        step = live[-1][0]
-        expect, linear = step, True
-        for c, z in reversed(live):
-            linear = linear and c == expect
-            expect *= z
-        if linear:
+        if step is not None:
             return f"INT64_C({step}) * {self.var}", abs(step)
         if table not in tables:
             init = [
@@ -336,6 +351,16 @@ def _blocked(
 
     x_offs, x_k_inner = factor_offsets(con.left, gi)
     y_offs, y_k_inner = factor_offsets(con.right, gj)
+    # With few rows each element of Y meets only a few rows: full column slivers of a Y that is
+    # an operand read unchanged, one column per step of j, go to the micro-kernel in place.
+    y_in_place = "0"
+    y_base, y_ldb = "0", "0"
+    if m_ <= DIRECT_MAX_ROWS and con.right in pidx:
+        ky = pidx[con.right]
+        ks = gk.step(coefs[ky][0])
+        if operand_types[ky].dtype == dtype and gj.step(coefs[ky][0]) == 1 and ks is not None:
+            y_in_place = "1"
+            y_base, y_ldb = f"a{ky} + o{ky} + ja + pc * INT64_C({ks})", f"INT64_C({ks})"
     scatter = ""
     if not con.direct:
         res_b = gb.offset(out_coef, "trb", tables)[0]
@@ -383,8 +408,9 @@ def _blocked(
         f"dst[kk * {mr} + ii]",
     )  # fmt: skip
     parallel = int(m_ * n_ * k_ >= PARALLEL_MIN_MACS)
+    note = "  /* full column slivers of Y are read in place */\n" if y_in_place == "1" else ""
     return f"""{{
-  int nthreads = 1;
+{note}  int nthreads = 1;
 #ifdef _OPENMP
   nthreads = omp_get_max_threads();
 #endif
@@ -425,6 +451,7 @@ def _blocked(
             {t} *restrict dst = bp + s * kc * {nr};
             const int64_t j0 = jc + s * {nr};
             const int64_t nr = jc + nc - j0 < {nr} ? jc + nc - j0 : {nr};
+            if ({y_in_place} && nr == {nr}) continue;  /* full sliver: unpacked */
 {pack_y}            for (int64_t jj = nr; jj < {nr}; jj++)
               for (int64_t kk = 0; kk < kc; kk++) dst[kk * {nr} + jj] = 0;
           }}
@@ -448,14 +475,19 @@ def _blocked(
                 {t} *ct = c + ia * {n_} + ja;
                 const {t} *pa = ap + is * kc * {mr};
                 const {t} *pb = bp + js * kc * {nr};
+                int64_t ldb = {nr};
+                if ({y_in_place} && nr == {nr}) {{
+                  pb = {y_base};
+                  ldb = {y_ldb};
+                }}
                 if (mr == {mr} && nr == {nr}) {{
-                  {micro}(kc, pa, pb, ct, {n_}, pc == 0);
+                  {micro}(kc, pa, pb, ldb, ct, {n_}, pc == 0);
                 }} else {{ /* an edge tile: through a full-size tile, partial sums in order */
                   {t} tile[{mr * nr}] __attribute__((aligned(64)));
                   if (pc != 0)
                     for (int64_t ii = 0; ii < mr; ii++)
                       for (int64_t jj = 0; jj < nr; jj++) tile[ii * {nr} + jj] = ct[ii * {n_} + jj];
-                  {micro}(kc, pa, pb, tile, {nr}, pc == 0);
+                  {micro}(kc, pa, pb, ldb, tile, {nr}, pc == 0);
                   for (int64_t ii = 0; ii < mr; ii++)
                     for (int64_t jj = 0; jj < nr; jj++) ct[ii * {n_} + jj] = tile[ii * {nr} + jj];
                 }}

@@ -203,6 +203,31 @@ def test_default_blocking_crosses_reduce_blocks(dtype: str) -> None:
     assert "micro-kernel" in source
 
 
+@pytest.mark.parametrize("vector", ["64", "16"])
+@pytest.mark.parametrize("m", [1, 8, 16, 17])
+def test_few_rows_read_the_column_factor_in_place(m: int, vector: str) -> None:
+    """A product with at most DIRECT_MAX_ROWS rows hands full column slivers of B to the
+    micro-kernel in place (K crossing reduce blocks, an edge sliver packed, NaN, infinities and
+    signed zeros among the values); more rows, or a B whose columns are not adjacent, packs."""
+    n, k = 45, 1100
+    rng = np.random.default_rng(m)
+    a = (rng.standard_normal((m, k)) * 1e3).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    b[3, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    a[0, 7] = -0.0
+    source = _check(_matmul_text("f32", m, n, k), {"a": a, "b": b}, **{VECTOR_BYTES_ENV: vector})
+    in_place = "read in place" in source
+    assert in_place == (m <= matmul.DIRECT_MAX_ROWS)
+    # B^T stored [n, k]: a column of B is a row of the operand, one step of j moves k elements.
+    text = (
+        _matmul_text("f32", m, n, k)
+        .replace(f"%b: f32[{k},{n}]", f"%b: f32[{n},{k}]")
+        .replace("[[0, 0, 1, 0], [0, 1, 0, 0]]", "[[0, 1, 0, 0], [0, 0, 1, 0]]")
+    )
+    source = _check(text, {"a": a, "b": np.ascontiguousarray(b.T)})
+    assert "micro-kernel" in source and "read in place" not in source
+
+
 def test_fold_starts_from_the_first_product_not_plus_zero() -> None:
     """All products -0.0: a fold started from +0.0 gives +0.0; the IR's gives -0.0. And an empty
     reduction gives +0.0."""
