@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from gdv.backends.c.elementwise import scalar
 from gdv.backends.c.emit import CTYPE, SUFFIX, Program, comment, ctype, strides
 from gdv.backends.c.simd import blocking, micro_tile, vector_bytes
+from gdv.backends.c.vmath import FAST
 from gdv.ir.core import Function, Op
 from gdv.ir.dtypes import DType
 from gdv.ir.ops.kernel import BODY_OPS
@@ -130,6 +131,22 @@ def find(op: Op, body: Function) -> Contraction | None:
         return Contraction(x, y, batch, rows, cols, red, True)
     if direct(cols, rows) and not any(d not in dx and d not in dy for d in out):
         return Contraction(y, x, batch, cols, rows, red, True)
+    # Leading out dims of one factor only (a convolution's images) may run as batch dims too:
+    # the tiles of the rest are then stored in place instead of through a workspace.
+    for p in range(1, len(out) - 1):
+        outer = out[:p]
+        if not set(batch) <= set(outer):
+            continue
+        rows_p = [d for d in rows if d not in outer]
+        cols_p = [d for d in cols if d not in outer]
+        if not rows_p or not cols_p:
+            break
+        if [pos[d] for d in outer + rows_p + cols_p] == list(range(len(out))):
+            return Contraction(x, y, outer, rows_p, cols_p, red, True)
+        if [pos[d] for d in outer + cols_p + rows_p] == list(range(len(out))) and not any(
+            d not in dx and d not in dy for d in rows_p + cols_p
+        ):
+            return Contraction(y, x, outer, cols_p, rows_p, red, True)
     return Contraction(x, y, batch, rows, cols, red, False)
 
 
@@ -408,6 +425,8 @@ def _blocked(
         f"dst[kk * {mr} + ii]",
     )  # fmt: skip
     parallel = int(m_ * n_ * k_ >= PARALLEL_MIN_MACS)
+    # Threads given columns each pack all of X: with a costly prologue on X only, give rows.
+    rows_first = int(_costly(body, con.left) and not _costly(body, con.right))
     note = "  /* full column slivers of Y are read in place */\n" if y_in_place == "1" else ""
     return f"""{{
 {note}  int nthreads = 1;
@@ -420,7 +439,7 @@ def _blocked(
     {t} *restrict c = {c_at};
     /* Each thread computes its own rectangle of the output with its own packed buffers: no
        barrier, no output element shared. The columns are split when there are enough column
-       slivers for every thread, else the rows. */
+       slivers for every thread (and X has no costly prologue), else the rows. */
 #pragma omp parallel if ({parallel})
     {{
       int64_t nt = 1, tid = 0;
@@ -432,7 +451,7 @@ def _blocked(
       {t} *restrict bp = bpall + tid * {bp_elems};
       const int64_t nsl = ({n_} + {nr - 1}) / {nr}, msl = ({m_} + {mr - 1}) / {mr};
       int64_t i_lo = 0, i_hi = {m_}, j_lo = 0, j_hi = {n_};
-      if (nsl >= nt) {{
+      if (nsl >= nt && !({rows_first} && msl >= nt)) {{
         j_lo = tid * nsl / nt * {nr};
         j_hi = (tid + 1) * nsl / nt * {nr};
         if (j_hi > {n_}) j_hi = {n_};
@@ -510,6 +529,12 @@ def _round64(elems: int, size: int) -> int:
     return max(per, -(-elems // per) * per)
 
 
+def _costly(body: Function, value: str) -> bool:
+    """Whether computing the factor `value` involves a transcendental function."""
+    need = _closure(body, value)
+    return any(b.name in FAST for b in body.ops if b.result in need)
+
+
 def _pack(
     prog: Program,
     body: Function,
@@ -526,9 +551,13 @@ def _pack(
     first, second = (side, ("kk", "kc", "k", "pc + kk"))
     if not k_inner:
         first, second = second, first
+    # A prologue with a transcendental (GELU's tanh) is worth vector lanes even though the
+    # stores into the sliver are strided; a plain copy is not.
+    costly = _costly(body, value)
     lines = [
         f"{ind}for (int64_t {first[0]} = 0; {first[0]} < {first[1]}; {first[0]}++) {{",
         f"{ind}  const int64_t {first[2]} = {first[3]};",
+        *(["#pragma omp simd"] if costly else []),
         f"{ind}  for (int64_t {second[0]} = 0; {second[0]} < {second[1]}; {second[0]}++) {{",
         f"{ind}    const int64_t {second[2]} = {second[3]};",
     ]

@@ -42,6 +42,10 @@ expression of the body's value."""
 PARALLEL_MIN_POINTS = 1 << 15
 """Nests with fewer points than this run on one thread (thread start-up would dominate)."""
 
+SIMD_MAX_STRIDE = 4
+"""A reduction's outputs adjacent in the result whose operands move at most this far per output
+(a pooling window's stride) are still folded in vector lanes."""
+
 INTERLEAVE_STRIDED = 8
 """Outputs folded together when consecutive outputs are far apart in memory (scalar chains)."""
 
@@ -421,6 +425,12 @@ def _emit_interleaved(
             for p, d in enumerate(nest.out)
             if out_st[p] == 1 and all(c[d] in (0, 1) for c in coefs)
         ]
+        if not unit:  # a short stride (a pooling window's): vector lanes still pay
+            unit = [
+                d
+                for p, d in enumerate(nest.out)
+                if out_st[p] == 1 and all(0 <= c[d] <= SIMD_MAX_STRIDE for c in coefs)
+            ]
         order = [d for d in nest.schedule.get("order", list(range(n))) if d in nest.out]
         last = nest.reduce[-1]
         if (

@@ -366,6 +366,30 @@ def test_max_min_in_lanes_equal_the_ordered_fold_on_zeros_and_nans() -> None:
         assert "lane[" in source
 
 
+@pytest.mark.parametrize("op", ["reduce_max", "reduce_min", "reduce_sum"])
+@pytest.mark.parametrize("window", [2, 3])
+def test_pooling_windows_fold_in_vector_lanes(op: str, window: int) -> None:
+    """A pooling window (reshape then reduce over the window axes) folds adjacent outputs
+    together in vector lanes although their inputs are `window` apart; each output still folds
+    its window in order, so signed zeros, NaN, infinities and cancelling sums are exact."""
+    h, w = 4 * window, 37 * window
+    rng = np.random.default_rng(window)
+    x = (rng.standard_normal((2, 3, h, w)) * 1e8).astype(np.float32)
+    pick = rng.random(x.shape)
+    x[pick < 0.2] = -0.0
+    x[(pick > 0.2) & (pick < 0.3)] = 0.0
+    x[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]
+    oh, ow = h // window, w // window
+    text = (
+        f"func @main(%x: f32[2,3,{h},{w}]) -> f32[2,3,{oh},{ow}] {{\n"
+        f"  %v = reshape(%x) : f32[2,3,{oh},{window},{ow},{window}]\n"
+        f"  %p = {op}(%v) {{axes = [3, 5]}} : f32[2,3,{oh},{ow}]\n  return %p\n}}"
+    )
+    source = _check(text, {"x": x})
+    pool = source[source.index("outputs interleaved") :]
+    assert "#pragma omp simd" in pool.split("\n}\n")[0]
+
+
 def test_sum_along_rows_keeps_each_rows_order() -> None:
     """1e8, 1, 1, -1e8 repeated along each row: the left fold loses the ones, any reassociation
     keeps some. Rows are interleaved, never split."""
