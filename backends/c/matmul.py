@@ -250,6 +250,20 @@ class _Group:
             expect *= z
         return step
 
+    def sliver_offset(
+        self, coef: list[int], table: str, tables: dict[str, str], sliver: tuple[int, str, str]
+    ) -> tuple[str, int]:
+        """`offset` inside a packed sliver of `width` consecutive indices from `base` (a
+        multiple of `width`, the position in it `counter`): where the dims need a table but the
+        innermost one's extent is a multiple of the width, a sliver never crosses it, and the
+        offset is the table's entry at `base` plus a stride (a convolution's rows)."""
+        width, base, counter = sliver
+        live = [(coef[d], z) for d, z in zip(self.dims, self.sizes, strict=True) if z != 1]
+        if self.step(coef) is None and live and live[-1][1] % width == 0:
+            self.offset(coef, table, tables)  # the table
+            return f"{table}[{base}] + INT64_C({live[-1][0]}) * {counter}", abs(live[-1][0])
+        return self.offset(coef, table, tables)
+
     def offset(self, coef: list[int], table: str, tables: dict[str, str]) -> tuple[str, int]:
         """C for sum_d coef[d] * index_d at flattened index `var`, and a stride hint (how far
         one step of `var` moves in memory; large when a table is needed). A table (int64_t
@@ -354,20 +368,23 @@ def _blocked(
     tables: dict[str, str] = {}  # name -> initialising loop
     pidx = {p.name: k for k, p in enumerate(body.params)}
 
-    def factor_offsets(value: str, g: _Group) -> tuple[dict[int, str], bool]:
+    def factor_offsets(
+        value: str, g: _Group, sliver: tuple[int, str, str]
+    ) -> tuple[dict[int, str], bool]:
         """Per operand of the factor: its C flat index at (b, g's index, k); and whether the
-        k loop should run innermost when packing (k moves less far in memory than g)."""
+        k loop should run innermost when packing (k moves less far in memory than g; on a tie,
+        such as two index tables, g runs innermost and the stores into the sliver are adjacent)."""
         offs, sg, sk = {}, 0, 0
         for v in sorted(_closure(body, value) & set(pidx), key=pidx.__getitem__):
             k = pidx[v]
-            og, hg = g.offset(coefs[k][0], f"t{k}{g.var}", tables)
+            og, hg = g.sliver_offset(coefs[k][0], f"t{k}{g.var}", tables, sliver)
             ok, hk = gk.offset(coefs[k][0], f"t{k}k", tables)
             offs[k] = f"o{k} + {og} + {ok}"
             sg, sk = max(sg, hg), max(sk, hk)
-        return offs, sk <= sg
+        return offs, sk < sg
 
-    x_offs, x_k_inner = factor_offsets(con.left, gi)
-    y_offs, y_k_inner = factor_offsets(con.right, gj)
+    x_offs, x_k_inner = factor_offsets(con.left, gi, (mr, "r0", "ii"))
+    y_offs, y_k_inner = factor_offsets(con.right, gj, (nr, "j0", "jj"))
     # With few rows each element of Y meets only a few rows: full column slivers of a Y that is
     # an operand read unchanged, one column per step of j, go to the micro-kernel in place.
     y_in_place = "0"

@@ -93,22 +93,26 @@ def _plain() -> str:
     return "stride = [1, 1], padding = [[0, 0], [0, 0]], dilation = [1, 1], groups = 1"
 
 
-def test_images_run_as_batch_and_tiles_are_stored_in_place() -> None:
+@pytest.mark.parametrize("hw", [12, 16, 32])
+def test_images_run_as_batch_and_tiles_are_stored_in_place(hw: int) -> None:
     """N images of [C_out, H, W]: the image dim runs as a batch dim, so each image's product is
-    [C_out] x [H*W] laid out like the result and written in place, not through a workspace."""
+    [C_out] x [H*W] laid out like the result and written in place, not through a workspace.
+    Where W is a multiple of the sliver width (NR), a sliver of positions is one row segment and is packed by offset from its first position's table entry."""
     text = _program(
-        "f32", (2, 3, 12, 12), (8, 3, 3, 3), (2, 8, 12, 12),
+        "f32", (2, 3, hw, hw), (8, 3, 3, 3), (2, 8, hw, hw),
         "stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1], groups = 1",
     )  # fmt: skip
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(hw)
     inputs = {
-        "x": _values(rng, (2, 3, 12, 12), np.float32, 0.1),
+        "x": _values(rng, (2, 3, hw, hw), np.float32, 0.1),
         "w": _values(rng, (8, 3, 3, 3), np.float32, 0.1),
     }
     module = parse(text)
     source = c.lower(module)
     head = next(line for line in source.splitlines() if "contraction" in line)
-    assert "M=8 N=144 K=27 batch=2" in head, head
+    assert f"M=8 N={hw * hw} K=27 batch=2" in head, head
     assert "ws = malloc" not in source
+    nr = int(head.split("packed ")[1].split("x")[1].split()[0])
+    assert ("[j0] + INT64_C(1) * jj" in source) == (hw % nr == 0), (hw, nr)
     got = c.run(module, inputs)[0]
     assert reference.bit_equal(got, reference.run(module, inputs)[0])
