@@ -24,16 +24,23 @@ sign patterns, a nearly the same for every row and b not, both small: after laye
 are nearly equal along s_A and differ along s_B, so attention's scores nearly tie while its
 values differ, softmax's most sensitive spot), `split` (along the last axis, a leading part at
 one end of the range and the rest tiny: long sums whose partial sums are large while small,
-inexact terms keep rounding).
+inexact terms keep rounding), `rows` (each row along the last axis either a full row, at the
+range's ends along sign pattern 0, or one of two near-constant rows c + a s, s that pattern
+times opposite signs, a small: after layer_norm the near-constant rows carry the mean's
+rounding amplified by 1/sqrt(eps) as a shift, the full ones large values, and attention's
+scores against them err unevenly where the values differ most), `rank1` (every element at lo or
+hi, the sign a product of one vector per axis, each all ones or sign pattern 0: weights whose
+columns are all alike, so a contraction sums a row's error, shift and all, into every output).
 
 `worst_error` searches harder: every family, then each parameter drawn from its own family,
 then coherent draws (the first float tensor of rank >= 2, by convention the activations, from
-`patterns`, `scaled` or `signs`, the other such tensors from `signs`, vectors from `aligned`,
-`signs` or `random`: one draw in a few dozen lines up every sign pattern along a layer's
-contractions), then a hill climb on the worst inputs found (re-draw one parameter, or move a
-random few of its elements to a range end, to a random value, or by a few ulps, or scale a
-row's spread), keeping any step that does not lower the measured error. Every candidate stays
-within the declared ranges.
+`patterns`, `scaled`, `signs` or `rows`, the other such tensors from `signs` or `rank1`,
+vectors from `aligned`, `signs` or `random`: one draw in a few dozen lines up every sign
+pattern along a layer's contractions), then a hill climb from each of the `CLIMBS` worst inputs
+found, the rest of the budget shared equally (re-draw one parameter, or move a random few of
+its elements to a range end, to a random value, or by a few ulps, or scale a row's spread, or
+copy one row over another), keeping any step that does not lower the measured error. Every
+candidate stays within the declared ranges.
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ KINDS = (
     "scaled",
     "patterns",
     "split",
+    "rows",
+    "rank1",
 )
 
 _TINY = {
@@ -89,13 +98,20 @@ def _floats(
 ) -> np.ndarray:
     lo, hi = _range(p, default)
     shape = p.type.shape
-    if kind == "signs":
+    if kind in ("signs", "rank1"):
         sign = np.ones(shape)
         for axis, length in enumerate(shape):
             view = [1] * len(shape)
             view[axis] = length
-            sign = sign * _axis_signs(length, int(rng.integers(2))).reshape(view)
+            pattern = int(rng.integers(2))
+            if kind == "rank1" and pattern == 1:
+                axis_signs = np.ones(length)
+            else:
+                axis_signs = _axis_signs(length, pattern)
+            sign = sign * axis_signs.reshape(view)
         wide = np.where(sign > 0, hi, lo)
+    elif kind == "rows" and len(shape) >= 1:
+        wide = _rows(shape, lo, hi, rng)
     elif kind == "patterns" and len(shape) >= 1:
         rows, n = shape[:-1] + (1,), shape[-1]
         first = int(rng.integers(2))
@@ -140,6 +156,29 @@ def _floats(
     else:
         wide = rng.uniform(lo, hi, shape)
     return _to_dtype(p, np.asarray(wide, dtype=np.float64), lo, hi)
+
+
+def _rows(shape: tuple[int, ...], lo: float, hi: float, rng: np.random.Generator) -> np.ndarray:
+    """The `rows` family (module doc): every row along the last axis either at the range's ends
+    along sign pattern 0 times -sigma (a full row), or one of two near-constant rows, c_A +
+    sigma a s and c_B - sigma a s (s pattern 0, a small), the same two for the whole tensor."""
+    rows, n = shape[:-1], shape[-1]
+    s = _axis_signs(n, 0)
+    mid, half = (lo + hi) / 2, (hi - lo) / 2
+    sigma = rng.choice([-1.0, 1.0])
+    amp = (hi - lo) * 10.0 ** rng.uniform(-4, -2)
+    centre = [mid + rng.choice([-1.0, 1.0]) * half * rng.uniform(0.75, 1.0) for _ in range(2)]
+    choices = np.stack(
+        [
+            np.full(n, mid) - sigma * half * s,
+            centre[0] + sigma * amp * s,
+            centre[1] - sigma * amp * s,
+        ]
+    )
+    full = rng.uniform(0.1, 0.6)  # the share of full rows
+    near = 1 if rng.random() < 0.5 else 2  # one near-constant row or two
+    pick = np.where(rng.random(rows) < full, 0, 1 + rng.integers(near, size=rows))
+    return np.clip(choices[pick], lo, hi)
 
 
 def _to_dtype(p: Param, wide: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -221,7 +260,7 @@ def _mutate(
         return out
     p = params[rng.integers(len(params))]
     lo, hi = _range(p, default_range)
-    move = rng.integers(5)
+    move = rng.integers(6)
     if move == 0:  # re-draw the whole parameter from a family
         kind = KINDS[rng.integers(len(KINDS))]
         seed = int(rng.integers(2**31))
@@ -241,11 +280,16 @@ def _mutate(
     elif move == 3:  # a few ulps
         u = 2.0**-p.type.dtype.significand_bits
         flat[idx] = flat[idx] * (1 + u * rng.integers(-4, 5, idx.size))
-    else:  # a row's spread around its mean, scaled (layer_norm's variance against eps)
+    elif move == 4:  # a row's spread around its mean, scaled (layer_norm's variance vs eps)
         rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
         r = rng.integers(rows.shape[0])
         mean = rows[r].mean()
         rows[r] = mean + (rows[r] - mean) * 10.0 ** rng.uniform(-3, 1)
+        flat = rows.reshape(-1)
+    else:  # a row copied over another (rows that err alike add up in later contractions)
+        rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+        r, to = rng.integers(rows.shape[0], size=2)
+        rows[to] = rows[r]
         flat = rows.reshape(-1)
     x = np.clip(flat, lo, hi).reshape(x.shape)
     try:
@@ -263,7 +307,7 @@ def _coherent(
     first = True
     for p in fn.params:
         if p.type.dtype.is_float and p.type.rank >= 2:
-            kinds = ("patterns", "scaled", "signs") if first else ("signs",)
+            kinds = ("patterns", "scaled", "signs", "rows") if first else ("signs", "rank1")
             first = False
         elif p.type.dtype.is_float:
             kinds = ("aligned", "signs", "random")
@@ -277,6 +321,10 @@ def _coherent(
     return out
 
 
+CLIMBS = 3
+"""How many of the best inputs the search's hill climb starts from."""
+
+
 def worst_error(
     module: Module,
     output: int = 0,
@@ -286,7 +334,7 @@ def worst_error(
 ) -> tuple[float, str, dict[str, np.ndarray]]:
     """The largest error of output `output` that a search of `budget` runs finds: (error, how
     it was found, the inputs). A sixth of the budget goes to the families (each parameter from
-    one family, then each from its own), a sixth to coherent draws, the rest to the hill climb
+    one family, then each from its own), a sixth to coherent draws, the rest to the hill climbs
     (module doc)."""
     fn = module.entry if isinstance(module, Module) else module
     rng = np.random.default_rng(seed)
@@ -299,6 +347,7 @@ def worst_error(
         return output_errors(module, inputs)[output][0]
 
     start, coherent = budget // 6, budget // 3
+    found: list[tuple[float, str, dict[str, np.ndarray]]] = []
     while runs < coherent:
         k = runs
         if k >= start:  # coherent draws (module doc)
@@ -325,15 +374,21 @@ def worst_error(
                 kinds.append(kind)
             label = "mixed"
         e = measure(inputs)
-        if e > best:
-            best, how, best_inputs = e, label, inputs
-    climbed = 0
-    while runs < budget and best_inputs and math.isfinite(best):
-        candidate = _mutate(fn, best_inputs, rng, default_range)
-        e = measure(candidate)
-        if e >= best:
-            climbed += e > best
-            best, best_inputs = e, candidate
-    if climbed:
-        how = f"{how}+climb"
+        found.append((e, label, inputs))
+        found = sorted(found, key=lambda f: -f[0])[:CLIMBS]
+    if found:
+        best, how, best_inputs = found[0]
+    # The climb, from each of the CLIMBS best inputs in turn with an equal share of the rest of
+    # the budget: a climb can settle on a local maximum its start's structure allows.
+    share = max(1, (budget - runs) // max(1, len(found)))
+    for e0, label, inputs in found:
+        here, at, climbed, stop = e0, inputs, 0, min(budget, runs + share)
+        while runs < stop and math.isfinite(here):
+            candidate = _mutate(fn, at, rng, default_range)
+            e = measure(candidate)
+            if e >= here:
+                climbed += e > here
+                here, at = e, candidate
+        if here > best:
+            best, how, best_inputs = here, f"{label}+climb" if climbed else label, at
     return best, how, best_inputs
