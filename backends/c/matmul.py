@@ -30,6 +30,7 @@ IEEE arithmetic, so which factor is the row operand never matters.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gdv.backends.c.elementwise import scalar
@@ -433,14 +434,24 @@ def _blocked(
         batch += f"    const int64_t o{k} = {' + '.join(terms)};\n"
     c_at = f"r + b * INT64_C({m_ * n_})" if con.direct else "ws"
     ind_y, ind_x = " " * 14, " " * 16
-    pack_y = _pack(
-        prog, body, con.right, y_offs, ind_y, ("jj", "nr", "j", "j0 + jj"), y_k_inner,
+
+    def both(width: int, extent: str, make: Callable[[str, str], str]) -> str:
+        """A full sliver with its width as a constant (loops the compiler can vectorise
+        whole), else the edge sliver's extent."""
+        ind = ind_y if extent == "nr" else ind_x
+        return (
+            f"{ind}if ({extent} == {width}) {{\n{make(str(width), ind + '  ')}{ind}}} else {{\n"
+            f"{make(extent, ind + '  ')}{ind}}}\n"
+        )
+
+    pack_y = both(nr, "nr", lambda ext, ind: _pack(
+        prog, body, con.right, y_offs, ind, ("jj", ext, "j", "j0 + jj"), y_k_inner,
         f"dst[kk * {nr} + jj]",
-    )  # fmt: skip
-    pack_x = _pack(
-        prog, body, con.left, x_offs, ind_x, ("ii", "mr", "i", "r0 + ii"), x_k_inner,
+    ))  # fmt: skip
+    pack_x = both(mr, "mr", lambda ext, ind: _pack(
+        prog, body, con.left, x_offs, ind, ("ii", ext, "i", "r0 + ii"), x_k_inner,
         f"dst[kk * {mr} + ii]",
-    )  # fmt: skip
+    ))  # fmt: skip
     parallel = int(m_ * n_ * k_ >= PARALLEL_MIN_MACS)
     # Threads given columns each pack all of X: with a costly prologue on X only, give rows.
     rows_first = int(_costly(body, con.left) and not _costly(body, con.right))
