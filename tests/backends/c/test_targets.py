@@ -225,3 +225,35 @@ def test_executable_reads_inputs_in_place_without_changing_them() -> None:
     assert reference.bit_equal(comp(x=x, w=w)[1], want[1])
     with pytest.raises(IRError, match="input %x is f64"):
         comp(x=x.astype(np.float64), w=w)
+
+
+def test_repeated_calls_see_new_values_and_new_arrays() -> None:
+    """The executable remembers the address of the array it last read in place (weakly): an
+    array changed in place between calls, a different array, and a new array that may reuse a
+    dead one's memory are each read afresh."""
+    text = """func @main(%x: f32[64,32], %w: f32[32,48]) -> f32[64,48] {
+  %y = matmul(%x, %w) : f32[64,48]
+  return %y
+}
+"""
+    comp = compile_module(text, CompileOptions(target="c", use_cache=False))
+    module = parse(text)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 48)).astype(np.float32)
+
+    def check(x: np.ndarray, w: np.ndarray) -> None:
+        got = comp(x=x, w=w)[0]
+        assert reference.bit_equal(got, reference.run(module, {"x": x, "w": w})[0])
+
+    check(x, w)
+    x[3, :] = -x[3, :]  # same array, new values
+    w[:, 5] = 0.0
+    check(x, w)
+    other = x.copy()  # another array, with other values
+    other[0, 0] = 7.0
+    check(other, w)
+    for seed in range(20):  # arrays dying and being allocated again, perhaps at one address
+        fresh = np.random.default_rng(seed).standard_normal((64, 32)).astype(np.float32)
+        check(fresh, w)
+        del fresh
