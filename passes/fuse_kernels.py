@@ -11,10 +11,14 @@ runs where the consumer read its result: at every point of the consumer's space,
 fold when the consumer reduces. Values and rounding are the same ops on the same elements, so
 each fusion carries an exact (`fp`) equivalence obligation, with the three bodies in scope.
 Bodies no kernel uses any more are dropped.
+
+A small, cheap producer read by several kernels (each reading each element once) is copied
+into each of them, one fusion and one obligation per copy, and dropped with its last reader.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from gdv.ir.core import Function, Module, Op, Param
@@ -63,6 +67,17 @@ def fuse_bodies(name: str, consumer: Function, k: int, producer: Function) -> Fu
     )
 
 
+DUPLICATE_MAX_OPS = 4
+"""A producer read by several kernels is copied into each when its body has at most this many
+ops, none of them a transcendental, and each of those kernels reads each of its elements once
+(layer_norm's x - mean, feeding the variance and the normalisation): a few ops per element
+computed twice instead of a tensor written once and read twice."""
+
+_COSTLY = frozenset(("exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "pow", "rsqrt"))
+"""Ops not worth computing twice (softmax's exp(x - m) stays one tensor: measured on the C
+target, computing it in both the sum and the division took as long as writing it once)."""
+
+
 def fusible(producer: Op | None, uses: int) -> bool:
     """A kernel without reduction whose result is read exactly once."""
     return (
@@ -71,6 +86,28 @@ def fusible(producer: Op | None, uses: int) -> bool:
         and not producer.attrs["reduce"]
         and uses == 1
     )
+
+
+def duplicable(producer: Op | None, value: str, ops: list[Op], functions: dict) -> bool:
+    """A kernel without reduction, small, read only by kernels over a space as large as its own
+    that read it at one place per point (so every copy computes each element once; a second
+    read at the same place is the same expression, which the C compiler computes once). The
+    caller checks that it is not returned."""
+    if producer is None or producer.name != "kernel" or producer.attrs["reduce"]:
+        return False
+    body = functions[producer.attrs["body"]].ops
+    if len(body) > DUPLICATE_MAX_OPS or any(b.name in _COSTLY for b in body):
+        return False
+    size = math.prod(producer.attrs["space"])
+    for o in ops:
+        if value not in o.operands:
+            continue
+        if o.name != "kernel" or math.prod(o.attrs["space"]) != size:
+            return False
+        maps = [m for v, m in zip(o.operands, o.attrs["maps"], strict=True) if v == value]
+        if any(m != maps[0] for m in maps):  # (x - mean)^2 reads it twice at one place
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -117,7 +154,8 @@ class FuseKernels(Pass):
                 continue
             for k, v in enumerate(c.operands):
                 p = defs.get(v)
-                if not fusible(p, uses.get(v, 0)):
+                copy = uses.get(v, 0) > 1 and v not in fn.returns
+                if not (fusible(p, uses.get(v, 0)) or (copy and duplicable(p, v, ops, functions))):
                     continue
                 assert p is not None
                 name = next(
@@ -148,12 +186,13 @@ class FuseKernels(Pass):
                     "inline-producer",
                     index,
                     [p, c],
-                    [fused],
+                    [p, fused] if v in fused.operands else [fused],  # read twice: once more
                     (c.result, c.result),
                     types,
                     [c_body, p_body, body],
                 )
                 ops[pos] = fused
-                ops.remove(p)
+                if not copy:  # else other kernels still read it (each gets its own copy)
+                    ops.remove(p)
                 return ob
         return None

@@ -42,6 +42,9 @@ expression of the body's value."""
 PARALLEL_MIN_POINTS = 1 << 15
 """Nests with fewer points than this run on one thread (thread start-up would dominate)."""
 
+TRANSCENDENTAL = frozenset(("exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "pow", "rsqrt"))
+"""Body ops that make a reduction's body worth evaluating in vector lanes a tile at a time."""
+
 SIMD_MAX_STRIDE = 4
 """A reduction's outputs adjacent in the result whose operands move at most this far per output
 (a pooling window's stride) are still folded in vector lanes."""
@@ -115,7 +118,8 @@ def emit_nest(
     for ot in operand_types:
         ctype(ot.dtype, op, prog.module)
     if nest.reduce and nest.schedule.get("accumulators", 1) <= 1:
-        _emit_interleaved(prog, op, nest, operand_types, body, note)
+        costly = function is not None and any(b.name in TRANSCENDENTAL for b in function.ops)
+        _emit_interleaved(prog, op, nest, operand_types, body, note, costly)
         return
     name = prog.new_function()
     n = len(nest.space)
@@ -398,8 +402,14 @@ def _emit_interleaved(
     operand_types: list[TensorType],
     body: Body,
     note: str,
+    costly: bool = False,
 ) -> None:
-    """A reduction nest folding a block of outputs along one out dim together (module doc)."""
+    """A reduction nest folding a block of outputs along one out dim together (module doc).
+
+    With a `costly` body (a transcendental) and outputs that are not adjacent, the body is
+    evaluated a tile at a time: for each output of the block, W consecutive positions of the
+    last reduce dim (contiguous in the operands) in vector lanes, into a small tile; then each
+    output folds its W values in order. The fold order is unchanged."""
     result = op.type
     dtype = result.dtype
     t = CTYPE[dtype]
@@ -509,14 +519,78 @@ def _emit_interleaved(
             lines.append(f"{indent}}}")
             lines.append(f"{indent[:-2]}}}" if nest.reduce else f"{indent}}}")
 
+        width = max(4, 2 * vector_bytes() // dtype.itemsize)
+        tiled = (
+            costly
+            and not contiguous
+            and nest.space[last] >= width
+            and all(c[last] in (0, 1) for c in coefs)
+        )
+        if tiled:
+
+            def fold_tiled(extent: str, indent: str) -> None:
+                """The reduce loops but the last; the last in tiles of `width` evaluated in
+                vector lanes and folded in order; its remainder one position at a time."""
+                for d in nest.reduce[:-1]:
+                    lines.append(
+                        f"{indent}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)"
+                    )
+                    indent += "  "
+                lines.append(f"{indent[:-2]}{{" if nest.reduce[:-1] else f"{indent}{{")
+                full = nest.space[last] - nest.space[last] % width
+                i2, i3, i4 = indent + "  ", indent + "    ", indent + "      "
+                step = combine_expr(prog, nest.combiner, dtype, "acc[q]", "tile[q][w]")
+                lines.extend(
+                    [
+                        f"{indent}for (int64_t kb = 0; kb < INT64_C({full}); "
+                        f"kb += INT64_C({width})) {{",
+                        f"{i2}{t} tile[{block}][{width}];",
+                        f"{i2}for (int64_t q = 0; q < {extent}; q++) {{",
+                        f"{i3}const int64_t i{inner} = ib + q;",
+                        "#pragma omp simd",
+                        f"{i3}for (int64_t w = 0; w < INT64_C({width}); w++) {{",
+                        f"{i4}const int64_t i{last} = kb + w;",
+                    ]
+                )
+                loads = load_operands(lines, i4, nest, operand_types)
+                lines.append(f"{i4}tile[q][w] = {body(loads, lines, i4)};")
+                lines.extend(
+                    [
+                        f"{i3}}}",
+                        f"{i2}}}",
+                        f"{i2}for (int64_t w = 0; w < INT64_C({width}); w++)",
+                        f"#pragma GCC unroll {block}",
+                        f"{i3}for (int64_t q = 0; q < {extent}; q++) acc[q] = {step};",
+                        f"{indent}}}",
+                    ]
+                )
+                if full < nest.space[last]:
+                    lines.append(
+                        f"{indent}for (int64_t i{last} = INT64_C({full}); "
+                        f"i{last} < INT64_C({nest.space[last]}); i{last}++)"
+                    )
+                    lines.append(f"#pragma GCC unroll {block}")
+                    lines.append(f"{indent}  for (int64_t q = 0; q < {extent}; q++) {{")
+                    lines.append(f"{i3}const int64_t i{inner} = ib + q;")
+                    loads = load_operands(lines, i3, nest, operand_types)
+                    value = body(loads, lines, i3)
+                    lines.append(f"{i3}const {t} val = {value};")
+                    val_step = combine_expr(prog, nest.combiner, dtype, "acc[q]", "val")
+                    lines.append(f"{i3}acc[q] = {val_step};")
+                    lines.append(f"{indent}  }}")
+                lines.append(f"{indent[:-2]}}}" if nest.reduce[:-1] else f"{indent}}}")
+
+            emit_fold = fold_tiled
+        else:
+            emit_fold = fold
         if block < size:
             lines.append(f"{ind}if (rn == INT64_C({block})) {{")
-            fold(f"INT64_C({block})", ind + "  ")
+            emit_fold(f"INT64_C({block})", ind + "  ")
             lines.append(f"{ind}}} else {{")
-            fold("rn", ind + "  ")
+            emit_fold("rn", ind + "  ")
             lines.append(f"{ind}}}")
         else:
-            fold(f"INT64_C({block})", ind)
+            emit_fold(f"INT64_C({block})", ind)
         lines.append(f"{ind}for (int64_t q = 0; q < rn; q++) {{")
         lines.append(f"{ind}  const int64_t i{inner} = ib + q;")
         lines.append(f"{ind}  r[{out_index}] = acc[q];")

@@ -1,0 +1,164 @@
+"""fuse-kernels copies a small, cheap producer read by several kernels into each of them
+(layer_norm's x - mean into its variance and its normalisation), one proved fusion per copy; it
+keeps a producer that is returned, one read by a kernel over a larger space (a product), one
+with a long body, and a transcendental (softmax's exp). The fused programs run
+bit-exact to the unfused ones on the reference backend, and on the C target with the tiled
+reduction (a transcendental body evaluated a tile at a time) bit-exact to the same program with
+the tiling off."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gdv.api import parse
+from gdv.backends import c, reference
+from gdv.backends.c import nest
+from gdv.backends.c.simd import vector_bytes
+from gdv.driver import CompileOptions, compile_module
+from gdv.passes import fuse_kernels
+
+
+def _compile(text: str):
+    comp = compile_module(text, CompileOptions(target="reference", use_cache=False))
+    assert comp.verdict == "proved"
+    return comp
+
+
+def _kernels(comp) -> list:
+    return [op for op in comp.module.entry.ops if op.name == "kernel"]
+
+
+def _body_ops(comp, op) -> list[str]:
+    return [b.name for b in comp.module.function(op.attrs["body"]).ops]
+
+
+def _same_on_reference(comp, text: str, inputs: dict) -> None:
+    want = reference.run(parse(text), inputs)
+    for got, ref in zip(reference.run(comp.module, inputs), want, strict=True):
+        assert reference.bit_equal(got, ref)
+
+
+SOFTMAX = """func @main(%x: f32[6,40]) -> f32[6,40] {
+  %y = softmax(%x) {axis = 1} : f32[6,40]
+  return %y
+}
+"""
+
+LOGSUMEXP = """func @main(%x: f32[6,40]) -> f32[6] {
+  %m = reduce_max(%x) {axes = [1]} : f32[6]
+  %mb = broadcast(%m) {dims = [0]} : f32[6,40]
+  %s = sub(%x, %mb) : f32[6,40]
+  %e = exp(%s) : f32[6,40]
+  %t = reduce_sum(%e) {axes = [1]} : f32[6]
+  %l = log(%t) : f32[6]
+  %y = add(%m, %l) : f32[6]
+  return %y
+}
+"""
+
+
+def test_softmax_keeps_its_exp_as_one_tensor() -> None:
+    """exp(x - m) feeds the sum and the division; a transcendental is not computed twice."""
+    comp = _compile(SOFTMAX)
+    kernels = _kernels(comp)
+    assert len(kernels) == 4, [k.result for k in kernels]
+    assert sum("exp" in _body_ops(comp, k) for k in kernels) == 1
+    x = np.random.default_rng(0).standard_normal((6, 40)).astype(np.float32) * 30
+    x[1, :5] = [np.inf, -np.inf, np.nan, -0.0, 0.0]
+    _same_on_reference(comp, SOFTMAX, {"x": x})
+
+
+def test_layer_norm_copies_x_minus_mean() -> None:
+    text = """func @main(%x: f32[5,24], %g: f32[24], %b: f32[24]) -> f32[5,24] {
+  %y = layer_norm(%x, %g, %b) {axes = [1], eps = 1e-05} : f32[5,24]
+  return %y
+}
+"""
+    comp = _compile(text)
+    kernels = _kernels(comp)
+    sums = [k for k in kernels if k.attrs["combiner"] == "add"]
+    assert len(sums) == 2 and "sub" in _body_ops(comp, sums[1])  # the variance reads x itself
+    assert not [k for k in kernels if _body_ops(comp, k) == ["sub"]]  # no x - mean tensor
+    rng = np.random.default_rng(1)
+    inputs = {
+        "x": (rng.standard_normal((5, 24)) * 1e3).astype(np.float32),
+        "g": rng.standard_normal(24).astype(np.float32),
+        "b": rng.standard_normal(24).astype(np.float32),
+    }
+    _same_on_reference(comp, text, inputs)
+
+
+@pytest.mark.parametrize(
+    "text, kept",
+    [
+        (  # returned: it stays a tensor
+            """func @main(%x: f32[4,8]) -> (f32[4,8], f32[4]) {
+  %e = exp(%x) : f32[4,8]
+  %s = reduce_sum(%e) {axes = [1]} : f32[4]
+  %d = mul(%e, %x) : f32[4,8]
+  %t = reduce_sum(%d) {axes = [1]} : f32[4]
+  return %e, %t
+}
+""",
+            "exp",
+        ),
+        (  # read by a product over a larger space: each element would be computed 5 times
+            """func @main(%x: f32[4,8], %w: f32[8,5]) -> (f32[4,5], f32[4]) {
+  %e = exp(%x) : f32[4,8]
+  %p = matmul(%e, %w) : f32[4,5]
+  %s = reduce_sum(%e) {axes = [1]} : f32[4]
+  return %p, %s
+}
+""",
+            "exp",
+        ),
+    ],
+)
+def test_producers_that_are_not_copied(text: str, kept: str) -> None:
+    comp = _compile(text)
+    assert any(_body_ops(comp, k) == [kept] for k in _kernels(comp))
+    rng = np.random.default_rng(2)
+    inputs = {
+        p.name: rng.standard_normal(p.type.shape).astype(np.float32)
+        for p in parse(text).entry.params
+    }
+    _same_on_reference(comp, text, inputs)
+
+
+def test_long_producers_are_not_copied(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no op allowed in a copy, layer_norm's x - mean (and its splat constant) stay tensors."""
+    text = """func @main(%x: f32[5,24], %g: f32[24], %b: f32[24]) -> f32[5,24] {
+  %y = layer_norm(%x, %g, %b) {axes = [1], eps = 1e-05} : f32[5,24]
+  return %y
+}
+"""
+    copied = len(_kernels(_compile(text)))
+    monkeypatch.setattr(fuse_kernels, "DUPLICATE_MAX_OPS", 0)
+    assert len(_kernels(_compile(text))) > copied
+
+
+@pytest.mark.parametrize("cols", [7, 40, 64, 100])
+def test_tiled_reduction_of_a_transcendental_keeps_the_fold_order(
+    monkeypatch: pytest.MonkeyPatch, cols: int
+) -> None:
+    """log-sum-exp's sum(exp(x - m)) along rows of widely spread values (the order of a float
+    sum changes its result): the tile-at-a-time evaluation gives the same bits as one position
+    at a time, and stays within the reference's transcendental tolerance."""
+    text = LOGSUMEXP.replace("40", str(cols))
+    comp = _compile(text)
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((6, cols)) * 40).astype(np.float32)
+    x[2, :3] = [np.nan, 0.0, -0.0]
+    x[3, :] = -np.inf
+    source = c.lower(comp.module)
+    width = max(4, 2 * vector_bytes() // 4)
+    assert ("tile[q][w]" in source) == (cols >= width)
+    tiled = c.run(comp.module, {"x": x})[0]
+    monkeypatch.setattr(nest, "TRANSCENDENTAL", frozenset())
+    assert "tile[q][w]" not in c.lower(comp.module)
+    plain = c.run(comp.module, {"x": x})[0]
+    assert reference.bit_equal(tiled, plain)
+    want = reference.run(parse(text), {"x": x})[0]
+    close = np.isclose(tiled, want, rtol=1e-5, atol=1e-30) | (np.isnan(tiled) & np.isnan(want))
+    assert close.all()
