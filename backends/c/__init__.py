@@ -212,6 +212,10 @@ class Executable:
             (p.name, p.type.dtype.np, p.type.shape, self._slot_of[p.name])
             for p in self.entry.params
         ]
+        self._results = [
+            (self._slot_of[r], self._types[r].shape, self._types[r].num_elements)
+            for r in self.entry.returns
+        ]
         self._seen: dict[int, tuple[weakref.ref, int]] = {}
         """Per parameter slot, the last array read in place (weakly) and its data address:
         `ndarray.ctypes.data` costs about a microsecond, and a live array's address is fixed."""
@@ -252,7 +256,7 @@ class Executable:
         the reference backend's input checks and is copied."""
         specs = self._params
         arrays = []
-        if isinstance(inputs, Mapping) and len(inputs) == len(specs):
+        if (type(inputs) is dict or isinstance(inputs, Mapping)) and len(inputs) == len(specs):
             for name, dtype, shape, _ in specs:
                 x = inputs.get(name)
                 if not (
@@ -291,7 +295,11 @@ class Executable:
                 bad = fallbacks[status - 1][0]
                 raise IRError(f"target c: the reference fallback for {bad.op} at {bad.loc} failed")
             raise IRError(f"target c: the compiled program returned status {status}")
-        outs = [self._value(name).copy() for name in self.entry.returns]
+        outs = []
+        for slot, shape, size in self._results:
+            arr = read.get(slot)
+            src = arr if arr is not None else self._buffers[slot][:size]
+            outs.append(src.reshape(shape).copy())
         self._read_in_place = {}  # hold no reference to the caller's arrays
         return outs
 
