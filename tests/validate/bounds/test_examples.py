@@ -63,7 +63,7 @@ def test_adversarial_search_stays_within_bound(path: Path) -> None:
 
 TIGHT = ["bf16_matmul", "conv_block", "layernorm_gelu", "mlp"]
 """Examples whose worst error a short search finds (attention's needs the benchmark's long
-climb: benchmarks/bounds_tightness.py)."""
+climb, benchmarks/bounds_tightness.py; test_attention_witness.py builds one such input)."""
 
 
 @pytest.mark.slow
