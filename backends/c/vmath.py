@@ -1,24 +1,52 @@
-"""gdv's own double-precision exp, tanh and erf for the C target: branch-free C that GCC
-vectorises inside `omp simd` loops (libm calls do not).
+"""gdv's own exp, tanh, erf (and, in f32, sigmoid) for the C target: branch-free C that GCC
+vectorises inside `omp simd` loops (libm calls do not), in double precision (gdv_vexp,
+gdv_vtanh, gdv_verf: used for f16 and bf16 results, rounded once) and in f32 arithmetic
+(gdv_vexpf, gdv_vtanhf, gdv_verff, gdv_vsigmoidf: used for f32 results, 16 lanes per AVX-512
+register instead of 8).
 
 Each function is `static inline` and `#pragma omp declare simd notinbranch`: no calls (fabs and
 copysign are bit operations, fma an instruction where the target has FMA), no data-dependent
-branches, integer work on the double's bits through memcpy. Selects are made on the bits
-(`gdv_sel`) and exp clamps its argument with integer min/max: with -ftrapping-math GCC may keep
-a float select or comparison as a branch, and the loop would then not vectorise.
-`GDV_FMA(a, b, c)` is an explicit fused multiply-add (one rounding) where the target has FMA,
-else a separate multiply and add; the bounds below hold either way.
+branches, integer work on the value's bits through memcpy. Selects are made on the bits
+(`gdv_sel`, `gdv_self`) and exp clamps its argument with integer min/max: with -ftrapping-math
+GCC may keep a float select or comparison as a branch, and the loop would then not vectorise.
+`GDV_FMA(a, b, c)` (double) and `GDV_FMAF(a, b, c)` (float) are explicit fused multiply-adds
+(one rounding) where the target has FMA, else a separate multiply and add; the bounds below
+hold either way (for the f32 functions both ways were measured on every input).
 
-Accuracy, measured against mpmath (tests/backends/c/test_transcendentals.py and ~180 000
-random points): exp, tanh and erf within 1 ulp of double (max seen 0.93, 0.98, 0.90 ulp);
-edges exact (NaN in, NaN out; exp overflows to +inf, underflows through the subnormals to +0;
-tanh and erf are odd, +-1 at +-inf, -0 at -0). They are used where the result dtype is f32, f16
-or bf16: the double result is rounded once to the dtype, which then gives the correctly rounded
-narrow value nearly always (every f16 and bf16 input, and all f32 sweeps tested) and never one
-more than 1 narrow ulp away. f64 results keep libm: these are not correctly rounded in double,
+Accuracy of the double functions, measured against mpmath
+(tests/backends/c/test_transcendentals.py and ~180 000 random points): exp, tanh and erf within
+1 ulp of double (max seen 0.93, 0.98, 0.90 ulp); edges exact (NaN in, NaN out; exp overflows
+to +inf, underflows through the subnormals to +0; tanh and erf are odd, +-1 at +-inf, -0 at
+-0). They are used where the result dtype is f16 or bf16: the double result is rounded once to
+the dtype, which then gives the correctly rounded narrow value nearly always (on every f16 and
+bf16 input tested) and never one more than 1 narrow ulp away. f64 results keep libm: these are not correctly rounded in double,
 and numpy's and the C library's agree more often.
 
-How the coefficients were obtained (`mpmath.chebyfit` at 60 digits, near-minimax, each fit's
+Accuracy of the f32 functions, measured on every one of the 2^32 f32 inputs against glibc's
+double exp, tanh, erf and 1 / (1 + exp(-x)) in double (error in f32 ulps of that reference, which
+is itself within 2^-28 f32 ulp of the exact value): `python benchmarks/vmath_ulp.py` (and
+`--no-fma`; 1 to 2 minutes a function on 2 shared cores, Zen 4 with AVX-512, GCC 12.2):
+
+  function  max error, FMA (input)         not correctly rounded   max error, no FMA (input)
+  expf      0.7644 ulp (-87.71553)         2 459 771 (0.057%)      0.7644 ulp (same)
+  tanhf     0.7958 ulp (0.62750065)        2 868 658 (0.067%)      0.7958 ulp (same)
+  erff      0.8350 ulp (0.89482313)       28 914 184 (0.67%)       0.9778 ulp (0.89737391)
+  sigmoidf  0.7702 ulp (-86.209244)        1 124 338 (0.026%)      0.7944 ulp (-86.29237)
+
+(the not-correctly-rounded counts are out of all 2^32 inputs, with FMA; without it 2 593 954,
+3 169 398, 125 520 900 and 1 183 317). F32_MAX_ULP records the larger of the two maxima.
+Every result is thus one of the two f32 neighbours of the exact value (within 1 ulp of the
+correctly rounded one), and the correctly rounded one itself for all but the counted inputs.
+NaN in, NaN out; exp overflows to +inf from 88.7228 (the exact threshold) and underflows
+through the subnormals to +0; tanh and erf are odd (f(-x) = -f(x) bit for bit, -0 at -0) and
++-1 at +-inf; sigmoid is 0.5 at +-0, 1 at +inf, +0 at -inf, and subnormal (not 0) from -87.3
+to -103.9, where 1 + e^-x would overflow. The f32 functions carry the error terms that
+matter in float pairs (exp's r and 1 + r, e^x itself inside tanh, erf and sigmoid) and
+round once at the end, which is why they stay within 1 ulp without any double arithmetic.
+erf's small-|x| polynomial is the least accurate part (x R(x^2) is up to an eighth of the
+result there, and the inner Horner steps round; without FMA twice each).
+
+How the double functions' coefficients were obtained (`mpmath.chebyfit` at 60 digits, near-minimax, each fit's
 error far below a double ulp of the result; rounded to the nearest double):
 - exp: x = k ln2 + r, |r| <= ln2/2; e^r = 1 + (r + r^2 Q(r)), Q fitted with 11 coefficients
   on |r| <= 1.01 ln2/2; ln2 = LN2_HI + LN2_LO with LN2_HI's last 11 bits zero, so k*LN2_HI is
@@ -33,6 +61,34 @@ error far below a double ulp of the result; rounded to the nearest double):
   0.01; the shorter ones padded with a zero), the piece's coefficients chosen by
   selects; a^2 = hi + lo exactly (Dekker's split), exp(-a^2) = e - e lo with e = exp(-hi);
   |x| >= 6 gives 1.
+
+How the f32 functions are built (each coefficient table fitted with mpmath at 40 digits:
+least squares on Chebyshev nodes weighted so that the error minimised is the one the
+polynomial makes in the function's result, relative to that result (near-minimax); the
+coefficients rounded to f32 lowest degree first, the higher ones refitted after each rounding
+so that they absorb its error; `python benchmarks/vmath_ulp.py --fit` recomputes them and the
+fits' errors, relative to the result, quoted here):
+- expf: x clamped to [-104, 89] on its bits; k = round(x / ln2) by adding 1.5 2^23;
+  ln2 = LN2F_HI + LN2F_LO with LN2F_HI's 15 bits, so k*LN2F_HI is exact (|k| <= 150) and so is
+  x - k*LN2F_HI (Sterbenz); r + rl = x - k ln2 (Fast2Sum); e^r = 1 + r + r^2 Q(r) + rl with
+  Q fitted with 6 coefficients on |r| <= 1.01 ln2/2 (2^-32.8), 1 + r carried exactly as a
+  pair and the sum rounded once to p (p + pl exact); 2^k applied as two exact factors (p 2^k1
+  normal, one rounding at 2^k2: overflow gives +inf, underflow goes through the subnormals).
+- tanhf: |x| < 0.625: |x| + |x|^3 P(x^2), P fitted with 6 coefficients on x^2 <= 0.635^2
+  (2^-32.0); above, 1 - 2w / (1 + w) with w = exp(-2|x|) as exp's p + pl scaled, 1 + w = h + l
+  (Fast2Sum), the quotient's first-order correction and 1 - c0 by Fast2Sum. (With the switch
+  at 0.9, as in double, the polynomial's own roundings reached 0.92 ulp just below it.)
+- erff: |x| < 0.9: |x| + |x| R(x^2), R = erf(x)/x - 1 fitted with 7 coefficients on
+  x^2 <= 0.91^2 (2^-30.1); 0.9 <= |x|: 1 - exp(-a^2) g(a), g = erfc(a) e^(a^2) fitted with 10
+  coefficients in a - 1.5 on [0.89, 2.01] (2^-29.7) and 10 in a - 3 on [1.99, 4.01] (2^-27.0,
+  where erfc/erf < 0.005 scales it down), the piece's coefficients chosen by selects (one
+  polynomial over [0.89, 4.01] reached 0.97 ulp: its Horner roundings at |a - centre| ~ 1.7
+  are too large where erfc/erf is 1/4); a - centre is exact (Sterbenz); a^2 = hi + lo exactly
+  (Dekker's split into 12-bit halves), exp(-hi) as exp's p + pl, 1 - erfc by Fast2Sum;
+  a is clamped to 4, where erfc(4) < 2^-25 makes the result round to 1 (it does from 3.92 on).
+- sigmoidf: e = exp(-|x|) <= 1 as exp's p + pl (never overflows), n / (1 + e) with n = 1 for
+  x >= 0 and n = e below; the quotient corrected once by its remainder, which Dekker's
+  product gives exactly without FMA.
 """
 
 from __future__ import annotations
@@ -305,6 +361,255 @@ _ERF = (
     "}\n"
 )
 
+# --- f32 arithmetic ----------------------------------------------------------------------------
+
+LN2F_HI = "0x1.62e4p-1"
+LN2F_LO = "0x1.7f7d1cp-20"
+INV_LN2F = "0x1.715476p+0"
+
+EXPF_Q = (
+    "0x1p-1",
+    "0x1.555552p-3",
+    "0x1.5554ep-5",
+    "0x1.1115a8p-7",
+    "0x1.6d56ecp-10",
+    "0x1.9abfaep-13",
+)
+"""f32: (e^r - 1 - r) / r^2 on |r| <= 1.01 ln2/2, lowest degree first."""
+
+TANHF_SWITCH = "0.625"
+TANHF_P = (
+    "-0x1.555554p-2",
+    "0x1.111072p-3",
+    "-0x1.b9ef04p-5",
+    "0x1.6382ep-6",
+    "-0x1.0b9bfp-7",
+    "0x1.171a36p-9",
+)
+"""f32: (tanh(x) - x) / x^3 as a polynomial in s = x^2, s <= 0.635^2; used for |x| below
+TANHF_SWITCH."""
+
+ERFF_R = (
+    "0x1.06eba8p-3",
+    "-0x1.812742p-2",
+    "0x1.ce2df6p-4",
+    "-0x1.b80e5p-6",
+    "0x1.54cde2p-8",
+    "-0x1.aaa8f2p-11",
+    "0x1.5ebabap-14",
+)
+"""f32: erf(x) / x - 1 as a polynomial in s = x^2, s <= 0.91^2."""
+
+ERFCF_PIECES = (
+    (
+        "1.5",
+        (
+            "0x1.494dbp-2",
+            "-0x1.4f1988p-3",
+            "0x1.37ea1ep-4",
+            "-0x1.0dc524p-5",
+            "0x1.b65f4ep-7",
+            "-0x1.51459cp-8",
+            "0x1.ecf0e4p-10",
+            "-0x1.58ef82p-11",
+            "0x1.fca74p-13",
+            "-0x1.5edd6ep-14",
+        ),
+    ),
+    (
+        "3.0",
+        (
+            "0x1.6e9828p-3",
+            "-0x1.bd6ae4p-5",
+            "0x1.043fb4p-6",
+            "-0x1.25909p-8",
+            "0x1.40b0c2p-10",
+            "-0x1.53defcp-12",
+            "0x1.5b37dp-14",
+            "-0x1.5e9b18p-16",
+            "0x1.9055c6p-18",
+            "-0x1.73c7e6p-20",
+        ),
+    ),
+)
+"""f32: erfc(a) e^(a^2) on [0.89, 2.01] and [1.99, 4.01] (used below and from 2): (centre,
+exact in f32; coefficients in a - centre, lowest degree first)."""
+
+
+def _hornerf(var: str, coeffs: tuple[str, ...]) -> str:
+    """C for the f32 polynomial sum(coeffs[i] * var^i), Horner's order (GDV_FMAF steps)."""
+    expr = f"{coeffs[-1]}f"
+    for c in reversed(coeffs[:-1]):
+        expr = f"GDV_FMAF({expr}, {var}, {c}f)"
+    return expr
+
+
+def _erfcf_horner() -> str:
+    """C for the erfc piece's polynomial at `t`, each coefficient selected by `p0`."""
+    (_, first), (_, second) = ERFCF_PIECES
+    coeffs = tuple(f"gdv_self(p0, {a}f, {b}f)" for a, b in zip(first, second, strict=True))
+    expr = coeffs[-1]
+    for c in reversed(coeffs[:-1]):
+        expr = f"GDV_FMAF({expr}, t, {c})"
+    return expr
+
+
+_FMAF = (
+    "/* f32 a * b + c: fused (fmaf, one instruction) where the target has FMA, else two\n"
+    "   roundings; the f32 functions below are within their bounds either way */\n"
+    "#if defined(__FMA__) || defined(__aarch64__)\n"
+    "#define GDV_FMAF(a, b, c) fmaf((a), (b), (c))\n"
+    "#else\n"
+    "#define GDV_FMAF(a, b, c) ((a) * (b) + (c))\n"
+    "#endif\n"
+)
+
+_SELF = (
+    "static inline float gdv_self(int c, float a, float b)\n"
+    "{\n"
+    "  /* c ? a : b on the bits: GCC (-ftrapping-math) may keep a float select as a branch */\n"
+    "  uint32_t ua, ub;\n"
+    "  memcpy(&ua, &a, sizeof ua);\n"
+    "  memcpy(&ub, &b, sizeof ub);\n"
+    "  const uint32_t u = ub ^ ((ua ^ ub) & ((uint32_t)0 - (uint32_t)(c != 0)));\n"
+    "  float f;\n"
+    "  memcpy(&f, &u, sizeof f);\n"
+    "  return f;\n"
+    "}\n"
+)
+
+_POW2F = (
+    "static inline float gdv_pow2if(int32_t k)\n"
+    "{\n"
+    "  /* 2^k for -126 <= k <= 127, from its bits */\n"
+    "  const uint32_t u = (uint32_t)(k + 127) << 23;\n"
+    "  float f;\n"
+    "  memcpy(&f, &u, sizeof f);\n"
+    "  return f;\n"
+    "}\n"
+)
+
+
+def _expf_parts(x: str) -> str:
+    """C statements splitting e^x for the f32 `x` (clamped to [-104, 89] first, on its bits)
+    into p + pl, |pl| <= ulp(p)/2, and the two halves k1, k2 of the exponent:
+    e^x = (p + pl) 2^k1 2^k2 within about 2^-29 relative."""
+    return (
+        f"  uint32_t ux;\n"
+        f"  memcpy(&ux, &{x}, sizeof ux);\n"
+        "  /* clamped to [-104, 89] on the bits (integer min/max; a NaN becomes one of the ends):\n"
+        "     as unsigned, the negatives beyond -104 are the largest; as signed, positives are */\n"
+        "  const uint32_t ulo = ux > 0xc2d00000u ? 0xc2d00000u : ux;  /* -104 */\n"
+        "  const int32_t slo = (int32_t)ulo;\n"
+        "  const int32_t sc = slo > 0x42b20000 ? 0x42b20000 : slo;  /* 89 */\n"
+        "  float xc;\n"
+        "  memcpy(&xc, &sc, sizeof xc);\n"
+        "  /* xc = k ln2 + r, |r| <= ln2/2 (+ an ulp): adding 1.5 2^23 rounds to an integer */\n"
+        "  const float big = 0x1.8p23f;\n"
+        f"  const float kb = GDV_FMAF(xc, {INV_LN2F}f, big);\n"
+        "  uint32_t kbits;\n"
+        "  memcpy(&kbits, &kb, sizeof kbits);\n"
+        "  const int32_t k = (int32_t)(kbits - 0x4b400000u);\n"
+        "  const float kd = kb - big;\n"
+        "  /* LN2F_HI has 15 bits: kd * LN2F_HI is exact (|k| <= 150), so is the subtraction;\n"
+        "     r + rl = xc - kd (LN2F_HI + LN2F_LO) (Fast2Sum: rl is exact where it matters) */\n"
+        f"  const float rh = xc - kd * {LN2F_HI}f, rt = kd * {LN2F_LO}f;\n"
+        "  const float r = rh - rt, rl = (rh - r) - rt;\n"
+        f"  const float q = {_hornerf('r', EXPF_Q)};\n"
+        "  /* e^r = 1 + r + (r^2 q + rl): o + ol = 1 + r exactly, p + pl = o + tail */\n"
+        "  const float o = 1.0f + r, ol = (1.0f - o) + r;\n"
+        "  const float tail = ol + GDV_FMAF(r * r, q, rl);\n"
+        "  const float p = o + tail, pl = (o - p) + tail;\n"
+        "  /* 2^k as two exact factors: p 2^k1 is normal, one rounding at the second */\n"
+        "  const int32_t k1 = k >> 1;  /* floor(k / 2): GCC's >> on negatives is arithmetic */\n"
+        "  const float s1 = gdv_pow2if(k1), s2 = gdv_pow2if(k - k1);\n"
+    )
+
+
+_EXPF = (
+    _DECL + "static inline float gdv_vexpf(float x)\n"
+    "{\n"
+    "  /* beyond [-104, 89] the result is 0 or inf */\n"
+    + _expf_parts("x")
+    + "  const int nan = (ux & 0x7fffffffu) > 0x7f800000u;\n"
+    "  return gdv_self(nan, x + x, (p * s1) * s2);\n"
+    "}\n"
+)
+
+_TANHF = (
+    _DECL + "static inline float gdv_vtanhf(float x)\n"
+    "{\n"
+    "  const float ax = fabsf(x);\n"
+    "  const float s = x * x;\n"
+    f"  const float small = GDV_FMAF(ax * s, {_hornerf('s', TANHF_P)}, ax);\n"
+    f"  /* {TANHF_SWITCH} <= |x|: 1 - 2w / (1 + w), w = exp(-2|x|) = wh + wl, 1 + w = h + l */\n"
+    "  const float mx = -2.0f * ax;\n"
+    + _expf_parts("mx")
+    + "  const float wh = (p * s1) * s2, wl = (pl * s1) * s2;\n"
+    "  const float h = 1.0f + wh, l = ((1.0f - h) + wh) + wl;\n"
+    "  const float c0 = (2.0f * wh) / h;\n"
+    "  /* 2w / (h + l) = c0 + (2 wl - c0 l) / h (+ 2^-48 relative); the correction needs only a\n"
+    "     rough 1/h = 2 - h (h < 1.29) */\n"
+    "  const float t = 1.0f - c0;  /* t + ((1 - t) - c0) = 1 - c0 exactly (Fast2Sum) */\n"
+    "  const float large = t + (((1.0f - t) - c0) + (c0 * l - 2.0f * wl) * (2.0f - h));\n"
+    f"  return copysignf(gdv_self(ax < {TANHF_SWITCH}f, small, large), x);\n"
+    "}\n"
+)
+
+_ERFF = (
+    _DECL + "static inline float gdv_verff(float x)\n"
+    "{\n"
+    "  const float ax = fabsf(x);\n"
+    "  const float s = x * x;\n"
+    f"  const float small = GDV_FMAF(ax, {_hornerf('s', ERFF_R)}, ax);\n"
+    "  /* 0.9 <= |x|: 1 - exp(-a^2) g(a), a^2 = hi + lo exactly; a = 4 beyond (erf rounds to\n"
+    "     1 from 3.92 on) */\n"
+    "  const float a = gdv_self(ax > 4.0f, 4.0f, gdv_self(ax < 0.9f, 0.9f, ax));\n"
+    "  const int p0 = a < 2.0f;  /* the piece */\n"
+    f"  const float t = a - gdv_self(p0, {ERFCF_PIECES[0][0]}f, {ERFCF_PIECES[1][0]}f);\n"
+    f"  const float g = {_erfcf_horner()};\n"
+    "  const float c = 4097.0f * a;  /* Dekker's split: a = ah + al, 12 bits each */\n"
+    "  const float ah = c - (c - a), al = a - ah;\n"
+    "  const float hi = a * a;\n"
+    "  const float lo = ((ah * ah - hi) + 2.0f * (ah * al)) + al * al;\n"
+    "  const float mx = -hi;\n"
+    + _expf_parts("mx")
+    + "  /* erfc = (eh + el) (1 - lo) g = ce + cl; 1 - ce = one + its error exactly (Fast2Sum,\n"
+    "     ce <= 0.21) */\n"
+    "  const float eh = (p * s1) * s2, el = (pl * s1) * s2;\n"
+    "  const float ce = eh * g, cl = (el - eh * lo) * g;\n"
+    "  const float one = 1.0f - ce;\n"
+    "  const float large = one + (((1.0f - one) - ce) - cl);\n"
+    "  return copysignf(gdv_self(ax < 0.9f, small, large), x);\n"
+    "}\n"
+)
+
+_SIGMOIDF = (
+    _DECL + "static inline float gdv_vsigmoidf(float x)\n"
+    "{\n"
+    "  /* 1 / (1 + e) for x >= 0, e / (1 + e) below, e = exp(-|x|) <= 1 (never overflows: the\n"
+    "     results below -87.3 come out subnormal, not 0), carried as eh + el */\n"
+    "  const float mx = -fabsf(x);\n"
+    + _expf_parts("mx")
+    + "  const float eh = (p * s1) * s2, el = (pl * s1) * s2;\n"
+    "  uint32_t sx;\n"
+    "  memcpy(&sx, &x, sizeof sx);\n"
+    "  const int neg = (int)(sx >> 31);\n"
+    "  const float n = gdv_self(neg, eh, 1.0f), nl = gdv_self(neg, el, 0.0f);\n"
+    "  /* (n + nl) / (d + dl), d + dl = 1 + eh + el (Fast2Sum), to a quotient qt and the\n"
+    "     remainder n - qt d, exact from Dekker's product qt d = m + ml (no FMA needed) */\n"
+    "  const float d = 1.0f + eh, dl = ((1.0f - d) + eh) + el;\n"
+    "  const float qt = n / d;\n"
+    "  const float cq = 4097.0f * qt, qh = cq - (cq - qt), ql = qt - qh;\n"
+    "  const float cd = 4097.0f * d, dh = cd - (cd - d), dt = d - dh;\n"
+    "  const float m = qt * d;\n"
+    "  const float ml = ((qh * dh - m) + qh * dt + ql * dh) + ql * dt;\n"
+    "  const float rem = ((n - m) - ml) + (nl - qt * dl);\n"
+    "  const float y = qt + rem / d;\n"
+    "  return gdv_self((sx & 0x7fffffffu) > 0x7f800000u, x + x, y);\n"
+    "}\n"
+)
+
 HELPERS: dict[str, str] = {
     "gdv_fma": _FMA,
     "gdv_sel": _DECL + _SEL,
@@ -312,15 +617,40 @@ HELPERS: dict[str, str] = {
     "gdv_vexp": _EXP,
     "gdv_vtanh": _TANH,
     "gdv_verf": _ERF,
+    "gdv_fmaf": _FMAF,
+    "gdv_self": _DECL + _SELF,
+    "gdv_pow2if": _DECL + _POW2F,
+    "gdv_vexpf": _EXPF,
+    "gdv_vtanhf": _TANHF,
+    "gdv_verff": _ERFF,
+    "gdv_vsigmoidf": _SIGMOIDF,
 }
 """The C text of each function by name, a function after the ones it calls."""
 
 FAST: dict[str, str] = {"exp": "gdv_vexp", "tanh": "gdv_vtanh", "erf": "gdv_verf"}
 """The op each function computes (double -> double)."""
 
+FASTF: dict[str, str] = {
+    "exp": "gdv_vexpf",
+    "tanh": "gdv_vtanhf",
+    "erf": "gdv_verff",
+    "sigmoid": "gdv_vsigmoidf",
+}
+"""The op each function computes (float -> float)."""
+
+F32_MAX_ULP: dict[str, float] = {"exp": 0.77, "tanh": 0.80, "erf": 0.98, "sigmoid": 0.80}
+"""The largest error of each f32 function over every f32 input, in ulps of the exact value
+(rounded up to 0.01; with and without FMA: benchmarks/vmath_ulp.py, see the docstring above).
+The tests fail if a strided sample exceeds it."""
+
 REQUIRES: dict[str, list[str]] = {
     "gdv_vexp": ["gdv_fma", "gdv_sel", "gdv_pow2i", "gdv_vexp"],
     "gdv_vtanh": ["gdv_fma", "gdv_sel", "gdv_pow2i", "gdv_vexp", "gdv_vtanh"],
     "gdv_verf": ["gdv_fma", "gdv_sel", "gdv_pow2i", "gdv_vexp", "gdv_verf"],
+    "gdv_vexpf": ["gdv_fmaf", "gdv_self", "gdv_pow2if", "gdv_vexpf"],
+    **{
+        f: ["gdv_fmaf", "gdv_self", "gdv_pow2if", "gdv_vexpf", f]
+        for f in ("gdv_vtanhf", "gdv_verff", "gdv_vsigmoidf")
+    },
 }
 """The helpers a program calling the function needs (itself included)."""
