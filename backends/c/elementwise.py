@@ -10,15 +10,19 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
 - max/min: NaN if either is NaN, max(-0.0, +0.0) = +0.0, min gives -0.0 (helpers below, the
   reference's `float_max`/`float_min` step by step); relu is max(x, +0.0).
 - neg flips the sign (C's unary minus), abs clears it (fabs), floor is exact (floor).
-- transcendentals (exp log tanh erf sin cos pow, rsqrt = 1/sqrt, sigmoid = 1/(1+exp(-x))) are
-  computed in double and rounded once to the dtype, as the reference evaluates them in float64.
-  f64 results call libm (the functions used are recorded in the capability descriptor). f32,
-  f16 and bf16 results of exp, tanh, erf and sigmoid use gdv's own branch-free functions
-  (backends/c/vmath.py, within 1 ulp of double), which vectorise in `omp simd` loops
-  where libm calls do not; the one rounding then gives the correctly rounded narrow value
-  nearly always, never one more than 1 ulp away. Their last bits are implementation-defined
-  (IR_SPEC.md section 3): f64 results may differ from numpy's in the last place; narrower
-  results almost always agree bit for bit.
+- transcendentals (exp log tanh erf sin cos pow, rsqrt = 1/sqrt, sigmoid = 1/(1+exp(-x))):
+  their last bits are implementation-defined (IR_SPEC.md section 3). f32 results of exp, tanh,
+  erf and sigmoid use gdv's own branch-free f32 functions (backends/c/vmath.py: gdv_vexpf,
+  gdv_vtanhf, gdv_verff, gdv_vsigmoidf), which vectorise in `omp simd` loops (16 lanes with
+  AVX-512) where libm calls do not; measured on every f32 input they are less than 1 ulp from
+  the exact value (vmath.F32_MAX_ULP), so they differ from the reference (float64, rounded
+  once) by at most 1 ulp, and agree with it bit for bit nearly always. f16 and bf16 results
+  of the same four are computed in double with gdv's double functions (within 1 ulp of
+  double) and rounded once: the correctly rounded value on every input tested. The others
+  (and every f64 result) are computed in double with libm and rounded once to the dtype, as
+  the reference evaluates them in float64 (the libm functions used are recorded in the
+  capability descriptor); f64 results may differ from numpy's in the last place. With
+  GDV_C_F32_IN_DOUBLE=1 (F32_DOUBLE_ENV) f32 results of the four take the f16/bf16 path.
 - convert: float->float rounds to nearest-even (C casts), float->int truncates and saturates
   with NaN -> 0 (helper), int->float rounds to nearest-even (C casts), int->int wraps, to i1
   is `x != 0`.
@@ -34,6 +38,8 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
 
 from __future__ import annotations
 
+import os
+
 from gdv.backends.c.emit import (
     CTYPE,
     NARROW,
@@ -48,13 +54,18 @@ from gdv.backends.c.emit import (
     value_literal,
 )
 from gdv.backends.c.registry import lowering
-from gdv.backends.c.vmath import FAST, REQUIRES
+from gdv.backends.c.vmath import FAST, FASTF, REQUIRES
 from gdv.backends.c.vmath import HELPERS as VMATH
 from gdv.ir.core import Op
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.elementwise import iter_leaves
+
+F32_DOUBLE_ENV = "GDV_C_F32_IN_DOUBLE"
+"""Set to 1, f32 exp, tanh, erf and sigmoid are computed as for f16 and bf16 (gdv's double
+functions, rounded once), which makes whole programs bit-exact to the reference backend nearly
+always: tests compare them so, the f32 functions being checked on their own."""
 
 LIBM = {
     "exp": "exp",
@@ -269,8 +280,9 @@ def convert_expr(x: str, src: DType, dst: DType) -> str:
 
 def _fast(prog: Program, name: str, x: str) -> str | None:
     """C computing transcendental `name` of the double expression `x` with gdv's own
-    vectorisable functions (backends/c/vmath.py), or None where it has none; the result is
-    within a few double ulps, for results rounded once to f32, f16 or bf16."""
+    vectorisable double functions (backends/c/vmath.py), or None where it has none; the result
+    is within a few double ulps, for results rounded once to f16 or bf16 (f32 results use the
+    f32 functions unless F32_DOUBLE_ENV says otherwise, `scalar`)."""
     fn = FAST.get("exp" if name == "sigmoid" else name)
     if fn is None:
         return None
@@ -363,8 +375,11 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
     if name in ("abs", "sqrt", "floor"):
         fn = {"abs": "fabs", "sqrt": "sqrt", "floor": "floor"}[name]
         return f"{fn}{f}({args[0]})"
-    # Transcendentals: in double, rounded once to the dtype; f32 with gdv's vectorisable
-    # functions where it has them, f64 always with libm.
+    # Transcendentals: f32 exp, tanh, erf and sigmoid with gdv's f32 functions; the others in
+    # double, rounded once to the dtype (libm; f64 always libm).
+    if dtype is DType.F32 and name in FASTF and os.environ.get(F32_DOUBLE_ENV) != "1":
+        prog.helpers.update(REQUIRES[FASTF[name]])
+        return f"{FASTF[name]}({args[0]})"
     x = [f"(double)({a})" for a in args]
     return _via_double(_in_double(prog, name, x, fast=dtype is DType.F32), dtype)
 

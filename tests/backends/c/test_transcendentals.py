@@ -3,18 +3,24 @@ correctly rounded f32, f16 and bf16 results, and exact at the edges.
 
 Programs in the textual IR run through the real target (`gdv.backends.c.run`); the correctly
 rounded result is computed with mpmath at 96 bits and rounded once to the dtype here. f16 and
-bf16 are checked on every one of their 65536 values; f32 on dense sweeps over each function's
-interesting ranges (the polynomial intervals' ends, the overflow and underflow thresholds,
-subnormals, huge values) and on hypothesis-drawn values. The double-precision functions
-themselves are checked against mpmath within 1 ulp of double, and the reference backend
-(numpy in float64, rounded once) is reported alongside.
+bf16 (gdv's double functions, rounded once) are checked on every one of their 65536 values; f32
+(gdv's f32 functions) on dense sweeps over each function's interesting ranges (the polynomial
+intervals' ends, the overflow and underflow thresholds, subnormals, huge values) and on
+hypothesis-drawn values. The f32 functions themselves are checked against a double reference
+on every 4096th bit pattern and the sweeps' edge values, with and without FMA, by the checker
+that measured them on every f32 input (benchmarks/vmath_ulp.py): no error may exceed the
+documented maximum (vmath.F32_MAX_ULP). The double-precision functions are checked against
+mpmath within 1 ulp of double, and the reference backend (numpy in float64, rounded once) is
+reported alongside.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
 import subprocess
+from pathlib import Path
 
 import mpmath
 import numpy as np
@@ -136,9 +142,14 @@ def _specials(dtype: DType) -> np.ndarray:
 
 
 def test_f32_sweep_within_one_ulp() -> None:
-    stats = _check(_f32_sweep(), DType.F32)
-    for name, (off, _) in stats.items():  # nearly always the correctly rounded value itself
-        assert off <= 3, (name, off)
+    x = _f32_sweep()
+    stats = _check(x, DType.F32)
+    # The f32 functions are within vmath.F32_MAX_ULP (< 0.8 ulp) of the exact value, so where
+    # it lies within 0.3 ulp of a midpoint the result may be its other neighbour: 1 to 2.5% of
+    # this sweep's points, which crowd the functions' non-trivial ranges (0.06% of all inputs
+    # for exp, 0.2 to 0.7% of the ones strided through 0.9 <= |x| for tanh and erf).
+    for name, (off, _) in stats.items():
+        assert off <= 0.03 * x.size, (name, off)
 
 
 @pytest.mark.parametrize("dtype", [DType.F16, DType.BF16])
@@ -172,6 +183,45 @@ def test_special_values_exact() -> None:
         assert list(sig[:4]) == [0.5, 0.5, 1.0, 0.0]
         for r in (exp, tanh, erf, sig):
             assert np.isnan(r[4:]).all()
+
+
+# --- the f32 functions themselves ------------------------------------------------------------
+
+
+def _checker():
+    """benchmarks/vmath_ulp.py, the exhaustive checker (a script, not a package module)."""
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "vmath_ulp.py"
+    spec = importlib.util.spec_from_file_location("gdv_vmath_ulp", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _f32_edges() -> np.ndarray:
+    """The sweep, and 64 bit patterns either side of each threshold of the f32 functions
+    (exp's overflow and underflow ends and clamps, tanh's and erf's 0.9, erf's 4 and its
+    rounding to 1 from 3.92, the least normal, the largest finite), both signs."""
+    anchors = [88.72284, 89.0, 87.33655, 103.97208, 104.0, 0.9, 3.9192, 4.0, 1.0, 2.0]
+    bits = np.array(anchors, dtype=np.float32).view(np.uint32).astype(np.int64)
+    bits = np.concatenate([bits, [0x00800000, 0x7F7FFFFF, 0x00000040]])
+    near = (bits[:, None] + np.arange(-64, 65)[None, :]).ravel()
+    near = near[(near >= 0) & (near < 0x7F800000)].astype(np.uint32).view(np.float32)
+    return np.concatenate([_f32_sweep(), near, -near])
+
+
+@pytest.mark.parametrize("fma", [True, False], ids=["fma", "no-fma"])
+def test_f32_functions_within_documented_max(fma: bool) -> None:
+    """Every 4096th f32 bit pattern and the edges: no error above vmath.F32_MAX_ULP (measured
+    on every f32 input, benchmarks/vmath_ulp.py), NaN exactly where the reference is NaN, the
+    reference's sign (zeros included). `fma`: GDV_FMAF fused where the target has FMA, else
+    (and with fma=False) a separate multiply and add: the bounds hold either way."""
+    checker = _checker()
+    edges = _f32_edges()
+    for name, bound in vmath.F32_MAX_ULP.items():
+        for r in (checker.sweep(name, 1 << 12, fma), checker.on(name, edges, fma)):
+            assert r["max_ulp"] <= bound, (name, r)
+            assert r["nan_mismatches"] == r["sign_mismatches"] == 0, (name, r)
 
 
 # --- the double-precision functions themselves -------------------------------------------------
@@ -226,9 +276,10 @@ GELU = 'gelu(%x) {approximate = "tanh"}'
 @pytest.mark.parametrize(
     ("body", "fn"),
     [
-        ("softmax(%x) {axis = 1}", "gdv_vexp"),
-        (GELU, "gdv_vtanh"),
-        (GELU.replace("tanh", "none"), "gdv_verf"),
+        ("softmax(%x) {axis = 1}", "gdv_vexpf"),
+        (GELU, "gdv_vtanhf"),
+        (GELU.replace("tanh", "none"), "gdv_verff"),
+        ("sigmoid(%x)", "gdv_vsigmoidf"),
     ],
 )
 def test_hot_loops_vectorise(body: str, fn: str, tmp_path) -> None:
@@ -241,7 +292,7 @@ def test_hot_loops_vectorise(body: str, fn: str, tmp_path) -> None:
     text = f"func @main(%x: {t}) -> {t} {{\n  %y = {body} : {t}\n  return %y\n}}"
     source = c.lower(gdv_compile(text, target="c").module)
     lines = source.splitlines()
-    calls = [i for i, line in enumerate(lines) if f"{fn}((double)" in line]
+    calls = [i for i, line in enumerate(lines) if f"= {fn}(" in line]
     assert calls, source
     pragma = max(i for i in range(calls[0]) if lines[i].strip() == "#pragma omp simd")
     body = range(pragma + 2, calls[0] + 2)  # 1-based: GCC names a line of the loop's header
