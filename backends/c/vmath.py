@@ -19,8 +19,8 @@ Accuracy of the double functions, measured against mpmath
 to +inf, underflows through the subnormals to +0; tanh and erf are odd, +-1 at +-inf, -0 at
 -0). They are used where the result dtype is f16 or bf16: the double result is rounded once to
 the dtype, which then gives the correctly rounded narrow value nearly always (on every f16 and
-bf16 input tested) and never one more than 1 narrow ulp away. f64 results keep libm: these are not correctly rounded in double,
-and numpy's and the C library's agree more often.
+bf16 input tested) and never one more than 1 narrow ulp away. f64 results keep libm: these are
+not correctly rounded in double, and numpy's and the C library's agree more often.
 
 Accuracy of the f32 functions, measured on every one of the 2^32 f32 inputs against glibc's
 double exp, tanh, erf and 1 / (1 + exp(-x)) in double (error in f32 ulps of that reference, which
@@ -46,8 +46,9 @@ round once at the end, which is why they stay within 1 ulp without any double ar
 erf's small-|x| polynomial is the least accurate part (x R(x^2) is up to an eighth of the
 result there, and the inner Horner steps round; without FMA twice each).
 
-How the double functions' coefficients were obtained (`mpmath.chebyfit` at 60 digits, near-minimax, each fit's
-error far below a double ulp of the result; rounded to the nearest double):
+How the double functions' coefficients were obtained (`mpmath.chebyfit` at 60 digits,
+near-minimax, each fit's error far below a double ulp of the result; rounded to the nearest
+double):
 - exp: x = k ln2 + r, |r| <= ln2/2; e^r = 1 + (r + r^2 Q(r)), Q fitted with 11 coefficients
   on |r| <= 1.01 ln2/2; ln2 = LN2_HI + LN2_LO with LN2_HI's last 11 bits zero, so k*LN2_HI is
   exact for |k| < 2048 and x - k*LN2_HI is exact. 2^k is applied as two exact factors, so
@@ -552,7 +553,8 @@ _TANHF = (
     "     rough 1/h = 2 - h (h < 1.29) */\n"
     "  const float t = 1.0f - c0;  /* t + ((1 - t) - c0) = 1 - c0 exactly (Fast2Sum) */\n"
     "  const float large = t + (((1.0f - t) - c0) + (c0 * l - 2.0f * wl) * (2.0f - h));\n"
-    f"  return copysignf(gdv_self(ax < {TANHF_SWITCH}f, small, large), x);\n"
+    "  /* NaN takes the polynomial, which keeps it NaN */\n"
+    f"  return copysignf(gdv_self(!(ax >= {TANHF_SWITCH}f), small, large), x);\n"
     "}\n"
 )
 
