@@ -232,7 +232,7 @@ def build_manifest(comp: Compilation, root: Path) -> dict:
         },
         "stages": stages,
         "obligations": obligations,
-        "bounds": error_bounds(comp.source),
+        "bounds": error_bounds(comp.source, opts.target),
         "conformance": conformance(
             comp.source,
             comp.module,
@@ -340,18 +340,19 @@ def _short(arr: Any) -> str:
         return " ".join(str(np.asarray(arr)).split())
 
 
-def error_bounds(source: Any) -> dict:
-    """Rigorous error bounds of the source's outputs (symbolic and numeric) when every float
-    input declares its range; `unavailable` with the reason otherwise."""
+def error_bounds(source: Any, target: str = "reference") -> dict:
+    """Rigorous error bounds of the source's outputs (symbolic and numeric) as `target` runs
+    it, when every float input declares its range; `unavailable` with the reason otherwise."""
     from gdv.validate.bounds import analyze
 
     try:
-        bounds = analyze(source)
+        bounds = analyze(source, target=target)
     except IRError as e:
         return {"status": "unavailable", "reason": e.message}
     data = bounds.to_json()
     return {
         "status": "available",
+        "target": target,
         "outputs": data["outputs"],
         "assumptions": data["assumptions"],
         "notes": data["notes"],
@@ -373,14 +374,14 @@ def conformance(
     Every output agreeing bit for bit is `agree`. Otherwise outputs may differ by at most the
     two programs' rigorous error bounds added (`close`), since both approximate the same exact
     values, in two cases only: `real` claims in the pipeline (not `exact`), and target `c`,
-    whose transcendentals come from libm and differ from numpy's in the last bits (IR_SPEC.md
-    section 3). Anything else is `disagree`."""
+    whose transcendentals (gdv's f32 functions, libm) differ from the reference's in the last
+    bits (IR_SPEC.md section 3). Anything else is `disagree`."""
     from gdv.backends import reference
 
     results = []
     loose = not exact or target == "c"
     try:
-        limits = _bound_sums(source, final) if loose else None
+        limits = _bound_sums(source, final, target) if loose else None
         for seed in seeds:
             inputs = reference.random_inputs(source, seed)
             want = reference.run(source, inputs)
@@ -421,11 +422,13 @@ def _run_on(target: str, module: Any, inputs: dict, allow_fallback: bool) -> lis
     return reference.run(module, inputs)
 
 
-def _bound_sums(source: Any, final: Any) -> list[float] | None:
+def _bound_sums(source: Any, final: Any, target: str) -> list[float] | None:
+    """Per output, the source's bound on the reference backend plus the final module's on
+    `target`: how far the two runs may differ."""
     from gdv.validate.bounds import analyze
 
     try:
-        a, b = analyze(source).outputs, analyze(final).outputs
+        a, b = analyze(source).outputs, analyze(final, target=target).outputs
     except IRError:
         return None
     return [x.abs + y.abs for x, y in zip(a, b, strict=True)]

@@ -272,7 +272,7 @@ def _conformance(manifest: dict, stages, passed, failed) -> None:
 
 
 def _bounds(manifest: dict, stages, passed, failed) -> None:
-    again = error_bounds(stages[0][1])
+    again = error_bounds(stages[0][1], manifest["target"]["name"])
     if again != manifest["bounds"]:
         failed("bounds", "the error bounds recomputed from stage 0 differ from the recorded")
     passed("bounds", f"{again['status']}, recomputed from stage 0")

@@ -53,7 +53,7 @@ from gdv.validate.bounds.model import (
     u_symbol,
     up,
 )
-from gdv.validate.bounds.registry import Context, rule
+from gdv.validate.bounds.registry import C_F32_ULPS, Context, rule
 from gdv.validate.bounds.rounding import (
     combine,
     exact_conversion,
@@ -318,7 +318,20 @@ def transcendental_error(
 
     The assumption (recorded): float64 evaluation within k ulp of the exact value, of the same
     sign, so |y64 - f| <= 2k u64 |f| + 2k eta64; the reference then rounds once to the dtype
-    (|fl(y64) - y64| <= u |y64| + eta), so f32, f16 and bf16 pay u + 2k u64, not 2k u."""
+    (|fl(y64) - y64| <= u |y64| + eta), so f32, f16 and bf16 pay u + 2k u64, not 2k u. On the
+    C target f32 exp, tanh, erf and sigmoid are gdv's f32 functions (`C_F32_ULPS`), which pay
+    2k u with their measured k (below 1)."""
+    if ctx.target == "c" and ctx.fmt(dtype) is DType.F32 and name in C_F32_ULPS:
+        # gdv's f32 function: |y - f| <= k ulp(f) <= 2k (u |f| + eta), measured on every input
+        k = C_F32_ULPS[name]
+        ctx.assume(
+            f"c-f32-ulp:{name}",
+            f"target c: f32 {name} returns a value within {k:g} ulp of the exact result "
+            "(gdv's f32 function, measured on every f32 input with and without FMA)",
+        )
+        u, eta = ctx.u(dtype), ctx.eta(dtype)
+        lin = {ctx.u_sym(dtype): 2 * k * m_exact, ctx.eta_sym(dtype): 2 * k}
+        return (lin, 2 * k * (u * m_pre + eta)), 2 * k * u, 2 * k * eta
     k = ctx.ulps
     ctx.assume(
         f"transcendental-ulp:{name}",

@@ -39,7 +39,7 @@ def _kernel(op: Op, args: list[TB], ctx: Context) -> TB:
     shape = (*out_shape, n) if red else out_shape
     # A context of its own: body value names must not meet the caller's, nor its producers'
     # facts; the rounding model, assumptions and event counts are shared.
-    sub = Context(ctx.ideal, ctx.ulps, ctx.lam, ctx.assumptions, ctx.notes)
+    sub = Context(ctx.ideal, ctx.ulps, ctx.lam, ctx.target, ctx.assumptions, ctx.notes)
     for p, a in zip(body.params, args, strict=True):
         sub.values[p.name] = a.with_(type=TensorType(a.dtype, shape), facts={})
     for b in body.ops:

@@ -16,7 +16,7 @@ from gdv.ir.diagnostics import IRError
 from gdv.ir.ops.kernel import kernel_bodies
 from gdv.ir.types import TensorType
 from gdv.validate.bounds.model import SAFETY, SYMBOL_VALUES, TB, Err, down, make_tb, up
-from gdv.validate.bounds.registry import DEFAULT_LAMBDA, DEFAULT_ULPS, Context, apply_op
+from gdv.validate.bounds.registry import DEFAULT_LAMBDA, DEFAULT_ULPS, TARGETS, Context, apply_op
 
 INPUT_ASSUMPTION = (
     "inputs: every input element is finite and within its parameter's declared range "
@@ -150,19 +150,23 @@ def analyze(
     ideal: bool = False,
     ulps: float = DEFAULT_ULPS,
     lam: float = DEFAULT_LAMBDA,
+    target: str = "reference",
 ) -> ProgramBounds:
     """Error bounds of every output of `module`'s entry function (a verified module).
 
     `default_range`: the range of float parameters that declare none (else an IRError).
     `ideal`: bound the program as the reference backend's ideal mode runs it (all floats f64),
     i.e. the f64 reference's own error. `ulps`: the transcendental assumption. `lam`: the
-    probabilistic companion's lambda."""
+    probabilistic companion's lambda. `target`: whose functions compute the transcendentals
+    (registry.TARGETS; both keep the IR's reduction orders)."""
     fn = entry(module)
     filename = module.filename if isinstance(module, Module) else "<input>"
     params = {p.name: _param_bound(p, default_range, filename) for p in fn.params}
-    rigorous = Context(ideal=ideal, ulps=ulps)
+    if target not in TARGETS:
+        raise IRError(f"bounds: unknown target '{target}' (available: {', '.join(TARGETS)})")
+    rigorous = Context(ideal=ideal, ulps=ulps, target=target)
     rigorous.assume("inputs", INPUT_ASSUMPTION)
-    prob = Context(ideal=ideal, ulps=ulps, lam=lam)
+    prob = Context(ideal=ideal, ulps=ulps, lam=lam, target=target)
     with kernel_bodies(module.functions if isinstance(module, Module) else []):
         outs = _run(fn, params, rigorous)
         pouts = _run(fn, params, prob)

@@ -19,6 +19,16 @@ cos, pow and rsqrt return a value within this many ulps of the exact one, of the
 The reference backend evaluates them in float64 and rounds once, so for f32, f16 and bf16 it
 does far better (tests/validate/bounds/test_transcendental_ulps.py measures it)."""
 
+C_F32_ULPS: dict[str, float] = {"exp": 0.77, "tanh": 0.80, "erf": 0.98, "sigmoid": 0.80}
+"""The C target's own f32 functions (backends/c/vmath.py, F32_MAX_ULP: a test keeps the two
+equal): the largest error over every f32 input, in ulps of the exact value, measured
+exhaustively with and without FMA. On that target an f32 result of these ops is within this
+many ulps of the exact value directly (no float64 step); other transcendentals, and f16, bf16
+and f64 results, are evaluated as on the reference target."""
+
+TARGETS = ("reference", "c")
+"""The targets whose execution the rules can model (reduction orders are the IR's on both)."""
+
 DEFAULT_LAMBDA = 7.0
 """The probabilistic companion's lambda: each sum's probabilistic bound holds with probability
 at least 1 - 2 exp(-lambda^2 (1-u)^2 / 2) (Azuma-Hoeffding in Higham and Mary's 2019 model,
@@ -33,11 +43,13 @@ class Context:
     `ideal`: analyse the program as the reference backend's ideal mode runs it (every float
     dtype f64, float converts the identity), which bounds the f64 reference's own error.
     `lam`: None for the rigorous bound; a number for the probabilistic companion, where a sum
-    of n terms gets about lambda sqrt(n/3) u in place of n u / 2 (`rounding.sequential_sum`)."""
+    of n terms gets about lambda sqrt(n/3) u in place of n u / 2 (`rounding.sequential_sum`).
+    `target`: whose transcendental functions run (`TARGETS`)."""
 
     ideal: bool = False
     ulps: float = DEFAULT_ULPS
     lam: float | None = None
+    target: str = "reference"
     assumptions: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     producers: dict[str, Op] = field(default_factory=dict)
