@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 
+from gdv.backends.c import narrow
 from gdv.backends.c.emit import (
     CTYPE,
     NARROW,
@@ -119,68 +120,14 @@ _FORMAT = {DType.F16: (11, 15, 0x7C00, 0x0200), DType.BF16: (8, 127, 0x7F80, 0x0
 def _narrow_helpers() -> str:
     """Exact conversions between double and the f16/bf16 bit patterns, and from int64_t.
 
-    gdv_round_*: double -> bits rounded once to nearest-even from the double's exact value,
-    with integer arithmetic on the double's bits (no dependence on the FPU's rounding mode):
-    subnormal results, overflow to infinity (ties to the largest finite value's odd neighbour
-    included), infinities and signed zeros kept, any NaN a quiet NaN of the same sign.
-    gdv_i2*: int64_t -> bits rounded once (as the reference's round-to-odd path gives).
-    gdv_widen_*: bits -> double, exact (NaN stays NaN, its sign kept)."""
-    out = [
-        "static inline double gdv_widen_bf16(uint16_t h)",
-        "{",
-        "  const uint32_t u = (uint32_t)h << 16;",
-        "  float f;",
-        "  memcpy(&f, &u, sizeof f);",
-        "  return (double)f;",
-        "}",
-        "static inline double gdv_widen_f16(uint16_t h)",
-        "{",
-        "  const uint64_t s = (uint64_t)(h >> 15) << 63;",
-        "  const uint64_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;",
-        "  uint64_t u;",
-        "  double d;",
-        "  if (e == 0) {",
-        "    d = (double)m * 0x1p-24;  /* subnormal or zero: exact */",
-        "    memcpy(&u, &d, sizeof u);",
-        "    u |= s;",
-        "  } else if (e == 31) {",
-        "    u = s | UINT64_C(0x7ff0000000000000) | (m << 42);  /* inf, or NaN (m != 0) */",
-        "  } else {",
-        "    u = s | ((e + 1008) << 52) | (m << 42);",
-        "  }",
-        "  memcpy(&d, &u, sizeof d);",
-        "  return d;",
-        "}",
-    ]
-    for dtype, (p, emax, inf, quiet) in _FORMAT.items():
+    gdv_round_* and gdv_widen_*: `backends/c/narrow.py` (branch-free, so loops over f16 and
+    bf16 tensors vectorise). gdv_i2*: int64_t -> bits rounded once (as the reference's
+    round-to-odd path gives)."""
+    out = [narrow.helpers()]
+    for dtype, (p, emax, inf, _quiet) in _FORMAT.items():
         s = SUFFIX[dtype]
         emin = 1 - emax
         out += [
-            f"static inline uint16_t gdv_round_{s}(double x)",
-            "{",
-            "  uint64_t u;",
-            "  memcpy(&u, &x, sizeof u);",
-            "  const uint16_t sign = (uint16_t)((u >> 48) & 0x8000u);",
-            "  const int e64 = (int)((u >> 52) & 0x7ff);",
-            "  const uint64_t m = u & UINT64_C(0xfffffffffffff);",
-            f"  if (e64 == 0x7ff) return (uint16_t)(sign | 0x{inf:04x}u | (m ? 0x{quiet:04x}u"
-            " : 0u));",
-            "  if (e64 == 0) return sign;  /* zero, or a double subnormal: far below half the"
-            " least subnormal */",
-            "  const int e = e64 - 1023;",
-            f"  if (e > {emax}) return (uint16_t)(sign | 0x{inf:04x}u);",
-            "  const uint64_t sig = m | (UINT64_C(1) << 52);",
-            f"  const int shift = {53 - p} + (e < {emin} ? {emin} - e : 0);",
-            "  if (shift > 63) return sign;",
-            "  uint64_t kept = sig >> shift;",
-            "  const uint64_t rem = sig & ((UINT64_C(1) << shift) - 1);",
-            "  const uint64_t half = UINT64_C(1) << (shift - 1);",
-            "  if (rem > half || (rem == half && (kept & 1u))) kept++;",
-            f"  if (e < {emin}) return (uint16_t)(sign | kept);  /* subnormal (or the least"
-            " normal) */",
-            "  /* the hidden bit of `kept` carries into the exponent field, up to infinity */",
-            f"  return (uint16_t)(sign | (((uint64_t)(e - ({emin})) << {p - 1}) + kept));",
-            "}",
             f"static inline uint16_t gdv_i2{s}(int64_t v)",
             "{",
             "  const uint16_t sign = v < 0 ? 0x8000u : 0u;",

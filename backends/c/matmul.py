@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 from gdv.backends.c.elementwise import scalar
 from gdv.backends.c.emit import CTYPE, SUFFIX, Program, comment, ctype, strides
+from gdv.backends.c.nest import TRANSCENDENTAL
 from gdv.backends.c.simd import blocking, micro_tile, vector_bytes
-from gdv.backends.c.vmath import FAST
 from gdv.ir.core import Function, Op
 from gdv.ir.dtypes import DType
 from gdv.ir.ops.kernel import BODY_OPS
@@ -560,7 +560,7 @@ def _round64(elems: int, size: int) -> int:
 def _costly(body: Function, value: str) -> bool:
     """Whether computing the factor `value` involves a transcendental function."""
     need = _closure(body, value)
-    return any(b.name in FAST for b in body.ops if b.result in need)
+    return any(b.name in TRANSCENDENTAL for b in body.ops if b.result in need)
 
 
 def _pack(

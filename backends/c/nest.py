@@ -1,11 +1,12 @@
 """One C function per loop nest: the `kernel` op's meaning (ir/ops/kernel.py) as nested loops.
 
 Elementwise nests (no reduce dims): the out dims run in the schedule's `order` (tiled by
-`tile`, remainders handled by a `min` bound, the outermost loop under `#pragma omp parallel
-for` when it is a `parallel` dim and the nest is large enough); the innermost loop is an
-`omp simd` loop when it writes the result and reads its operands contiguously, and body ops
-that do not depend on it are computed once before it. Points are independent, so none of this
-changes a result (`omp simd` vectorises without reassociating anything).
+`tile` where a read is strided, remainders handled by a `min` bound, the outermost loop under
+`#pragma omp parallel for` when it is a `parallel` dim and the nest is large enough); the
+innermost loop is an `omp simd` loop when it writes the result and reads its operands
+contiguously, and body ops that do not depend on it are computed once before it. Points are
+independent, so none of this changes a result (`omp simd` vectorises without reassociating
+anything).
 
 Reductions interleave outputs: a block of R outputs along one out dim is folded together, the
 reduce dims outermost in the row-major order of `reduce` as listed and the R outputs innermost,
@@ -131,7 +132,6 @@ def emit_nest(
     parallel = set(nest.schedule.get("parallel", []))
     points = math.prod(nest.space)
     ind = "  "
-    tiled = [d for d in order if 0 < tile[d] < nest.space[d]]
     first_loop = True
 
     # The innermost loop of an elementwise nest that writes the result and reads every operand
@@ -145,6 +145,10 @@ def emit_nest(
         if out_st[nest.out.index(last)] == 1 and nest.space[last] > 1:
             if all(c in (0, 1) for c in coefs):
                 simd = last
+    # Tiles pay where a read is strided (a transpose: both sides stay in cache); rows read and
+    # written contiguously stream whole (measured: exp(x - max) over 64 MiB ran at 3.64 Gelem/s
+    # by whole rows, 2.02 in 32 x 64 tiles).
+    tiled = [d for d in order if 0 < tile[d] < nest.space[d]] if simd < 0 else []
 
     def pragma(d: int, inner: bool = False) -> None:
         nonlocal first_loop

@@ -257,3 +257,11 @@ def test_repeated_calls_see_new_values_and_new_arrays() -> None:
         fresh = np.random.default_rng(seed).standard_normal((64, 32)).astype(np.float32)
         check(fresh, w)
         del fresh
+
+
+def test_descriptor_states_the_measured_transcendental_accuracy() -> None:
+    from gdv.backends.c import vmath
+
+    text = c.capabilities(measure=False)["execution"]["exactness"]
+    for name, ulps in vmath.F32_MAX_ULP.items():
+        assert f"{name} {ulps:.2f}" in text, (name, ulps)
