@@ -256,35 +256,39 @@ class Executable:
         (the generated code never writes a parameter's buffer); anything else goes through
         the reference backend's input checks and is copied."""
         specs = self._params
-        arrays = []
-        if (type(inputs) is dict or isinstance(inputs, Mapping)) and len(inputs) == len(specs):
-            for name, dtype, shape, _ in specs:
+        read = self._read_in_place = {}
+        seen, pointers = self._seen, self._pointers
+        fast = (type(inputs) is dict or isinstance(inputs, Mapping)) and len(inputs) == len(specs)
+        if fast:
+            for name, dtype, shape, slot in specs:
                 x = inputs.get(name)
                 if not (
                     type(x) is np.ndarray
                     and x.dtype == dtype
                     and x.shape == shape
                     and x.flags.c_contiguous
+                    and x.size
                 ):
+                    fast = False
                     break
-                arrays.append(x)
-        if len(arrays) != len(specs):
-            from gdv.backends.reference import Context
-            from gdv.backends.reference.interpreter import check_inputs
-
-            env = check_inputs(self.entry, inputs, Context())
-            arrays = [np.ascontiguousarray(env[name]) for name, _, _, _ in specs]
-        read = self._read_in_place = {}
-        seen = self._seen
-        for (_, _, _, slot), x in zip(specs, arrays, strict=True):
-            if x.size:
                 read[slot] = x
                 last = seen.get(slot)
                 if last is None or last[0]() is not x:
                     last = seen[slot] = (weakref.ref(x), x.ctypes.data)
-                self._pointers[slot] = last[1]
-            else:
-                self._pointers[slot] = self._buffers[slot].ctypes.data
+                pointers[slot] = last[1]
+        if not fast:
+            from gdv.backends.reference import Context
+            from gdv.backends.reference.interpreter import check_inputs
+
+            env = check_inputs(self.entry, inputs, Context())
+            read.clear()
+            for name, _, _, slot in specs:
+                x = np.ascontiguousarray(env[name])
+                if x.size:
+                    read[slot] = x
+                    pointers[slot] = x.ctypes.data
+                else:
+                    pointers[slot] = self._buffers[slot].ctypes.data
         fallbacks = self.lowered.fallbacks
         if fallbacks:
             self._lib.gdv_set_fallback(self._callback)
