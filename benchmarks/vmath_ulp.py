@@ -282,8 +282,8 @@ def fit() -> None:
         "TANHF_P": (
             lambda s: (mpmath.tanh(sq(s)) - sq(s)) / (nz(s) * sq(s)),
             lambda s: mpmath.tanh(sq(s)) / (nz(s) * sq(s)),  # tanh = x + x^3 P
-            (0, mpmath.mpf("0.635") ** 2),
-            6,
+            (0, mpmath.mpf("0.91") ** 2),
+            9,
             (),
         ),
         "ERFF_R": (

