@@ -505,6 +505,14 @@ def _emit_interleaved(
             ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
         )
 
+        def accumulate(indent: str) -> None:
+            """Output q of the block takes the body's value at the current reduce position."""
+            lines.append(f"{indent}const int64_t i{inner} = ib + q;")
+            loads = load_operands(lines, indent, nest, operand_types)
+            lines.append(f"{indent}const {t} val = {body(loads, lines, indent)};")
+            step = combine_expr(prog, nest.combiner, dtype, "acc[q]", "val")
+            lines.append(f"{indent}acc[q] = {step};")
+
         def fold(extent: str, indent: str) -> None:
             """The reduce loops, then the block of outputs innermost."""
             for d in nest.reduce:
@@ -518,13 +526,7 @@ def _emit_interleaved(
             else:
                 lines.append(f"#pragma GCC unroll {block}")
             lines.append(f"{indent}for (int64_t q = 0; q < {extent}; q++) {{")
-            inner_ind = indent + "  "
-            lines.append(f"{inner_ind}const int64_t i{inner} = ib + q;")
-            loads = load_operands(lines, inner_ind, nest, operand_types)
-            value = body(loads, lines, inner_ind)
-            lines.append(f"{inner_ind}const {t} val = {value};")
-            step = combine_expr(prog, nest.combiner, dtype, "acc[q]", "val")
-            lines.append(f"{inner_ind}acc[q] = {step};")
+            accumulate(indent + "  ")
             lines.append(f"{indent}}}")
             lines.append(f"{indent[:-2]}}}" if nest.reduce else f"{indent}}}")
 
@@ -580,12 +582,7 @@ def _emit_interleaved(
                     )
                     lines.append(f"#pragma GCC unroll {block}")
                     lines.append(f"{indent}  for (int64_t q = 0; q < {extent}; q++) {{")
-                    lines.append(f"{i3}const int64_t i{inner} = ib + q;")
-                    loads = load_operands(lines, i3, nest, operand_types)
-                    value = body(loads, lines, i3)
-                    lines.append(f"{i3}const {t} val = {value};")
-                    val_step = combine_expr(prog, nest.combiner, dtype, "acc[q]", "val")
-                    lines.append(f"{i3}acc[q] = {val_step};")
+                    accumulate(i3)
                     lines.append(f"{indent}  }}")
                 lines.append(f"{indent[:-2]}}}" if nest.reduce[:-1] else f"{indent}}}")
 
