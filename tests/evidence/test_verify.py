@@ -193,3 +193,30 @@ def test_a_stage_claimed_real_without_fast_math_is_refused(bundle, capsys) -> No
     rc, _, err = _verify(capsys, str(bundle))
     assert rc == 1
     assert f"ir-chain: stage {m['stages'][2]['pass']} claims `real` but the pipeline" in err
+
+
+def test_bounds_follow_the_bundles_target(tmp_path, capsys) -> None:
+    """A C-target bundle records the bound as the C target runs the program (gdv's f32 exp,
+    charged its measured ulps) and verify recomputes it for that target: the reference
+    target's smaller bound written in its place is caught."""
+    src = (
+        "func @main(%x: f32[4,8] {range = [-4.0, 4.0]}) -> f32[4,8] {\n"
+        "  %y = softmax(%x) {axis = 1} : f32[4,8]\n  return %y\n}\n"
+    )
+    path = tmp_path / "sm.gdv"
+    path.write_text(src)
+    bundle = write_evidence(
+        compile_module(str(path), CompileOptions(jobs=1, use_cache=False)), tmp_path / "e"
+    )
+    m = _manifest(bundle)
+    assert m["target"]["name"] == "c" and m["bounds"]["target"] == "c"
+    assert any("c-f32-ulp:exp" in a for a in m["bounds"]["assumptions"])
+    rc, _, _ = _verify(capsys, str(bundle))
+    assert rc == 0
+    from gdv.evidence.bundle import error_bounds
+
+    m["bounds"] = error_bounds(compile_module(src, CompileOptions(jobs=1)).source, "reference")
+    assert m["bounds"]["outputs"][0]["abs"] < _manifest(bundle)["bounds"]["outputs"][0]["abs"]
+    _save(bundle, m)
+    rc, _, err = _verify(capsys, str(bundle))
+    assert rc == 1 and "not verified: bounds" in err
