@@ -8,15 +8,21 @@ evaluation is within about half an ulp."""
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import mpmath
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gdv.api import parse
 from gdv.backends import c
 from gdv.backends.c import vmath
 from gdv.commands import bounds as bounds_command
 from gdv.validate.bounds import analyze
+from gdv.validate.bounds.measure import KINDS, make_inputs
 from gdv.validate.bounds.registry import C_F32_ULPS, TARGETS
 
 EXACT = {
@@ -75,3 +81,37 @@ def test_bounds_command_takes_the_c_target(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "c-f32-ulp:exp" in out and "0.77 ulp" in out
     assert main(["bounds", str(path), "--target", "gpu"]) != 0
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.gdv"))
+
+
+@functools.cache
+def _compiled(path: Path):
+    from gdv.driver import CompileOptions, compile_module
+
+    comp = compile_module(str(path), CompileOptions(level=2, jobs=1))
+    assert comp.verdict == "proved"
+    return comp, analyze(comp.source, target="c"), analyze(comp.source, ideal=True)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@settings(max_examples=6, deadline=None)
+@given(kind=st.sampled_from(KINDS), seed=st.integers(0, 2**32 - 1))
+def test_examples_on_the_c_target_stay_within_its_bound(path: Path, kind: str, seed: int) -> None:
+    """Each example compiled for C (gdv's f32 functions included) and run on adversarial
+    inputs: its outputs differ from the float64 program by no more than the C target's bound
+    plus the float64 program's own error."""
+    from gdv.backends import reference
+
+    comp, bound, ideal = _compiled(path)
+    inputs = make_inputs(comp.source.entry, kind, seed)
+    got = comp(**inputs)
+    want = reference.run(comp.source, inputs, mode="ideal")
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        finite = np.isfinite(g64) & np.isfinite(w64)
+        assert (finite | (np.isnan(g64) & np.isnan(w64)) | (g64 == w64)).all()
+        err = float(np.max(np.abs(g64[finite] - w64[finite]), initial=0.0))
+        limit = bound.outputs[i].abs + ideal.outputs[i].abs
+        assert err <= limit, (path.stem, i, kind, seed, err, limit)
