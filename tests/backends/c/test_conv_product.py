@@ -97,7 +97,8 @@ def _plain() -> str:
 def test_images_run_as_batch_and_tiles_are_stored_in_place(hw: int) -> None:
     """N images of [C_out, H, W]: the image dim runs as a batch dim, so each image's product is
     [C_out] x [H*W] laid out like the result and written in place, not through a workspace.
-    Where W is a multiple of the sliver width (NR), a sliver of positions is one row segment and is packed by offset from its first position's table entry."""
+    Where W is a multiple of the sliver width (NR), a sliver of positions is one row segment,
+    packed by offset from its first position's table entry."""
     text = _program(
         "f32", (2, 3, hw, hw), (8, 3, 3, 3), (2, 8, hw, hw),
         "stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1], groups = 1",
