@@ -1,6 +1,7 @@
-"""Exact conversions between double and the f16/bf16 bit patterns, branch-free so that loops
-over f16 and bf16 tensors vectorise (`omp simd`): integer selects and integer arithmetic on
-the double's bits, no data-dependent branch and no float-to-integer conversion.
+"""Exact conversions between double (and int64_t) and the f16/bf16 bit patterns. Those with
+double are branch-free, so that loops over f16 and bf16 tensors vectorise (`omp simd`):
+integer selects and integer arithmetic on the double's bits, no data-dependent branch and no
+float-to-integer conversion.
 
 - `gdv_round_<f16|bf16>(double x)`: the bits of x rounded once to nearest-even from its exact
   value. Normal results: the double's bits are rounded at the narrow format's last place (a
@@ -88,6 +89,38 @@ static inline double gdv_widen_f16(uint16_t h)
 """
 
 
+def _from_int(dtype: DType, suffix: str) -> str:
+    """`gdv_i2<suffix>(int64_t v)`: v rounded once to nearest-even (as the reference's
+    round-to-odd path gives), overflow to infinity. Integer conversions are rare in kernels:
+    this one keeps its loop and branches."""
+    t, emax = FORMATS[dtype]
+    inf = (2 * emax + 1) << t
+    return f"""static inline uint16_t gdv_i2{suffix}(int64_t v)
+{{
+  const uint16_t sign = v < 0 ? 0x8000u : 0u;
+  const uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  if (a == 0) return 0;
+  int e = 63;
+  while (!(a >> e)) e--;
+  if (e > {emax}) return (uint16_t)(sign | {inf:#06x}u);
+  const int shift = e - {t};
+  uint64_t kept;
+  if (shift <= 0) {{
+    kept = a << -shift;
+  }} else {{
+    kept = a >> shift;
+    const uint64_t rem = a & ((UINT64_C(1) << shift) - 1);
+    const uint64_t half = UINT64_C(1) << (shift - 1);
+    if (rem > half || (rem == half && (kept & 1u))) kept++;
+  }}
+  return (uint16_t)(sign | (((uint64_t)(e - ({1 - emax})) << {t}) + kept));
+}}
+"""
+
+
 def helpers() -> str:
-    """The C of gdv_widen_bf16, gdv_widen_f16, gdv_round_f16 and gdv_round_bf16."""
-    return WIDEN + _round(DType.F16, "f16") + _round(DType.BF16, "bf16")
+    """The C of gdv_widen_*, gdv_round_* and gdv_i2* for f16 and bf16."""
+    out = [WIDEN]
+    for dtype, suffix in ((DType.F16, "f16"), (DType.BF16, "bf16")):
+        out += [_round(dtype, suffix), _from_int(dtype, suffix)]
+    return "".join(out)
