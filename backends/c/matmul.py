@@ -388,14 +388,19 @@ def _blocked(
     y_offs, y_k_inner = factor_offsets(con.right, gj, (nr, "j0", "jj"))
     # With few rows each element of Y meets only a few rows: full column slivers of a Y that is
     # an operand read unchanged, one column per step of j, go to the micro-kernel in place.
-    y_in_place = "0"
-    y_base, y_ldb = "0", "0"
+    skip_full = in_place = note = ""
     if m_ <= DIRECT_MAX_ROWS and con.right in pidx:
         ky = pidx[con.right]
         ks = gk.step(coefs[ky][0])
         if operand_types[ky].dtype == dtype and gj.step(coefs[ky][0]) == 1 and ks is not None:
-            y_in_place = "1"
-            y_base, y_ldb = f"a{ky} + o{ky} + ja + pc * INT64_C({ks})", f"INT64_C({ks})"
+            note = "  /* full column slivers of Y are read in place */\n"
+            skip_full = f"            if (nr == {nr}) continue;  /* read in place, below */\n"
+            in_place = (
+                f"                if (nr == {nr}) {{\n"
+                f"                  pb = a{ky} + o{ky} + ja + pc * INT64_C({ks});\n"
+                f"                  ldb = INT64_C({ks});\n"
+                "                }\n"
+            )
     scatter = ""
     if not con.direct:
         res_b = gb.offset(out_coef, "trb", tables)[0]
@@ -435,27 +440,27 @@ def _blocked(
     c_at = f"r + b * INT64_C({m_ * n_})" if con.direct else "ws"
     ind_y, ind_x = " " * 14, " " * 16
 
-    def both(width: int, extent: str, make: Callable[[str, str], str]) -> str:
+    def both(width: int, extent: str, ind: str, make: Callable[[str, str], str]) -> str:
         """A full sliver with its width as a constant (loops the compiler can vectorise
         whole), else the edge sliver's extent."""
-        ind = ind_y if extent == "nr" else ind_x
         return (
             f"{ind}if ({extent} == {width}) {{\n{make(str(width), ind + '  ')}{ind}}} else {{\n"
             f"{make(extent, ind + '  ')}{ind}}}\n"
         )
 
-    pack_y = both(nr, "nr", lambda ext, ind: _pack(
+    pack_y = both(nr, "nr", ind_y, lambda ext, ind: _pack(
         prog, body, con.right, y_offs, ind, ("jj", ext, "j", "j0 + jj"), y_k_inner,
         f"dst[kk * {nr} + jj]",
     ))  # fmt: skip
-    pack_x = both(mr, "mr", lambda ext, ind: _pack(
+    pack_x = both(mr, "mr", ind_x, lambda ext, ind: _pack(
         prog, body, con.left, x_offs, ind, ("ii", ext, "i", "r0 + ii"), x_k_inner,
         f"dst[kk * {mr} + ii]",
     ))  # fmt: skip
     parallel = int(m_ * n_ * k_ >= PARALLEL_MIN_MACS)
     # Threads given columns each pack all of X: with a costly prologue on X only, give rows.
-    rows_first = int(_costly(body, con.left) and not _costly(body, con.right))
-    note = "  /* full column slivers of Y are read in place */\n" if y_in_place == "1" else ""
+    by_columns = "nsl >= nt"
+    if _costly(body, con.left) and not _costly(body, con.right):
+        by_columns += " && msl < nt"
     return f"""{{
 {note}  int nthreads = 1;
 #ifdef _OPENMP
@@ -479,7 +484,7 @@ def _blocked(
       {t} *restrict bp = bpall + tid * {bp_elems};
       const int64_t nsl = ({n_} + {nr - 1}) / {nr}, msl = ({m_} + {mr - 1}) / {mr};
       int64_t i_lo = 0, i_hi = {m_}, j_lo = 0, j_hi = {n_};
-      if (nsl >= nt && !({rows_first} && msl >= nt)) {{
+      if ({by_columns}) {{
         j_lo = tid * nsl / nt * {nr};
         j_hi = (tid + 1) * nsl / nt * {nr};
         if (j_hi > {n_}) j_hi = {n_};
@@ -498,8 +503,7 @@ def _blocked(
             {t} *restrict dst = bp + s * kc * {nr};
             const int64_t j0 = jc + s * {nr};
             const int64_t nr = jc + nc - j0 < {nr} ? jc + nc - j0 : {nr};
-            if ({y_in_place} && nr == {nr}) continue;  /* full sliver: unpacked */
-{pack_y}            for (int64_t jj = nr; jj < {nr}; jj++)
+{skip_full}{pack_y}            for (int64_t jj = nr; jj < {nr}; jj++)
               for (int64_t kk = 0; kk < kc; kk++) dst[kk * {nr} + jj] = 0;
           }}
           for (int64_t i0 = i_lo; i0 < i_hi; i0 += {mc_top}) {{
@@ -523,11 +527,7 @@ def _blocked(
                 const {t} *pa = ap + is * kc * {mr};
                 const {t} *pb = bp + js * kc * {nr};
                 int64_t ldb = {nr};
-                if ({y_in_place} && nr == {nr}) {{
-                  pb = {y_base};
-                  ldb = {y_ldb};
-                }}
-                if (mr == {mr} && nr == {nr}) {{
+{in_place}                if (mr == {mr} && nr == {nr}) {{
                   {micro}(kc, pa, pb, ldb, ct, {n_}, pc == 0);
                 }} else {{ /* an edge tile: through a full-size tile, partial sums in order */
                   {t} tile[{mr * nr}] __attribute__((aligned(64)));
