@@ -225,14 +225,17 @@ class Executable:
             self._lib.gdv_set_fallback.argtypes = [_FALLBACK_FN]
 
     def _value(self, name: str) -> np.ndarray:
-        """`name`'s elements in this call: a parameter's slot (the parameter, or a reshape
-        sharing it) is the caller's array, any other slot a buffer of the executable."""
+        """`name`'s elements in this call (see `_slot_view`)."""
         t = self._types[name]
-        slot = self._slot_of[name]
+        return self._slot_view(self._slot_of[name], t.shape, t.num_elements)
+
+    def _slot_view(self, slot: int, shape: tuple[int, ...], size: int) -> np.ndarray:
+        """A slot's elements in this call: a parameter's slot (the parameter, or a reshape
+        sharing it) is the caller's array, any other slot a buffer of the executable."""
         arr = self._read_in_place.get(slot)
         if arr is not None:
-            return arr.reshape(t.shape)
-        return self._buffers[slot][: t.num_elements].reshape(t.shape)
+            return arr.reshape(shape)
+        return self._buffers[slot][:size].reshape(shape)
 
     def _fallback(self, k: int, _buf) -> int:
         from gdv.backends.reference import Context
@@ -300,11 +303,7 @@ class Executable:
                 bad = fallbacks[status - 1][0]
                 raise IRError(f"target c: the reference fallback for {bad.op} at {bad.loc} failed")
             raise IRError(f"target c: the compiled program returned status {status}")
-        outs = []
-        for slot, shape, size in self._results:
-            arr = read.get(slot)
-            src = arr if arr is not None else self._buffers[slot][:size]
-            outs.append(src.reshape(shape).copy())
+        outs = [self._slot_view(*result).copy() for result in self._results]
         self._read_in_place = {}  # hold no reference to the caller's arrays
         return outs
 
