@@ -229,11 +229,12 @@ None for the last; centre; coefficients in a - centre, lowest degree first). The
 computed in gdv_verf."""
 
 
-def _horner(var: str, coeffs: tuple[str, ...] | list[str]) -> str:
-    """C for the polynomial sum(coeffs[i] * var^i), Horner's order (GDV_FMA steps)."""
+def _horner(var: str, coeffs: tuple[str, ...] | list[str], fma: str = "GDV_FMA") -> str:
+    """C for the polynomial sum(coeffs[i] * var^i) (C expressions), Horner's order (`fma`
+    steps: GDV_FMA for double, GDV_FMAF for float)."""
     expr = coeffs[-1]
     for c in reversed(coeffs[:-1]):
-        expr = f"GDV_FMA({expr}, {var}, {c})"
+        expr = f"{fma}({expr}, {var}, {c})"
     return expr
 
 
@@ -254,40 +255,56 @@ def _piece_centre() -> str:
 
 _DECL = "#pragma omp declare simd notinbranch\n"
 
-_FMA = (
-    "/* a * b + c: fused (one rounding, fma inlined as an instruction) where the target has\n"
-    "   FMA, else two roundings; the functions below are within their bounds either way */\n"
-    "#if defined(__FMA__) || defined(__aarch64__)\n"
-    "#define GDV_FMA(a, b, c) fma((a), (b), (c))\n"
-    "#else\n"
-    "#define GDV_FMA(a, b, c) ((a) * (b) + (c))\n"
-    "#endif\n"
-)
 
-_SEL = (
-    "static inline double gdv_sel(int c, double a, double b)\n"
-    "{\n"
-    "  /* c ? a : b on the bits: GCC (-ftrapping-math) may keep a float select as a branch */\n"
-    "  uint64_t ua, ub;\n"
-    "  memcpy(&ua, &a, sizeof ua);\n"
-    "  memcpy(&ub, &b, sizeof ub);\n"
-    "  const uint64_t u = ub ^ ((ua ^ ub) & ((uint64_t)0 - (uint64_t)(c != 0)));\n"
-    "  double d;\n"
-    "  memcpy(&d, &u, sizeof d);\n"
-    "  return d;\n"
-    "}\n"
-)
+def _fma_macro(macro: str, fn: str, what: str) -> str:
+    """The GDV_FMA / GDV_FMAF macro: one rounding where the target has FMA."""
+    return (
+        f"/* {what}: fused ({fn}, one rounding, one instruction) where the target has FMA,\n"
+        "   else two roundings; the functions below are within their bounds either way */\n"
+        "#if defined(__FMA__) || defined(__aarch64__)\n"
+        f"#define {macro}(a, b, c) {fn}((a), (b), (c))\n"
+        "#else\n"
+        f"#define {macro}(a, b, c) ((a) * (b) + (c))\n"
+        "#endif\n"
+    )
 
-_POW2 = (
-    "static inline double gdv_pow2i(int64_t k)\n"
-    "{\n"
-    "  /* 2^k for -1022 <= k <= 1023, from its bits */\n"
-    "  const uint64_t u = (uint64_t)(k + 1023) << 52;\n"
-    "  double d;\n"
-    "  memcpy(&d, &u, sizeof d);\n"
-    "  return d;\n"
-    "}\n"
-)
+
+def _select(name: str, ftype: str, utype: str) -> str:
+    """`name(c, a, b)`: c ? a : b for `ftype` on its `utype` bits."""
+    var = ftype[0]
+    return (
+        f"static inline {ftype} {name}(int c, {ftype} a, {ftype} b)\n"
+        "{\n"
+        "  /* c ? a : b on the bits: GCC (-ftrapping-math) may keep a float select as a branch */\n"
+        f"  {utype} ua, ub;\n"
+        "  memcpy(&ua, &a, sizeof ua);\n"
+        "  memcpy(&ub, &b, sizeof ub);\n"
+        f"  const {utype} u = ub ^ ((ua ^ ub) & (({utype})0 - ({utype})(c != 0)));\n"
+        f"  {ftype} {var};\n"
+        f"  memcpy(&{var}, &u, sizeof {var});\n"
+        f"  return {var};\n"
+        "}\n"
+    )
+
+
+def _pow2(name: str, ftype: str, itype: str, utype: str, bias: int, mant: int) -> str:
+    """`name(k)`: 2^k for normal results, from its bits."""
+    var = ftype[0]
+    return (
+        f"static inline {ftype} {name}({itype} k)\n"
+        "{\n"
+        f"  /* 2^k for {1 - bias} <= k <= {bias}, from its bits */\n"
+        f"  const {utype} u = ({utype})(k + {bias}) << {mant};\n"
+        f"  {ftype} {var};\n"
+        f"  memcpy(&{var}, &u, sizeof {var});\n"
+        f"  return {var};\n"
+        "}\n"
+    )
+
+
+_FMA = _fma_macro("GDV_FMA", "fma", "a * b + c")
+_SEL = _select("gdv_sel", "double", "uint64_t")
+_POW2 = _pow2("gdv_pow2i", "double", "int64_t", "uint64_t", 1023, 52)
 
 _EXP = (
     _DECL + "static inline double gdv_vexp(double x)\n"
@@ -445,57 +462,20 @@ exact in f32; coefficients in a - centre, lowest degree first)."""
 
 
 def _hornerf(var: str, coeffs: tuple[str, ...]) -> str:
-    """C for the f32 polynomial sum(coeffs[i] * var^i), Horner's order (GDV_FMAF steps)."""
-    expr = f"{coeffs[-1]}f"
-    for c in reversed(coeffs[:-1]):
-        expr = f"GDV_FMAF({expr}, {var}, {c}f)"
-    return expr
+    """C for the f32 polynomial sum(coeffs[i] * var^i), coefficients given as hex floats."""
+    return _horner(var, [f"{c}f" for c in coeffs], "GDV_FMAF")
 
 
 def _erfcf_horner() -> str:
     """C for the erfc piece's polynomial at `t`, each coefficient selected by `p0`."""
     (_, first), (_, second) = ERFCF_PIECES
-    coeffs = tuple(f"gdv_self(p0, {a}f, {b}f)" for a, b in zip(first, second, strict=True))
-    expr = coeffs[-1]
-    for c in reversed(coeffs[:-1]):
-        expr = f"GDV_FMAF({expr}, t, {c})"
-    return expr
+    coeffs = [f"gdv_self(p0, {a}f, {b}f)" for a, b in zip(first, second, strict=True)]
+    return _horner("t", coeffs, "GDV_FMAF")
 
 
-_FMAF = (
-    "/* f32 a * b + c: fused (fmaf, one instruction) where the target has FMA, else two\n"
-    "   roundings; the f32 functions below are within their bounds either way */\n"
-    "#if defined(__FMA__) || defined(__aarch64__)\n"
-    "#define GDV_FMAF(a, b, c) fmaf((a), (b), (c))\n"
-    "#else\n"
-    "#define GDV_FMAF(a, b, c) ((a) * (b) + (c))\n"
-    "#endif\n"
-)
-
-_SELF = (
-    "static inline float gdv_self(int c, float a, float b)\n"
-    "{\n"
-    "  /* c ? a : b on the bits: GCC (-ftrapping-math) may keep a float select as a branch */\n"
-    "  uint32_t ua, ub;\n"
-    "  memcpy(&ua, &a, sizeof ua);\n"
-    "  memcpy(&ub, &b, sizeof ub);\n"
-    "  const uint32_t u = ub ^ ((ua ^ ub) & ((uint32_t)0 - (uint32_t)(c != 0)));\n"
-    "  float f;\n"
-    "  memcpy(&f, &u, sizeof f);\n"
-    "  return f;\n"
-    "}\n"
-)
-
-_POW2F = (
-    "static inline float gdv_pow2if(int32_t k)\n"
-    "{\n"
-    "  /* 2^k for -126 <= k <= 127, from its bits */\n"
-    "  const uint32_t u = (uint32_t)(k + 127) << 23;\n"
-    "  float f;\n"
-    "  memcpy(&f, &u, sizeof f);\n"
-    "  return f;\n"
-    "}\n"
-)
+_FMAF = _fma_macro("GDV_FMAF", "fmaf", "f32 a * b + c")
+_SELF = _select("gdv_self", "float", "uint32_t")
+_POW2F = _pow2("gdv_pow2if", "float", "int32_t", "uint32_t", 127, 23)
 
 
 def _expf_parts(x: str) -> str:
