@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.obligation import Obligation
+from gdv.ir.ops.elementwise import TRANSCENDENTAL
 from gdv.ir.ops.kernel import bodies_used
 from gdv.passes.base import Pass, PassResult
 from gdv.passes.lower_to_kernels import rewrite_obligation
@@ -71,11 +72,9 @@ DUPLICATE_MAX_OPS = 4
 """A producer read by several kernels is copied into each when its body has at most this many
 ops, none of them a transcendental, and each of those kernels reads each of its elements once
 (layer_norm's x - mean, feeding the variance and the normalisation): a few ops per element
-computed twice instead of a tensor written once and read twice."""
-
-_COSTLY = frozenset(("exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "pow", "rsqrt"))
-"""Ops not worth computing twice (softmax's exp(x - m) stays one tensor: measured on the C
-target, computing it in both the sum and the division took as long as writing it once)."""
+computed twice instead of a tensor written once and read twice. Transcendentals are not worth
+computing twice (softmax's exp(x - m) stays one tensor: measured on the C target, computing it
+in both the sum and the division took as long as writing it once)."""
 
 
 def fusible(producer: Op | None, uses: int) -> bool:
@@ -96,7 +95,7 @@ def duplicable(producer: Op | None, value: str, ops: list[Op], functions: dict) 
     if producer is None or producer.name != "kernel" or producer.attrs["reduce"]:
         return False
     body = functions[producer.attrs["body"]].ops
-    if len(body) > DUPLICATE_MAX_OPS or any(b.name in _COSTLY for b in body):
+    if len(body) > DUPLICATE_MAX_OPS or any(b.name in TRANSCENDENTAL for b in body):
         return False
     size = math.prod(producer.attrs["space"])
     for o in ops:

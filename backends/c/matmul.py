@@ -35,10 +35,10 @@ from dataclasses import dataclass
 
 from gdv.backends.c.elementwise import scalar
 from gdv.backends.c.emit import CTYPE, SUFFIX, Program, comment, ctype, strides
-from gdv.backends.c.nest import TRANSCENDENTAL
 from gdv.backends.c.simd import blocking, micro_tile, vector_bytes
 from gdv.ir.core import Function, Op
 from gdv.ir.dtypes import DType
+from gdv.ir.ops.elementwise import TRANSCENDENTAL
 from gdv.ir.ops.kernel import BODY_OPS
 from gdv.ir.types import TensorType
 

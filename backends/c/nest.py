@@ -43,9 +43,6 @@ expression of the body's value."""
 PARALLEL_MIN_POINTS = 1 << 15
 """Nests with fewer points than this run on one thread (thread start-up would dominate)."""
 
-TRANSCENDENTAL = frozenset(("exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "pow", "rsqrt"))
-"""Body ops that make a product's prologue costly (backends/c/matmul.py)."""
-
 TILE_BODIES = True
 """Reductions over rows whose body computes something evaluate it a tile at a time in vector
 lanes (`_emit_interleaved`; measured: layer_norm's variance sum over 64 MiB went from 54% to
