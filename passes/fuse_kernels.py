@@ -77,22 +77,21 @@ computing twice (softmax's exp(x - m) stays one tensor: measured on the C target
 in both the sum and the division took as long as writing it once)."""
 
 
+def _without_reduction(producer: Op | None) -> bool:
+    return producer is not None and producer.name == "kernel" and not producer.attrs["reduce"]
+
+
 def fusible(producer: Op | None, uses: int) -> bool:
     """A kernel without reduction whose result is read exactly once."""
-    return (
-        producer is not None
-        and producer.name == "kernel"
-        and not producer.attrs["reduce"]
-        and uses == 1
-    )
+    return _without_reduction(producer) and uses == 1
 
 
 def duplicable(producer: Op | None, value: str, ops: list[Op], functions: dict) -> bool:
     """A kernel without reduction, small, read only by kernels over a space as large as its own
-    that read it at one place per point (so every copy computes each element once; a second
+    that read it at one place per point (so a copy costs about what the producer did; a second
     read at the same place is the same expression, which the C compiler computes once). The
     caller checks that it is not returned."""
-    if producer is None or producer.name != "kernel" or producer.attrs["reduce"]:
+    if not _without_reduction(producer):
         return False
     body = functions[producer.attrs["body"]].ops
     if len(body) > DUPLICATE_MAX_OPS or any(b.name in TRANSCENDENTAL for b in body):
