@@ -510,14 +510,22 @@ def _emit_interleaved(
             step = combine_expr(prog, nest.combiner, dtype, "acc[q]", "val")
             lines.append(f"{indent}acc[q] = {step};")
 
-        def fold(extent: str, indent: str) -> None:
-            """The reduce loops, then the block of outputs innermost."""
-            for d in nest.reduce:
+        def open_loops(dims: list[int], indent: str) -> str:
+            """Loops over `dims` in order, then an open brace; the indent inside them."""
+            for d in dims:
                 lines.append(
                     f"{indent}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)"
                 )
                 indent += "  "
-            lines.append(f"{indent[:-2]}{{" if nest.reduce else f"{indent}{{")
+            lines.append(f"{indent[:-2]}{{" if dims else f"{indent}{{")
+            return indent
+
+        def close_loops(dims: list[int], indent: str) -> None:
+            lines.append(f"{indent[:-2]}}}" if dims else f"{indent}}}")
+
+        def fold(extent: str, indent: str) -> None:
+            """The reduce loops, then the block of outputs innermost."""
+            indent = open_loops(nest.reduce, indent)
             if contiguous:
                 lines.append("#pragma omp simd")
             else:
@@ -525,7 +533,7 @@ def _emit_interleaved(
             lines.append(f"{indent}for (int64_t q = 0; q < {extent}; q++) {{")
             accumulate(indent + "  ")
             lines.append(f"{indent}}}")
-            lines.append(f"{indent[:-2]}}}" if nest.reduce else f"{indent}}}")
+            close_loops(nest.reduce, indent)
 
         width = max(4, 2 * vector_bytes() // dtype.itemsize)
         tiled = (
@@ -539,12 +547,7 @@ def _emit_interleaved(
             def fold_tiled(extent: str, indent: str) -> None:
                 """The reduce loops but the last; the last in tiles of `width` evaluated in
                 vector lanes and folded in order; its remainder one position at a time."""
-                for d in nest.reduce[:-1]:
-                    lines.append(
-                        f"{indent}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)"
-                    )
-                    indent += "  "
-                lines.append(f"{indent[:-2]}{{" if nest.reduce[:-1] else f"{indent}{{")
+                indent = open_loops(nest.reduce[:-1], indent)
                 full = nest.space[last] - nest.space[last] % width
                 i2, i3, i4 = indent + "  ", indent + "    ", indent + "      "
                 step = combine_expr(prog, nest.combiner, dtype, "acc[q]", "tile[q][w]")
@@ -581,7 +584,7 @@ def _emit_interleaved(
                     lines.append(f"{indent}  for (int64_t q = 0; q < {extent}; q++) {{")
                     accumulate(i3)
                     lines.append(f"{indent}  }}")
-                lines.append(f"{indent[:-2]}}}" if nest.reduce[:-1] else f"{indent}}}")
+                close_loops(nest.reduce[:-1], indent)
 
             emit_fold = fold_tiled
         else:
