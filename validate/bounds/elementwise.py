@@ -326,8 +326,9 @@ def transcendental_error(
         k = C_F32_ULPS[name]
         ctx.assume(
             f"c-f32-ulp:{name}",
-            f"target c: f32 {name} returns a value within {k:g} ulp of the exact result "
-            "(gdv's f32 function, measured on every f32 input with and without FMA)",
+            f"target c: f32 {name} returns a value within {k:g} ulp of the exact result, of "
+            "the same sign (gdv's f32 function, measured on every f32 input with and without "
+            "FMA)",
         )
         u, eta = ctx.u(dtype), ctx.eta(dtype)
         lin = {ctx.u_sym(dtype): 2 * k * m_exact, ctx.eta_sym(dtype): 2 * k}
