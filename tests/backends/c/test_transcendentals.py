@@ -122,8 +122,9 @@ def _f32_sweep() -> np.ndarray:
     # exp's overflow (88.72) and underflow (-87.34 to normal, -103.97 to zero) thresholds
     pieces += [np.linspace(a - 0.05, a + 0.05, 400) for a in (88.7228, -87.3365, -103.972)]
     pieces.append(np.linspace(-104, -87, 800))  # exp's subnormal f32 results
-    # tanh's 0.9 and erf's 1, 2, 3.5, 6 boundaries
-    for a in (0.9, 1.0, 2.0, 3.5, 6.0, 10.0):
+    # the switches: tanh's f32 0.90625 (f16/bf16 0.9) and its clamp at 10; erf's 0.9, 2, 4
+    # (double: 2, 3.5, 6)
+    for a in (0.9, 0.90625, 1.0, 2.0, 3.5, 4.0, 6.0, 10.0):
         pieces.append(np.linspace(a - 1e-3, a + 1e-3, 200))
         pieces.append(np.linspace(-a - 1e-3, -a + 1e-3, 200))
     pieces.append(np.geomspace(1e-45, 1e-3, 400))  # subnormal and tiny arguments
