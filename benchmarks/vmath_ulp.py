@@ -18,7 +18,7 @@ largest error and its input, how many results are not the correctly rounded one 
 1/2 ulp), how many are more than 1 ulp off, and NaN or sign mismatches. --no-fma measures the
 functions as compiled for a target without FMA (GDV_FMAF a separate multiply and add).
 
---fit recomputes the f32 coefficient tables (vmath.EXPF_Q, TANHF_P, ERFF_R, ERFCF_PIECES) with
+--fit recomputes the f32 coefficient tables (vmath.EXPF_Q, ERFF_R, ERFCF_PIECES) with
 mpmath, as the vmath docstring describes, and prints each with its fit's largest relative error.
 
 tests/backends/c/test_transcendentals.py runs the same program on a strided sample plus edge
@@ -279,13 +279,6 @@ def fit() -> None:
             6,
             (0.5,),
         ),
-        "TANHF_P": (
-            lambda s: (mpmath.tanh(sq(s)) - sq(s)) / (nz(s) * sq(s)),
-            lambda s: mpmath.tanh(sq(s)) / (nz(s) * sq(s)),  # tanh = x + x^3 P
-            (0, mpmath.mpf("0.91") ** 2),
-            9,
-            (),
-        ),
         "ERFF_R": (
             lambda s: mpmath.erf(sq(s)) / sq(s) - 1,
             lambda s: mpmath.erf(sq(s)) / sq(s),  # erf = x + x R
@@ -298,7 +291,6 @@ def fit() -> None:
     }
     current = {
         "EXPF_Q": vmath.EXPF_Q,
-        "TANHF_P": vmath.TANHF_P,
         "ERFF_R": vmath.ERFF_R,
         "ERFCF_PIECES[0]": vmath.ERFCF_PIECES[0][1],
         "ERFCF_PIECES[1]": vmath.ERFCF_PIECES[1][1],

@@ -19,7 +19,7 @@ cos, pow and rsqrt return a value within this many ulps of the exact one, of the
 The reference backend evaluates them in float64 and rounds once, so for f32, f16 and bf16 it
 does far better (tests/validate/bounds/test_transcendental_ulps.py measures it)."""
 
-C_F32_ULPS: dict[str, float] = {"exp": 0.77, "tanh": 1.05, "erf": 0.98, "sigmoid": 0.80}
+C_F32_ULPS: dict[str, float] = {"exp": 0.77, "tanh": 2.43, "erf": 0.98, "sigmoid": 0.80}
 """The C target's own f32 functions (backends/c/vmath.py, F32_MAX_ULP: a test keeps the two
 equal): the largest error over every f32 input, in ulps of the exact value, measured
 exhaustively with and without FMA. On that target an f32 result of these ops is within this

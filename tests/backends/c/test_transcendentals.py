@@ -1,5 +1,6 @@
-"""The C target's own exp, tanh, erf and sigmoid (backends/c/vmath.py) are within 1 ulp of the
-correctly rounded f32, f16 and bf16 results, and exact at the edges.
+"""The C target's own exp, tanh, erf and sigmoid (backends/c/vmath.py): f16 and bf16 results
+within 1 ulp of the correctly rounded ones, f32 results within their documented maximum error
+(vmath.F32_MAX_ULP: about 1 ulp, tanh 2.43) of the exact value, and exact at the edges.
 
 Programs in the textual IR run through the real target (`gdv.backends.c.run`); the correctly
 rounded result is computed with mpmath at 96 bits and rounded once to the dtype here. f16 and
@@ -49,11 +50,30 @@ EXACT = {
 
 
 @functools.cache
+def _exact(name: str, x: float) -> mpmath.mpf:
+    with mpmath.workprec(96):
+        return EXACT[name](mpmath.mpf(x))
+
+
+def _f32_ulps(name: str, x: float, got: float) -> float:
+    """|got - f(x)| in f32 ulps of f(x), as benchmarks/vmath_ulp.py measures it (ulp(v) =
+    2^(e - 23) for 2^e <= |v| < 2^(e+1), e clamped to [-126, 127]; infinities count as 2^128)."""
+    p, emin, emax = FORMAT[DType.F32]
+    with mpmath.workprec(96):
+        v = _exact(name, x)
+        if mpmath.isinf(v) or abs(v) >= mpmath.ldexp(2 - mpmath.ldexp(1, -p), emax):
+            v = mpmath.sign(v) * mpmath.ldexp(1, emax + 1)
+        g = mpmath.sign(got) * mpmath.ldexp(1, emax + 1) if np.isinf(got) else mpmath.mpf(got)
+        e = min(max(int(mpmath.floor(mpmath.log(abs(v), 2))) if v else emin, emin), emax)
+        return float(abs(g - v) / mpmath.ldexp(1, e - (p - 1)))
+
+
+@functools.cache
 def _correctly_rounded(name: str, x: float, dtype: DType) -> float:
     """f(x) rounded once, to nearest-even, to `dtype` (as a float holding that value)."""
     p, emin, emax = FORMAT[dtype]
     with mpmath.workprec(96):
-        v = EXACT[name](mpmath.mpf(x))
+        v = _exact(name, x)
         if v == 0 or mpmath.isinf(v):
             return float(v)
         _, e = mpmath.frexp(v)  # |v| = m 2^e, 1/2 <= m < 1
@@ -92,8 +112,9 @@ def _run(x: np.ndarray, dtype: DType) -> tuple[list[np.ndarray], list[np.ndarray
 
 
 def _check(x: np.ndarray, dtype: DType) -> dict[str, tuple[int, int]]:
-    """Every result within 1 ulp of the correctly rounded value, NaN exactly where f(x) is NaN;
-    per function (values off by one ulp, values differing from the reference backend)."""
+    """Every result within 1 ulp of the correctly rounded value (f32: within F32_MAX_ULP of the
+    exact value), NaN exactly where f(x) is NaN; per function (values not the correctly rounded
+    one, values differing from the reference backend)."""
     got, ref = _run(x, dtype)
     with np.errstate(invalid="ignore"):  # bf16 NaN -> float64 warns in ml_dtypes
         wide = x.astype(np.float64)
@@ -106,10 +127,20 @@ def _check(x: np.ndarray, dtype: DType) -> dict[str, tuple[int, int]]:
         assert np.array_equal(np.isnan(g.astype(np.float64)), nan), name
         diff = np.abs(_ordinal(g, dtype) - _ordinal(want, dtype))[~nan]
         worst = int(np.argmax(diff)) if diff.size else 0
-        assert diff.size == 0 or diff.max() <= 1, (
-            f"{name}({x[~nan][worst]!r}) = {g[~nan][worst]!r}, correctly rounded "
-            f"{want[~nan][worst]!r} ({diff.max()} ulp)"
-        )
+        if dtype == DType.F32:
+            errs = [
+                _f32_ulps(name, float(v), float(y))
+                for v, y in zip(wide[~nan], g[~nan].astype(np.float64), strict=True)
+            ]
+            worst = int(np.argmax(errs)) if errs else 0
+            assert not errs or errs[worst] <= vmath.F32_MAX_ULP[name], (
+                f"{name}({x[~nan][worst]!r}) = {g[~nan][worst]!r}: {errs[worst]} ulp"
+            )
+        else:
+            assert diff.size == 0 or diff.max() <= 1, (
+                f"{name}({x[~nan][worst]!r}) = {g[~nan][worst]!r}, correctly rounded "
+                f"{want[~nan][worst]!r} ({diff.max()} ulp)"
+            )
         same = (_ordinal(g, dtype) == _ordinal(r, dtype)) & (np.signbit(g) == np.signbit(r))
         off_ref = int(np.count_nonzero(~(same | (np.isnan(g) & np.isnan(r)))))
         out[name] = (int(np.count_nonzero(diff)), off_ref)
@@ -122,8 +153,8 @@ def _f32_sweep() -> np.ndarray:
     # exp's overflow (88.72) and underflow (-87.34 to normal, -103.97 to zero) thresholds
     pieces += [np.linspace(a - 0.05, a + 0.05, 400) for a in (88.7228, -87.3365, -103.972)]
     pieces.append(np.linspace(-104, -87, 800))  # exp's subnormal f32 results
-    # the switches: tanh's f32 0.90625 (f16/bf16 0.9) and its clamp at 10; erf's 0.9, 2, 4
-    # (double: 2, 3.5, 6)
+    # the switches: tanh's double 0.9 (its f32 function has none; 0.90625 was one) and the f32
+    # clamp at 10; erf's 0.9, 2, 4 (double: 2, 3.5, 6)
     for a in (0.9, 0.90625, 1.0, 2.0, 3.5, 4.0, 6.0, 10.0):
         pieces.append(np.linspace(a - 1e-3, a + 1e-3, 200))
         pieces.append(np.linspace(-a - 1e-3, -a + 1e-3, 200))
@@ -142,15 +173,15 @@ def _specials(dtype: DType) -> np.ndarray:
         ).astype(dtype.np)
 
 
-def test_f32_sweep_within_one_ulp() -> None:
+def test_f32_sweep_within_the_documented_error() -> None:
     x = _f32_sweep()
     stats = _check(x, DType.F32)
     # The f32 functions are within vmath.F32_MAX_ULP (about 1 ulp) of the exact value, so where
     # it lies near a midpoint the result may be its other neighbour: 1 to 2.5% of this sweep's
     # points, which crowd the functions' non-trivial ranges (0.06% of all inputs for exp, 0.2
-    # to 0.7% of the ones strided through 0.9 <= |x| for erf); tanh, which trades its float
-    # pairs for speed, 3.1% here (0.084% of all inputs).
-    limit = {"tanh": 0.04}
+    # to 0.7% of the ones strided through 0.9 <= |x| for erf); tanh, which trades accuracy
+    # (2.42 ulp) for speed, 6.2% here (3.9% of all inputs).
+    limit = {"tanh": 0.07}
     for name, (off, _) in stats.items():
         assert off <= limit.get(name, 0.03) * x.size, (name, off)
 
@@ -170,7 +201,7 @@ def test_every_narrow_value_within_one_ulp(dtype: DType) -> None:
         max_size=40,
     )
 )
-def test_hypothesis_f32_within_one_ulp(values: list[float]) -> None:
+def test_hypothesis_f32_within_the_documented_error(values: list[float]) -> None:
     _check(np.array(values, dtype=np.float32), DType.F32)
 
 
