@@ -6,6 +6,8 @@ the IR's fold order exactly."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from gdv.backends.c import matmul
 from gdv.backends.c.elementwise import scalar
 from gdv.backends.c.emit import CTYPE, Program, comment, ctype
@@ -38,11 +40,47 @@ def body_code(prog: Program, body: Function):
     return emit
 
 
+def merge_repeated(op: Op, body: Function) -> tuple[Op, Function]:
+    """`op` and its body with each operand that repeats an earlier one under the same map
+    dropped, the body reading the earlier one's parameter in its place: the same element of
+    the same value, loaded once (a fused GELU reads its input five times)."""
+    first: dict[tuple, int] = {}
+    keep: list[int] = []
+    rename: dict[str, str] = {}
+    for k, (name, rows) in enumerate(zip(op.operands, op.attrs["maps"], strict=True)):
+        key = (name, repr(rows))
+        if key in first:
+            rename[body.params[k].name] = body.params[first[key]].name
+        else:
+            first[key] = k
+            keep.append(k)
+    if not rename:
+        return op, body
+    ops = [
+        dataclasses.replace(b, operands=[rename.get(o, o) for o in b.operands]) for b in body.ops
+    ]
+    new_body = dataclasses.replace(
+        body,
+        params=[body.params[k] for k in keep],
+        ops=ops,
+        returns=[rename.get(r, r) for r in body.returns],
+    )
+    attrs = dict(op.attrs, maps=[op.attrs["maps"][k] for k in keep])
+    locs = [op.operand_locs[k] for k in keep] if len(op.operand_locs) == len(op.operands) else []
+    new_op = dataclasses.replace(
+        op, operands=[op.operands[k] for k in keep], attrs=attrs, operand_locs=locs
+    )
+    return new_op, new_body
+
+
 @lowering(OPS["kernel"])
 def _kernel(prog: Program, op: Op) -> None:
     body = prog.module.function(op.attrs["body"])
     if body is None:
         raise prog.error(op, "its body function is not in the module")
+    if len(op.operands) != len(body.params) or len(op.attrs["maps"]) != len(op.operands):
+        raise prog.error(op, "its operands, maps and body parameters differ in number")
+    op, body = merge_repeated(op, body)
     types = prog.entry.types()
     operand_types = [types[o] for o in op.operands]
     for t in [op.type, *operand_types]:
