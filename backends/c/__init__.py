@@ -217,9 +217,17 @@ class Executable:
             (self._slot_of[r], self._types[r].shape, self._types[r].num_elements)
             for r in self.entry.returns
         ]
+        param_slots = {slot for _, _, _, slot in self._params}
+        self._result_views = [
+            None if slot in param_slots else self._buffers[slot][:size].reshape(shape)
+            for slot, shape, size in self._results
+        ]
+        """Per result, its buffer's elements as the result's array (None: a parameter's slot,
+        whose elements are the caller's array in each call)."""
         self._seen: dict[int, tuple[weakref.ref, int]] = {}
         """Per parameter slot, the last array read in place (weakly) and its data address:
-        `ndarray.ctypes.data` costs about a microsecond, and a live array's address is fixed."""
+        `ndarray.ctypes.data` costs about a microsecond, and a live array's address is fixed
+        (NumPy refuses to resize an array that has a weak reference)."""
         self._callback = _FALLBACK_FN(self._fallback)  # alive as long as the executable
         if self.lowered.fallbacks:
             self._lib.gdv_set_fallback.argtypes = [_FALLBACK_FN]
@@ -303,7 +311,10 @@ class Executable:
                 bad = fallbacks[status - 1][0]
                 raise IRError(f"target c: the reference fallback for {bad.op} at {bad.loc} failed")
             raise IRError(f"target c: the compiled program returned status {status}")
-        outs = [self._slot_view(*result).copy() for result in self._results]
+        outs = [
+            (self._slot_view(*result) if view is None else view).copy()
+            for view, result in zip(self._result_views, self._results, strict=True)
+        ]
         self._read_in_place = {}  # hold no reference to the caller's arrays
         return outs
 

@@ -175,25 +175,31 @@ def _runtime_includes(prog: Program) -> None:
         )
 
 
-def micro_kernel(prog: Program, dtype: DType, mr: int, nv: int, vb: int) -> str:
+def micro_kernel(
+    prog: Program, dtype: DType, mr: int, nv: int, vb: int, a_in_place: bool = False
+) -> str:
     """The name of the MR x (NV vectors) micro-kernel for `dtype` (emitted once per program).
 
     `gdv_mk(kc, ap, bp, ldb, c, ldc, first)`: for k = 0 .. kc-1 in order, c[r][j] +=
     ap[k][r] * bp[k * ldb + j] (multiply, then add), starting from -0.0 when `first`, else
     from c. B is a packed sliver (ldb = NR) or, for a product with few rows, the operand
-    itself (ldb its reduce stride; unaligned loads)."""
+    itself (ldb its reduce stride; unaligned loads). With `a_in_place` (`gdv_mk..._ai`, one
+    more argument `lda` after `ap`), A is the operand itself, row r at ap[r * lda], contiguous
+    in k: a product with few rows does not pack it."""
     t, s = CTYPE[dtype], SUFFIX[dtype]
     va, vu = _vector_types(prog, dtype, vb)
     vl = vb // dtype.itemsize
     nr = nv * vl
-    name = f"gdv_mk_{s}_{mr}x{nr}_v{vb}"
+    name = f"gdv_mk_{s}_{mr}x{nr}_v{vb}" + ("_ai" if a_in_place else "")
     head = f"static void {name}("
     if any(f.startswith(head) for f in prog.functions):
         return name
     accs = [[f"c{r}_{v}" for v in range(nv)] for r in range(mr)]
     zero = "-0.0f" if dtype is DType.F32 else "-0.0"
     lines = [
-        f"{head}int64_t kc, const {t} *restrict ap, const {t} *restrict bp, int64_t ldb, "
+        f"{head}int64_t kc, const {t} *restrict ap, "
+        + ("int64_t lda, " if a_in_place else "")
+        + f"const {t} *restrict bp, int64_t ldb, "
         f"{t} *restrict c, int64_t ldc, int first)",
         "{",
         f"  {va} " + ", ".join(a for row in accs for a in row) + ";",
@@ -210,10 +216,10 @@ def micro_kernel(prog: Program, dtype: DType, mr: int, nv: int, vb: int) -> str:
     lines += ["  }", "  for (int64_t k = 0; k < kc; k++) {"]
     lines += [f"    const {va} b{v} = *(const {vu} *)(bp + {v * vl});" for v in range(nv)]
     for r in range(mr):
-        lines.append(f"    {{ const {t} a = ap[{r}];")
+        lines.append(f"    {{ const {t} a = ap[{f'{r} * lda' if a_in_place else r}];")
         lines += [f"      {accs[r][v]} = {accs[r][v]} + b{v} * a;" for v in range(nv)]
         lines.append("    }")
-    lines += [f"    ap += {mr};", "    bp += ldb;", "  }"]
+    lines += [f"    ap += {1 if a_in_place else mr};", "    bp += ldb;", "  }"]
     lines += [
         f"  *({vu} *)(c + {r} * ldc + {v * vl}) = {accs[r][v]};"
         for r in range(mr)
@@ -401,6 +407,26 @@ def _blocked(
                 f"                  ldb = INT64_C({ks});\n"
                 "                }\n"
             )
+    # Likewise full row slivers of an X read unchanged, contiguous in k, row r at r * lda.
+    skip_full_x = ""
+    call_full = f"{micro}(kc, pa, pb, ldb, ct, {n_}, pc == 0);"
+    call_tile = f"{micro}(kc, pa, pb, ldb, tile, {nr}, pc == 0);"
+    if m_ <= DIRECT_MAX_ROWS and con.left in pidx:
+        kx = pidx[con.left]
+        lda = gi.step(coefs[kx][0])
+        if operand_types[kx].dtype == dtype and gk.step(coefs[kx][0]) == 1 and lda is not None:
+            vb = vector_bytes()
+            micro_ai = micro_kernel(prog, dtype, mr, nr * dtype.itemsize // vb, vb, True)
+            note += "  /* full row slivers of X are read in place */\n"
+            skip_full_x = f"              if (mr == {mr}) continue;  /* read in place, below */\n"
+            pa_in = f"a{kx} + o{kx} + ia * INT64_C({lda}) + pc"
+            call_full = f"{micro_ai}(kc, {pa_in}, INT64_C({lda}), pb, ldb, ct, {n_}, pc == 0);"
+            call_tile = (
+                f"if (mr == {mr})\n"
+                f"                    {micro_ai}(kc, {pa_in}, INT64_C({lda}), pb, ldb, tile, {nr}, "
+                "pc == 0);\n"
+                f"                  else\n                    {call_tile}"
+            )
     scatter = ""
     if not con.direct:
         res_b = gb.offset(out_coef, "trb", tables)[0]
@@ -514,7 +540,7 @@ def _blocked(
               {t} *restrict dst = ap + is * kc * {mr};
               const int64_t r0 = i0 + is * {mr};
               const int64_t mr = i0 + mcur - r0 < {mr} ? i0 + mcur - r0 : {mr};
-{pack_x}              for (int64_t ii = mr; ii < {mr}; ii++)
+{skip_full_x}{pack_x}              for (int64_t ii = mr; ii < {mr}; ii++)
                 for (int64_t kk = 0; kk < kc; kk++) dst[kk * {mr} + ii] = 0;
             }}
             for (int64_t is = 0; is < nis; is++) {{
@@ -528,13 +554,13 @@ def _blocked(
                 const {t} *pb = bp + js * kc * {nr};
                 int64_t ldb = {nr};
 {in_place}                if (mr == {mr} && nr == {nr}) {{
-                  {micro}(kc, pa, pb, ldb, ct, {n_}, pc == 0);
+                  {call_full}
                 }} else {{ /* an edge tile: through a full-size tile, partial sums in order */
                   {t} tile[{mr * nr}] __attribute__((aligned(64)));
                   if (pc != 0)
                     for (int64_t ii = 0; ii < mr; ii++)
                       for (int64_t jj = 0; jj < nr; jj++) tile[ii * {nr} + jj] = ct[ii * {n_} + jj];
-                  {micro}(kc, pa, pb, ldb, tile, {nr}, pc == 0);
+                  {call_tile}
                   for (int64_t ii = 0; ii < mr; ii++)
                     for (int64_t jj = 0; jj < nr; jj++) ct[ii * {n_} + jj] = tile[ii * {nr} + jj];
                 }}

@@ -204,20 +204,23 @@ def test_default_blocking_crosses_reduce_blocks(dtype: str) -> None:
 
 
 @pytest.mark.parametrize("vector", ["64", "16"])
-@pytest.mark.parametrize("m", [1, 8, 16, 17])
-def test_few_rows_read_the_column_factor_in_place(m: int, vector: str) -> None:
-    """A product with at most DIRECT_MAX_ROWS rows hands full column slivers of B to the
-    micro-kernel in place (K crossing reduce blocks, an edge sliver packed, NaN, infinities and
-    signed zeros among the values); more rows, or a B whose columns are not adjacent, packs."""
+@pytest.mark.parametrize("m", [1, 3, 8, 16, 17])
+def test_few_rows_read_both_factors_in_place(m: int, vector: str) -> None:
+    """A product with at most DIRECT_MAX_ROWS rows hands full column slivers of B and full row
+    slivers of A to the micro-kernel in place (K crossing reduce blocks, edge slivers packed,
+    NaN, infinities and signed zeros among the values); more rows, or a factor not adjacent
+    along what the micro-kernel steps through, packs."""
     n, k = 45, 1100
     rng = np.random.default_rng(m)
     a = (rng.standard_normal((m, k)) * 1e3).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     b[3, :4] = [np.nan, np.inf, -np.inf, -0.0]
     a[0, 7] = -0.0
+    a[-1, 9] = np.inf
     source = _check(_matmul_text("f32", m, n, k), {"a": a, "b": b}, **{VECTOR_BYTES_ENV: vector})
-    in_place = "read in place" in source
-    assert in_place == (m <= matmul.DIRECT_MAX_ROWS)
+    few = m <= matmul.DIRECT_MAX_ROWS
+    assert ("column slivers of Y are read in place" in source) == few
+    assert ("row slivers of X are read in place" in source) == few
     # B^T stored [n, k]: a column of B is a row of the operand, one step of j moves k elements.
     text = (
         _matmul_text("f32", m, n, k)
@@ -225,7 +228,17 @@ def test_few_rows_read_the_column_factor_in_place(m: int, vector: str) -> None:
         .replace("[[0, 0, 1, 0], [0, 1, 0, 0]]", "[[0, 1, 0, 0], [0, 0, 1, 0]]")
     )
     source = _check(text, {"a": a, "b": np.ascontiguousarray(b.T)})
-    assert "micro-kernel" in source and "read in place" not in source
+    assert "micro-kernel" in source and "column slivers of Y are read in place" not in source
+    assert ("row slivers of X are read in place" in source) == few
+    # A^T stored [k, m]: one step of k moves m elements, so A is packed (unless m is 1).
+    text = (
+        _matmul_text("f32", m, n, k)
+        .replace(f"%a: f32[{m},{k}]", f"%a: f32[{k},{m}]")
+        .replace("[[1, 0, 0, 0], [0, 0, 1, 0]]", "[[0, 0, 1, 0], [1, 0, 0, 0]]")
+    )
+    source = _check(text, {"a": np.ascontiguousarray(a.T), "b": b})
+    assert ("row slivers of X are read in place" in source) == (m == 1)
+    assert ("column slivers of Y are read in place" in source) == few
 
 
 def test_fold_starts_from_the_first_product_not_plus_zero() -> None:

@@ -257,6 +257,12 @@ def test_repeated_calls_see_new_values_and_new_arrays() -> None:
         fresh = np.random.default_rng(seed).standard_normal((64, 32)).astype(np.float32)
         check(fresh, w)
         del fresh
+    # The one way a live array's memory could move: NumPy refuses while the weak reference is
+    # held, so the remembered address cannot go stale.
+    check(x, w)
+    with pytest.raises(ValueError, match="resize"):
+        x.resize((8, 32))
+    check(x, w)
 
 
 def test_descriptor_states_the_measured_transcendental_accuracy() -> None:
