@@ -9,12 +9,13 @@ causal attention block and a conv+bias+relu+maxpool block. Each is written once 
 once in numpy and once as a torch module (exported to ONNX for onnxruntime with
 `torch.onnx.export(dynamo=False)`). Before timing, every engine's output is compared with
 gdv's (the largest absolute difference is reported; a difference above 1e-3 relative to the
-output's scale marks the row). Each engine runs until it has taken about a second (at least 5
-runs, at most 200); the median is reported, and `gdv/peer` is gdv's median divided by the
-peer's (below 1: gdv is faster). Results go to `benchmarks/side_by_side.json` with the
-machine's capability descriptor. Engines that are not installed or fail are reported as such,
-never silently dropped. Timings are this machine's, on all its cores; none of this is a unit
-test.
+output's scale marks the row). The engines then take turns, each running about 10 ms of calls
+per turn, until each has run for about a second (at least 5 runs, at most 2000): a burst of
+load from elsewhere on a shared machine falls on all of them alike. The median is reported,
+and `gdv/peer` is gdv's median divided by the peer's (below 1: gdv is faster). Results go to
+`benchmarks/side_by_side.json` with the machine's capability descriptor. Engines that are not
+installed or fail are reported as such, never silently dropped. Timings are this machine's, on
+all its cores; none of this is a unit test.
 """
 
 from __future__ import annotations
@@ -511,22 +512,49 @@ ENGINES = {
 }
 
 
-def _time(call: Callable[[], object], budget: float = 1.0) -> list[float]:
-    call()  # warm
-    runs: list[float] = []
-    start = time.perf_counter()
-    while len(runs) < 5 or (time.perf_counter() - start < budget and len(runs) < 200):
+BATCH_S = 0.01
+"""Seconds of calls an engine makes in one turn before the next engine's turn."""
+
+MAX_RUNS = 2000
+
+
+def _time(calls: dict[str, Callable[[], object]], budget: float = 1.0) -> dict[str, list[float]]:
+    """Each call's timed runs, the engines taking turns (a batch of about BATCH_S seconds each)
+    until every one has had about `budget` seconds (at least 5 runs, at most MAX_RUNS): a
+    burst of load from elsewhere on the machine then falls on all engines alike, where timing
+    one engine after another let it fall on one."""
+    batch: dict[str, int] = {}
+    for name, call in calls.items():
         t = time.perf_counter()
-        call()
-        runs.append(time.perf_counter() - t)
+        call()  # warm
+        batch[name] = max(1, min(MAX_RUNS, int(BATCH_S / max(time.perf_counter() - t, 1e-7))))
+    runs: dict[str, list[float]] = {name: [] for name in calls}
+    spent = dict.fromkeys(calls, 0.0)
+    while any(len(runs[n]) < 5 or (spent[n] < budget and len(runs[n]) < MAX_RUNS) for n in calls):
+        for name, call in calls.items():
+            mine = runs[name]
+            if len(mine) >= 5 and (spent[name] >= budget or len(mine) >= MAX_RUNS):
+                continue
+            for _ in range(batch[name]):
+                t = time.perf_counter()
+                call()
+                mine.append(time.perf_counter() - t)
+                spent[name] += mine[-1]
     return runs
+
+
+def _failed(e: Exception) -> dict:
+    if "--debug" in sys.argv:
+        traceback.print_exc()
+    return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
 
 
 def run_workload(w: Workload, engines: list[str], budget: float) -> dict:
     row: dict = {"workload": w.name, "what": w.what, "engines": {}}
     reference = None
-    for name in engines:
-        entry: dict = {}
+    calls: dict[str, Callable[[], object]] = {}
+    entries: dict[str, dict] = {}
+    for name in engines:  # set up, and compare each engine's output with gdv's
         try:
             call, setup = ENGINES[name](w)
             out = np.asarray(call(), dtype=np.float64)
@@ -534,21 +562,27 @@ def run_workload(w: Workload, engines: list[str], budget: float) -> dict:
                 reference = out
             scale = max(1.0, float(np.max(np.abs(reference))))
             diff = float(np.max(np.abs(out - reference))) if out.size else 0.0
-            runs = _time(call, budget)
-            median = statistics.median(runs)
-            entry = {
-                "median_ms": median * 1e3,
-                "runs": len(runs),
+            calls[name] = call
+            entries[name] = {
                 "setup_s": round(setup, 3),
                 "max_abs_diff_vs_gdv": diff,
                 "agrees": diff <= 1e-3 * scale,
             }
+        except Exception as e:  # noqa: BLE001  (an engine that fails is reported, not hidden)
+            entries[name] = _failed(e)
+    try:
+        timed = _time(calls, budget)
+    except Exception as e:  # noqa: BLE001
+        timed = {}
+        for name in calls:
+            entries[name] = _failed(e)
+    for name in engines:
+        entry = entries[name]
+        if name in timed:
+            median = statistics.median(timed[name])
+            entry = {"median_ms": median * 1e3, "runs": len(timed[name]), **entry}
             if w.flops:
                 entry["gflops"] = w.flops / median / 1e9
-        except Exception as e:  # noqa: BLE001  (an engine that fails is reported, not hidden)
-            entry = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-            if "--debug" in sys.argv:
-                traceback.print_exc()
         row["engines"][name] = entry
         print(f"  {name:<14} {_cell(entry)}", flush=True)
     base = row["engines"].get("gdv-c", {}).get("median_ms")
