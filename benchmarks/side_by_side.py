@@ -9,9 +9,10 @@ causal attention block and a conv+bias+relu+maxpool block. Each is written once 
 once in numpy and once as a torch module (exported to ONNX for onnxruntime with
 `torch.onnx.export(dynamo=False)`). Before timing, every engine's output is compared with
 gdv's (the largest absolute difference is reported; a difference above 1e-3 relative to the
-output's scale marks the row). The engines then take turns, each running about 10 ms of calls
-per turn, until each has run for about a second (at least 5 runs, at most 2000): a burst of
-load from elsewhere on a shared machine falls on all of them alike. The median is reported,
+output's scale marks the row). The engines then take three turns each, one after another,
+each turn a third of a second of back-to-back calls after 0.2 s of quiet (so no engine's idle
+threads still spin; at least 5 runs in all, at most 2000): a burst of load from elsewhere on a
+shared machine lands in one of several windows of each engine. The median is reported,
 and `gdv/peer` is gdv's median divided by the peer's (below 1: gdv is faster). Results go to
 `benchmarks/side_by_side.json` with the machine's capability descriptor. Engines that are not
 installed or fail are reported as such, never silently dropped. Timings are this machine's, on
@@ -512,34 +513,38 @@ ENGINES = {
 }
 
 
-BATCH_S = 0.01
-"""Seconds of calls an engine makes in one turn before the next engine's turn."""
+TURNS = 3
+"""How many turns each engine gets: its runs are spread over this many windows."""
+
+SETTLE_S = 0.2
+"""Seconds of quiet before each turn, for the previous engine's idle worker threads
+(OpenMP's, onnxruntime's) to stop spinning: on a machine with few cores a spinning thread of
+one engine would take a core from the next."""
 
 MAX_RUNS = 2000
 
 
 def _time(calls: dict[str, Callable[[], object]], budget: float = 1.0) -> dict[str, list[float]]:
-    """Each call's timed runs, the engines taking turns (a batch of about BATCH_S seconds each)
-    until every one has had about `budget` seconds (at least 5 runs, at most MAX_RUNS): a
-    burst of load from elsewhere on the machine then falls on all engines alike, where timing
-    one engine after another let it fall on one."""
-    batch: dict[str, int] = {}
-    for name, call in calls.items():
-        t = time.perf_counter()
-        call()  # warm
-        batch[name] = max(1, min(MAX_RUNS, int(BATCH_S / max(time.perf_counter() - t, 1e-7))))
+    """Each call's timed runs: the engines take TURNS turns each, one after another, each turn
+    about budget / TURNS seconds of back-to-back calls after SETTLE_S of quiet (at least 5 runs
+    in all, at most MAX_RUNS). A burst of load from elsewhere on the machine then lands in one
+    of several windows of each engine instead of all of one engine's."""
     runs: dict[str, list[float]] = {name: [] for name in calls}
-    spent = dict.fromkeys(calls, 0.0)
-    while any(len(runs[n]) < 5 or (spent[n] < budget and len(runs[n]) < MAX_RUNS) for n in calls):
+    for call in calls.values():
+        call()  # warm
+    for turn in range(TURNS):
         for name, call in calls.items():
             mine = runs[name]
-            if len(mine) >= 5 and (spent[name] >= budget or len(mine) >= MAX_RUNS):
-                continue
-            for _ in range(batch[name]):
+            time.sleep(SETTLE_S)
+            call()  # wake any worker threads
+            start = time.perf_counter()
+            last = turn == TURNS - 1
+            while len(mine) < MAX_RUNS * (turn + 1) // TURNS and (
+                time.perf_counter() - start < budget / TURNS or (last and len(mine) < 5)
+            ):
                 t = time.perf_counter()
                 call()
                 mine.append(time.perf_counter() - t)
-                spent[name] += mine[-1]
     return runs
 
 
