@@ -466,18 +466,40 @@ def _blocked(
     c_at = f"r + b * INT64_C({m_ * n_})" if con.direct else "ws"
     ind_y, ind_x = " " * 14, " " * 16
 
-    def both(width: int, extent: str, ind: str, make: Callable[[str, str], str]) -> str:
+    def both(
+        width: int, extent: str, ind: str, make: Callable[[str, str], str], edge: str = ""
+    ) -> str:
         """A full sliver with its width as a constant (loops the compiler can vectorise
-        whole), else the edge sliver's extent."""
+        whole), else the edge sliver's extent (or the C `edge` given)."""
         return (
             f"{ind}if ({extent} == {width}) {{\n{make(str(width), ind + '  ')}{ind}}} else {{\n"
-            f"{make(extent, ind + '  ')}{ind}}}\n"
+            f"{edge or make(extent, ind + '  ')}{ind}}}\n"
         )
 
+    zero_y = (
+        f"            for (int64_t jj = nr; jj < {nr}; jj++)\n"
+        f"              for (int64_t kk = 0; kk < kc; kk++) dst[kk * {nr} + jj] = 0;\n"
+    )
+    edge_y = ""
+    if con.right in pidx and not y_k_inner:
+        # A Y read unchanged, a row of the sliver adjacent in memory: the edge sliver is
+        # packed whole in vector lanes, the columns past the edge zero (masked loads).
+        (ky,) = y_offs
+        edge_y = (
+            f"{ind_y}  for (int64_t kk = 0; kk < kc; kk++) {{\n"
+            f"{ind_y}    const int64_t k = pc + kk;\n"
+            "#pragma omp simd\n"
+            f"{ind_y}    for (int64_t jj = 0; jj < {nr}; jj++) {{\n"
+            f"{ind_y}      const int64_t j = j0 + jj;\n"
+            f"{ind_y}      dst[kk * {nr} + jj] = jj < nr ? a{ky}[{y_offs[ky]}] : 0;\n"
+            f"{ind_y}    }}\n"
+            f"{ind_y}  }}\n"
+        )
+        zero_y = ""
     pack_y = both(nr, "nr", ind_y, lambda ext, ind: _pack(
         prog, body, con.right, y_offs, ind, ("jj", ext, "j", "j0 + jj"), y_k_inner,
         f"dst[kk * {nr} + jj]",
-    ))  # fmt: skip
+    ), edge_y)  # fmt: skip
     pack_x = both(mr, "mr", ind_x, lambda ext, ind: _pack(
         prog, body, con.left, x_offs, ind, ("ii", ext, "i", "r0 + ii"), x_k_inner,
         f"dst[kk * {mr} + ii]",
@@ -529,9 +551,7 @@ def _blocked(
             {t} *restrict dst = bp + s * kc * {nr};
             const int64_t j0 = jc + s * {nr};
             const int64_t nr = jc + nc - j0 < {nr} ? jc + nc - j0 : {nr};
-{skip_full}{pack_y}            for (int64_t jj = nr; jj < {nr}; jj++)
-              for (int64_t kk = 0; kk < kc; kk++) dst[kk * {nr} + jj] = 0;
-          }}
+{skip_full}{pack_y}{zero_y}          }}
           for (int64_t i0 = i_lo; i0 < i_hi; i0 += {mc_top}) {{
             const int64_t mcur = i_hi - i0 < {mc_top} ? i_hi - i0 : {mc_top};
             const int64_t nis = (mcur + {mr - 1}) / {mr};
