@@ -443,6 +443,11 @@ def _blocked(
     bp_elems = _round64(kc_top * -(-min(nc_max, n_) // nr) * nr, dtype.itemsize)
     mc_top = min(mc_max, -(-m_ // mr) * mr)
     ap_elems = _round64(kc_top * mc_top, dtype.itemsize)
+    # Factors read in place whole (no edge sliver) need no packing buffer.
+    if skip_full and n_ % nr == 0:
+        bp_elems = _round64(1, dtype.itemsize)
+    if skip_full_x and m_ % mr == 0:
+        ap_elems = _round64(1, dtype.itemsize)
     sizes = {"b": nb, "i": m_, "j": n_, "k": k_}
     heap = [f"bpall = aligned_alloc(64, sizeof({t}) * {bp_elems} * nthreads)"]
     heap.append(f"apall = aligned_alloc(64, sizeof({t}) * {ap_elems} * nthreads)")
