@@ -210,9 +210,12 @@ class Executable:
         )
         self._read_in_place: dict[int, np.ndarray] = {}
         self._params = [
-            (p.name, p.type.dtype.np, p.type.shape, self._slot_of[p.name])
+            (p.name, np.dtype(p.type.dtype.np), p.type.shape, self._slot_of[p.name])
             for p in self.entry.params
         ]
+        self._fast_inputs = all(p.type.num_elements for p in self.entry.params)
+        """Every parameter has elements: an array of its exact dtype, shape and layout is read
+        in place (an empty one takes the checked path)."""
         self._results = [
             (self._slot_of[r], self._types[r].shape, self._types[r].num_elements)
             for r in self.entry.returns
@@ -224,8 +227,11 @@ class Executable:
         ]
         """Per result, its buffer's elements as the result's array (None: a parameter's slot,
         whose elements are the caller's array in each call)."""
-        self._seen: dict[int, tuple[weakref.ref, int]] = {}
-        """Per parameter slot, the last array read in place (weakly) and its data address:
+        self._keep_read = bool(self.lowered.fallbacks) or any(v is None for v in self._result_views)
+        """Whether a call needs the arrays it read in place by slot (a result that is a
+        parameter, or a fallback reading its operands)."""
+        self._seen: dict[int, weakref.ref] = {}
+        """Per parameter slot, the array whose data address `_pointers` holds (weakly):
         `ndarray.ctypes.data` costs about a microsecond, and a live array's address is fixed
         (NumPy refuses to resize an array that has a weak reference)."""
         self._callback = _FALLBACK_FN(self._fallback)  # alive as long as the executable
@@ -269,24 +275,30 @@ class Executable:
         specs = self._params
         read = self._read_in_place = {}
         seen, pointers = self._seen, self._pointers
-        fast = (type(inputs) is dict or isinstance(inputs, Mapping)) and len(inputs) == len(specs)
+        fast = (
+            self._fast_inputs
+            and (type(inputs) is dict or isinstance(inputs, Mapping))
+            and len(inputs) == len(specs)
+        )
         if fast:
+            get, keep = inputs.get, self._keep_read
             for name, dtype, shape, slot in specs:
-                x = inputs.get(name)
+                x = get(name)
                 if not (
                     type(x) is np.ndarray
-                    and x.dtype == dtype
                     and x.shape == shape
+                    and (x.dtype is dtype or x.dtype == dtype)
                     and x.flags.c_contiguous
-                    and x.size
                 ):
                     fast = False
                     break
-                read[slot] = x
+                if keep:
+                    read[slot] = x
                 last = seen.get(slot)
-                if last is None or last[0]() is not x:
-                    last = seen[slot] = (weakref.ref(x), x.ctypes.data)
-                pointers[slot] = last[1]
+                if last is None or last() is not x:
+                    # the pointer stays in place while the same array comes back
+                    seen[slot] = weakref.ref(x)
+                    pointers[slot] = x.ctypes.data
         if not fast:
             from gdv.backends.reference import Context
             from gdv.backends.reference.interpreter import check_inputs
@@ -294,6 +306,7 @@ class Executable:
             env = check_inputs(self.entry, inputs, Context())
             read.clear()
             for name, _, _, slot in specs:
+                seen.pop(slot, None)  # its pointer now goes to this call's copy
                 x = np.ascontiguousarray(env[name])
                 if x.size:
                     read[slot] = x

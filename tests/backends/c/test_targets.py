@@ -257,6 +257,12 @@ def test_repeated_calls_see_new_values_and_new_arrays() -> None:
         fresh = np.random.default_rng(seed).standard_normal((64, 32)).astype(np.float32)
         check(fresh, w)
         del fresh
+    # A call that copies its input (here not C-contiguous) points at the copy; the array read
+    # in place before is pointed at again on the next call, not the dead copy.
+    check(np.asfortranarray(x), w)
+    check(x, w)
+    x[0, :] = 3.0
+    check(x, w)
     # The one way a live array's memory could move: NumPy refuses while the weak reference is
     # held, so the remembered address cannot go stale.
     check(x, w)
