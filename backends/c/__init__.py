@@ -184,6 +184,11 @@ def _load(path: str) -> ctypes.CDLL:
     return lib
 
 
+FRESH_MIN_BYTES = 1 << 18
+"""Results at least this large are computed into a new array each call instead of being copied
+out of the executable's buffer (a copy costs more than a new array from there on)."""
+
+
 class Executable:
     """A module compiled for the C target and loaded, ready to be called many times: the C
     source is generated and the shared object loaded once, the buffers allocated once (so one
@@ -230,6 +235,16 @@ class Executable:
         self._keep_read = bool(self.lowered.fallbacks) or any(v is None for v in self._result_views)
         """Whether a call needs the arrays it read in place by slot (a result that is a
         parameter, or a fallback reading its operands)."""
+        once = [slot for slot, _, _ in self._results]
+        self._fresh = [
+            (i, slot, shape, self._buffers[slot].dtype)
+            for i, (slot, shape, size) in enumerate(self._results)
+            if slot not in param_slots
+            and once.count(slot) == 1
+            and size * self._buffers[slot].itemsize >= FRESH_MIN_BYTES
+        ]
+        """Large results (each in a slot of its own) written straight into a new array per
+        call, which is returned: no copy out."""
         self._seen: dict[int, weakref.ref] = {}
         """Per parameter slot, the array whose data address `_pointers` holds (weakly):
         `ndarray.ctypes.data` costs about a microsecond, and a live array's address is fixed
@@ -313,6 +328,11 @@ class Executable:
                     pointers[slot] = x.ctypes.data
                 else:
                     pointers[slot] = self._buffers[slot].ctypes.data
+        fresh = {}
+        for i, slot, shape, dt in self._fresh:
+            arr = fresh[i] = np.empty(shape, dt)
+            pointers[slot] = arr.ctypes.data
+            read[slot] = arr  # what a fallback reads and writes for this slot
         fallbacks = self.lowered.fallbacks
         if fallbacks:
             self._lib.gdv_set_fallback(self._callback)
@@ -326,7 +346,9 @@ class Executable:
             raise IRError(f"target c: the compiled program returned status {status}")
         outs = [
             (self._slot_view(*result) if view is None else view).copy()
-            for view, result in zip(self._result_views, self._results, strict=True)
+            if i not in fresh
+            else fresh[i]
+            for i, (view, result) in enumerate(zip(self._result_views, self._results, strict=True))
         ]
         self._read_in_place = {}  # hold no reference to the caller's arrays
         return outs

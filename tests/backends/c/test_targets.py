@@ -277,3 +277,33 @@ def test_descriptor_states_the_measured_transcendental_accuracy() -> None:
     text = c.capabilities(measure=False)["execution"]["exactness"]
     for name, ulps in vmath.F32_MAX_ULP.items():
         assert f"{name} {ulps:.2f}" in text, (name, ulps)
+
+
+def test_large_results_are_new_arrays_each_call() -> None:
+    """A result of at least FRESH_MIN_BYTES is computed straight into a new array, returned
+    without a copy: two calls give two arrays, and a result returned twice, or read again by a
+    later op, is still right."""
+    n = 512  # 512 x 512 f32: 1 MiB
+    text = f"""func @main(%x: f32[{n},{n}]) -> (f32[{n},{n}], f32[{n},{n}], f32[{n},{n}], f32[4]) {{
+  %y = mul(%x, %x) : f32[{n},{n}]
+  %z = add(%y, %x) : f32[{n},{n}]
+  %s = slice(%z) {{start = [0, 0], limit = [1, 4], stride = [1, 1]}} : f32[1,4]
+  %t = reshape(%s) : f32[4]
+  return %y, %z, %y, %t
+}}
+"""
+    assert n * n * 4 >= c.FRESH_MIN_BYTES
+    module = parse(text)
+    exe = c.Executable(module)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, n)).astype(np.float32)
+    first = exe({"x": x})
+    want = reference.run(module, {"x": x})
+    for got, ref in zip(first, want, strict=True):
+        assert reference.bit_equal(got, ref)
+    assert len({slot for _, slot, _, _ in exe._fresh}) == 1  # %z alone: %y is returned twice
+    assert not np.shares_memory(first[0], first[2])
+    second = exe({"x": -x})
+    assert not np.shares_memory(first[1], second[1])
+    assert reference.bit_equal(first[1], want[1])  # the first result is untouched
+    assert reference.bit_equal(second[1], reference.run(module, {"x": -x})[1])
