@@ -131,6 +131,44 @@ def _narrow_extreme(kind: str, dtype: DType) -> str:
     )
 
 
+def _order_key(kind: str, dtype: DType) -> str:
+    """`gdv_key_{kind}_{s}(x)`: x's place in the total order -inf < ... < -0.0 < +0.0 < ... <
+    +inf as a signed integer of its width (the bits, the magnitude bits flipped when negative),
+    a NaN mapped past every other key on the side `kind` keeps (max: the largest integer,
+    min: the smallest). An integer max (min) of keys is then IR_SPEC's float max (min), NaN
+    and signed zeros included, and vectorises as one instruction."""
+    s = SUFFIX[dtype]
+    bits, it = (32, "int32_t") if dtype is DType.F32 else (64, "int64_t")
+    top = f"INT{bits}_MAX"
+    inf = "0x7f800000" if bits == 32 else "INT64_C(0x7ff0000000000000)"
+    nan_key = top if kind == "max" else f"INT{bits}_MIN"
+    return (
+        f"static inline {it} gdv_key_{kind}_{s}({CTYPE[dtype]} x)\n"
+        "{\n"
+        f"  {it} b;\n"
+        "  memcpy(&b, &x, sizeof b);\n"
+        f"  const {it} k = b ^ ((b >> {bits - 1}) & {top});\n"
+        f"  return (b & {top}) > {inf} ? {nan_key} : k;\n"
+        "}\n"
+    )
+
+
+def _order_unkey(dtype: DType) -> str:
+    """`gdv_unkey_{s}(k)`: the float whose key is k (a NaN key gives a NaN)."""
+    s = SUFFIX[dtype]
+    bits, it = (32, "int32_t") if dtype is DType.F32 else (64, "int64_t")
+    t = CTYPE[dtype]
+    return (
+        f"static inline {t} gdv_unkey_{s}({it} k)\n"
+        "{\n"
+        f"  const {it} b = k ^ ((k >> {bits - 1}) & INT{bits}_MAX);\n"
+        f"  {t} x;\n"
+        "  memcpy(&x, &b, sizeof x);\n"
+        "  return x;\n"
+        "}\n"
+    )
+
+
 NARROW_HELPER = "gdv_narrow"
 """The helper block every f16/bf16 program needs (emit.load / emit.store call it)."""
 
@@ -140,6 +178,8 @@ helper comes after the ones it calls)."""
 for _d in (DType.F32, DType.F64):
     for _k in ("max", "min"):
         HELPERS[f"gdv_{_k}_{SUFFIX[_d]}"] = _float_extreme(_k, _d)
+        HELPERS[f"gdv_key_{_k}_{SUFFIX[_d]}"] = _order_key(_k, _d)
+    HELPERS[f"gdv_unkey_{SUFFIX[_d]}"] = _order_unkey(_d)
 for _d in NARROW:
     for _k in ("max", "min"):
         HELPERS[f"gdv_{_k}_{SUFFIX[_d]}"] = _narrow_extreme(_k, _d)

@@ -30,9 +30,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from gdv.backends.c.elementwise import scalar
-from gdv.backends.c.emit import CTYPE, Program, comment, ctype, float_literal, identity, strides
+from gdv.backends.c.emit import (
+    CTYPE,
+    SUFFIX,
+    Program,
+    comment,
+    ctype,
+    float_literal,
+    identity,
+    strides,
+)
 from gdv.backends.c.simd import vector_bytes
 from gdv.ir.core import Function, Op
+from gdv.ir.dtypes import DType
 from gdv.ir.ops.kernel import BODY_OPS, COMBINER_OP
 from gdv.ir.types import TensorType
 
@@ -341,6 +351,23 @@ def _emit_lanes(
     size = nest.space[last]
     lanes = max(2, min(2 * max(1, vector_bytes() // dtype.itemsize), size))
     start = _start(nest.combiner, dtype)
+    # f32/f64: the lanes hold each value's integer key (elementwise._order_key), so a step is
+    # one integer max (min) instead of the float max's NaN and signed-zero tests
+    keyed = dtype in (DType.F32, DType.F64)
+    acc_t, fold = t, lambda acc: combine_expr(prog, nest.combiner, dtype, acc, "val")
+    finish = "acc"
+    if keyed:
+        s = SUFFIX[dtype]
+        key = f"gdv_key_{nest.combiner}_{s}"
+        prog.helpers |= {key, f"gdv_unkey_{s}"}
+        acc_t = "int32_t" if dtype is DType.F32 else "int64_t"
+        start = f"{key}({start})"
+        cmp = ">" if nest.combiner == "max" else "<"
+
+        def fold(acc: str) -> str:
+            return f"{acc} {cmp} kv ? {acc} : kv"
+
+        finish = f"gdv_unkey_{s}(acc)"
     if math.prod(nest.space) >= PARALLEL_MIN_POINTS and len(order) > 0:
         collapse = f" collapse({len(order)})" if len(order) > 1 else ""
         lines.append(f"#pragma omp parallel for{collapse}")
@@ -349,7 +376,7 @@ def _emit_lanes(
         lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)")
     lines.append(f"{ind}{{")
     ind += "  "
-    lines.append(f"{ind}{t} lane[{lanes}];")
+    lines.append(f"{ind}{acc_t} lane[{lanes}];")
     lines.append(f"{ind}for (int64_t q = 0; q < INT64_C({lanes}); q++) lane[q] = {start};")
     for d in nest.reduce[:-1]:
         lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)")
@@ -361,7 +388,9 @@ def _emit_lanes(
         loads = load_operands(lines, indent, nest, operand_types)
         value = body(loads, lines, indent)
         lines.append(f"{indent}const {t} val = {value};")
-        lines.append(f"{indent}{acc} = {combine_expr(prog, nest.combiner, dtype, acc, 'val')};")
+        if keyed:
+            lines.append(f"{indent}const {acc_t} kv = {key}(val);")
+        lines.append(f"{indent}{acc} = {fold(acc)};")
 
     full = size - size % lanes
     lines.append(f"{inner}for (int64_t kb = 0; kb < INT64_C({full}); kb += INT64_C({lanes})) {{")
@@ -375,15 +404,15 @@ def _emit_lanes(
         point(inner + "  ", f"INT64_C({full}) + q", "lane[q]")
         lines.append(f"{inner}}}")
     lines.append(f"{ind}}}")
-    lines.append(f"{ind}{t} acc = {start};")
+    lines.append(f"{ind}{acc_t} acc = {start};")
     lines.append(f"{ind}for (int64_t q = 0; q < INT64_C({lanes}); q++) {{")
-    lines.append(f"{ind}  const {t} val = lane[q];")
-    lines.append(f"{ind}  acc = {combine_expr(prog, nest.combiner, dtype, 'acc', 'val')};")
+    lines.append(f"{ind}  const {acc_t} {'kv' if keyed else 'val'} = lane[q];")
+    lines.append(f"{ind}  acc = {fold('acc')};")
     lines.append(f"{ind}}}")
     out_index = " + ".join(
         ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
     )
-    lines.append(f"{ind}r[{out_index}] = acc;")
+    lines.append(f"{ind}r[{out_index}] = {finish};")
     lines.append(f"{ind[:-2]}}}")
 
 

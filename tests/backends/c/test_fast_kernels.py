@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from gdv.api import parse
 from gdv.backends import c, reference
 from gdv.backends.c import matmul
+from gdv.backends.c.nest import SIMD_MAX_STRIDE
 from gdv.backends.c.simd import BLOCKING_ENV, VECTOR_BYTES_ENV
 
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 5e-324, -1e-45, 3.4e38, 0.5]
@@ -377,6 +378,44 @@ def test_max_min_in_lanes_equal_the_ordered_fold_on_zeros_and_nans() -> None:
         )
         source = _check(text, {"a": x})
         assert "lane[" in source
+
+
+@settings(max_examples=40)
+@given(
+    dtype=st.sampled_from(["f32", "f64"]),
+    cols=st.integers(1, 75),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_max_min_lanes_on_integer_keys_match_the_fold(dtype: str, cols: int, seed: int) -> None:
+    """f32/f64 max and min in lanes fold each value's integer key (its place in the total
+    order, NaN past every end): infinities, both zeros, subnormals, and NaNs of either sign and
+    any payload give the reference's result (all NaNs one value)."""
+    rng = np.random.default_rng(seed)
+    width = {"f32": np.uint32, "f64": np.uint64}[dtype]
+    with np.errstate(over="ignore"):  # beyond f32: infinities, wanted too
+        x = (rng.standard_normal((7, cols)) * 10.0 ** rng.integers(-40, 40, (7, cols))).astype(
+            NP[dtype]
+        )
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 5e-324, -5e-324], np.float64).astype(NP[dtype])
+    pick = rng.random(x.shape)
+    x[pick < 0.3] = special[rng.integers(0, len(special), x.shape)][pick < 0.3]
+    bits = x.view(width)
+    nan = rng.random(x.shape) < 0.04
+    sign = width(1) << width(8 * x.itemsize - 1)
+    payload = rng.integers(1, 1 << 20, x.shape).astype(width)
+    expo = np.array([0x7F800000], np.uint32)[0] if dtype == "f32" else width(0x7FF0000000000000)
+    nans = expo | payload | np.where(rng.random(x.shape) < 0.5, sign, width(0))
+    bits[nan] = nans[nan]
+    for combiner in ("max", "min"):
+        text = (
+            f"func @main(%a: {dtype}[7,{cols}]) -> {dtype}[7] {{\n"
+            f'  %r = kernel(%a) {{body = "f", space = [7, {cols}], maps = [[[1, 0, 0], '
+            f'[0, 1, 0]]], out = [0], reduce = [1], combiner = "{combiner}"}} : {dtype}[7]\n'
+            f"  return %r\n}}\nfunc @f(%pa: {dtype}[]) -> {dtype}[] {{\n  return %pa\n}}"
+        )
+        source = _check(text, {"a": x})
+        # rows no further apart than SIMD_MAX_STRIDE fold side by side in lanes instead
+        assert (f"gdv_key_{combiner}_" in source) == (cols > SIMD_MAX_STRIDE)
 
 
 @pytest.mark.parametrize("op", ["reduce_max", "reduce_min", "reduce_sum"])
