@@ -226,15 +226,6 @@ class Executable:
             for r in self.entry.returns
         ]
         param_slots = {slot for _, _, _, slot in self._params}
-        self._result_views = [
-            None if slot in param_slots else self._buffers[slot][:size].reshape(shape)
-            for slot, shape, size in self._results
-        ]
-        """Per result, its buffer's elements as the result's array (None: a parameter's slot,
-        whose elements are the caller's array in each call)."""
-        self._keep_read = bool(self.lowered.fallbacks) or any(v is None for v in self._result_views)
-        """Whether a call needs the arrays it read in place by slot (a result that is a
-        parameter, or a fallback reading its operands)."""
         once = [slot for slot, _, _ in self._results]
         self._fresh = [
             (i, slot, shape, self._buffers[slot].dtype)
@@ -244,7 +235,20 @@ class Executable:
             and size * self._buffers[slot].itemsize >= FRESH_MIN_BYTES
         ]
         """Large results (each in a slot of its own) written straight into a new array per
-        call, which is returned: no copy out."""
+        call, which is returned: no copy out (their slots keep no buffer of their own)."""
+        fresh = {i for i, _, _, _ in self._fresh}
+        for _, slot, _, dt in self._fresh:
+            self._buffers[slot] = np.empty(1, dt)
+            self._pointers[slot] = self._buffers[slot].ctypes.data  # set again by each call
+        self._result_views = [
+            None if slot in param_slots or i in fresh else self._buffers[slot][:size].reshape(shape)
+            for i, (slot, shape, size) in enumerate(self._results)
+        ]
+        """Per result not computed fresh, its buffer's elements as the result's array (None: a
+        parameter's slot, whose elements are the caller's array in each call)."""
+        self._keep_read = bool(self.lowered.fallbacks) or any(s in param_slots for s in once)
+        """Whether a call needs the arrays it read in place by slot (a result that is a
+        parameter, or a fallback reading its operands)."""
         self._seen: dict[int, weakref.ref] = {}
         """Per parameter slot, the array whose data address `_pointers` holds (weakly):
         `ndarray.ctypes.data` costs about a microsecond, and a live array's address is fixed
@@ -344,12 +348,12 @@ class Executable:
                 bad = fallbacks[status - 1][0]
                 raise IRError(f"target c: the reference fallback for {bad.op} at {bad.loc} failed")
             raise IRError(f"target c: the compiled program returned status {status}")
-        outs = [
-            (self._slot_view(*result) if view is None else view).copy()
-            if i not in fresh
-            else fresh[i]
-            for i, (view, result) in enumerate(zip(self._result_views, self._results, strict=True))
-        ]
+        outs = []
+        for i, (view, result) in enumerate(zip(self._result_views, self._results, strict=True)):
+            if i in fresh:
+                outs.append(fresh[i])
+            else:
+                outs.append((self._slot_view(*result) if view is None else view).copy())
         self._read_in_place = {}  # hold no reference to the caller's arrays
         return outs
 

@@ -78,8 +78,6 @@ def _kernel(prog: Program, op: Op) -> None:
     body = prog.module.function(op.attrs["body"])
     if body is None:
         raise prog.error(op, "its body function is not in the module")
-    if len(op.operands) != len(body.params) or len(op.attrs["maps"]) != len(op.operands):
-        raise prog.error(op, "its operands, maps and body parameters differ in number")
     op, body = merge_repeated(op, body)
     types = prog.entry.types()
     operand_types = [types[o] for o in op.operands]

@@ -392,41 +392,48 @@ def _blocked(
 
     x_offs, x_k_inner = factor_offsets(con.left, gi, (mr, "r0", "ii"))
     y_offs, y_k_inner = factor_offsets(con.right, gj, (nr, "j0", "jj"))
-    # With few rows each element of Y meets only a few rows: full column slivers of a Y that is
-    # an operand read unchanged, one column per step of j, go to the micro-kernel in place.
-    skip_full = in_place = note = ""
-    if m_ <= DIRECT_MAX_ROWS and con.right in pidx:
-        ky = pidx[con.right]
-        ks = gk.step(coefs[ky][0])
-        if operand_types[ky].dtype == dtype and gj.step(coefs[ky][0]) == 1 and ks is not None:
-            note = "  /* full column slivers of Y are read in place */\n"
-            skip_full = f"            if (nr == {nr}) continue;  /* read in place, below */\n"
-            in_place = (
-                f"                if (nr == {nr}) {{\n"
-                f"                  pb = a{ky} + o{ky} + ja + pc * INT64_C({ks});\n"
-                f"                  ldb = INT64_C({ks});\n"
-                "                }\n"
-            )
-    # Likewise full row slivers of an X read unchanged, contiguous in k, row r at r * lda.
+
+    def in_place(value: str, unit: _Group, other: _Group) -> tuple[int, int] | None:
+        """(operand, stride along `other`) when the factor `value` is an operand read
+        unchanged, adjacent along `unit`, in a product with few rows (each element meets only
+        a few products, so packing it costs more than it saves)."""
+        k = pidx.get(value)
+        if m_ > DIRECT_MAX_ROWS or k is None or operand_types[k].dtype != dtype:
+            return None
+        stride = other.step(coefs[k][0])
+        return (k, stride) if unit.step(coefs[k][0]) == 1 and stride is not None else None
+
+    # Full column slivers of Y (one column per step of j) and full row slivers of X
+    # (contiguous in k, row r at r * lda) go to the micro-kernel in place.
+    y_in, x_in = in_place(con.right, gj, gk), in_place(con.left, gk, gi)
+    skip_full = in_place_b = note = ""
+    if y_in:
+        ky, ks = y_in
+        note = "  /* full column slivers of Y are read in place */\n"
+        skip_full = f"            if (nr == {nr}) continue;  /* read in place, below */\n"
+        in_place_b = (
+            f"                if (nr == {nr}) {{\n"
+            f"                  pb = a{ky} + o{ky} + ja + pc * INT64_C({ks});\n"
+            f"                  ldb = INT64_C({ks});\n"
+            "                }\n"
+        )
     skip_full_x = ""
     call_full = f"{micro}(kc, pa, pb, ldb, ct, {n_}, pc == 0);"
     call_tile = f"{micro}(kc, pa, pb, ldb, tile, {nr}, pc == 0);"
-    if m_ <= DIRECT_MAX_ROWS and con.left in pidx:
-        kx = pidx[con.left]
-        lda = gi.step(coefs[kx][0])
-        if operand_types[kx].dtype == dtype and gk.step(coefs[kx][0]) == 1 and lda is not None:
-            vb = vector_bytes()
-            micro_ai = micro_kernel(prog, dtype, mr, nr * dtype.itemsize // vb, vb, True)
-            note += "  /* full row slivers of X are read in place */\n"
-            skip_full_x = f"              if (mr == {mr}) continue;  /* read in place, below */\n"
-            pa_in = f"a{kx} + o{kx} + ia * INT64_C({lda}) + pc"
-            call_full = f"{micro_ai}(kc, {pa_in}, INT64_C({lda}), pb, ldb, ct, {n_}, pc == 0);"
-            call_tile = (
-                f"if (mr == {mr})\n"
-                f"                    {micro_ai}(kc, {pa_in}, INT64_C({lda}), pb, ldb, tile, {nr}, "
-                "pc == 0);\n"
-                f"                  else\n                    {call_tile}"
-            )
+    if x_in:
+        kx, lda = x_in
+        vb = vector_bytes()
+        micro_ai = micro_kernel(prog, dtype, mr, nr * dtype.itemsize // vb, vb, True)
+        note += "  /* full row slivers of X are read in place */\n"
+        skip_full_x = f"              if (mr == {mr}) continue;  /* read in place, below */\n"
+        pa_in = f"a{kx} + o{kx} + ia * INT64_C({lda}) + pc"
+        call_full = f"{micro_ai}(kc, {pa_in}, INT64_C({lda}), pb, ldb, ct, {n_}, pc == 0);"
+        call_tile = (
+            f"if (mr == {mr})\n"
+            f"                    {micro_ai}(kc, {pa_in}, INT64_C({lda}), pb, ldb, tile, {nr}, "
+            "pc == 0);\n"
+            f"                  else\n                    {call_tile}"
+        )
     scatter = ""
     if not con.direct:
         res_b = gb.offset(out_coef, "trb", tables)[0]
@@ -485,30 +492,44 @@ def _blocked(
         f"            for (int64_t jj = nr; jj < {nr}; jj++)\n"
         f"              for (int64_t kk = 0; kk < kc; kk++) dst[kk * {nr} + jj] = 0;\n"
     )
-    edge_y = ""
-    if con.right in pidx and not y_k_inner:
-        # A Y read unchanged, a row of the sliver adjacent in memory: the edge sliver is
-        # packed whole in vector lanes, the columns past the edge zero (masked loads).
+    masked_y = con.right in pidx and not y_k_inner
+
+    def edge_y(ind: str) -> str:
+        """A Y read unchanged, a row of the sliver adjacent in memory: the edge sliver packed
+        whole in vector lanes, the columns past the edge zero (masked loads)."""
         (ky,) = y_offs
-        edge_y = (
-            f"{ind_y}  for (int64_t kk = 0; kk < kc; kk++) {{\n"
-            f"{ind_y}    const int64_t k = pc + kk;\n"
+        return (
+            f"{ind}for (int64_t kk = 0; kk < kc; kk++) {{\n"
+            f"{ind}  const int64_t k = pc + kk;\n"
             "#pragma omp simd\n"
-            f"{ind_y}    for (int64_t jj = 0; jj < {nr}; jj++) {{\n"
-            f"{ind_y}      const int64_t j = j0 + jj;\n"
-            f"{ind_y}      dst[kk * {nr} + jj] = jj < nr ? a{ky}[{y_offs[ky]}] : 0;\n"
-            f"{ind_y}    }}\n"
-            f"{ind_y}  }}\n"
+            f"{ind}  for (int64_t jj = 0; jj < {nr}; jj++) {{\n"
+            f"{ind}    const int64_t j = j0 + jj;\n"
+            f"{ind}    dst[kk * {nr} + jj] = jj < nr ? a{ky}[{y_offs[ky]}] : 0;\n"
+            f"{ind}  }}\n"
+            f"{ind}}}\n"
         )
+
+    if masked_y:
         zero_y = ""
-    pack_y = both(nr, "nr", ind_y, lambda ext, ind: _pack(
-        prog, body, con.right, y_offs, ind, ("jj", ext, "j", "j0 + jj"), y_k_inner,
-        f"dst[kk * {nr} + jj]",
-    ), edge_y)  # fmt: skip
-    pack_x = both(mr, "mr", ind_x, lambda ext, ind: _pack(
-        prog, body, con.left, x_offs, ind, ("ii", ext, "i", "r0 + ii"), x_k_inner,
-        f"dst[kk * {mr} + ii]",
-    ))  # fmt: skip
+
+    def pack_y_as(ext: str, ind: str) -> str:
+        return _pack(
+            prog, body, con.right, y_offs, ind, ("jj", ext, "j", "j0 + jj"), y_k_inner,
+            f"dst[kk * {nr} + jj]",
+        )  # fmt: skip
+
+    def pack_x_as(ext: str, ind: str) -> str:
+        return _pack(
+            prog, body, con.left, x_offs, ind, ("ii", ext, "i", "r0 + ii"), x_k_inner,
+            f"dst[kk * {mr} + ii]",
+        )  # fmt: skip
+
+    # A factor read in place only ever packs its edge sliver.
+    if y_in:
+        pack_y = edge_y(ind_y) if masked_y else pack_y_as("nr", ind_y)
+    else:
+        pack_y = both(nr, "nr", ind_y, pack_y_as, edge_y(ind_y + "  ") if masked_y else "")
+    pack_x = pack_x_as("mr", ind_x) if x_in else both(mr, "mr", ind_x, pack_x_as)
     parallel = int(m_ * n_ * k_ >= PARALLEL_MIN_MACS)
     # Threads given columns each pack all of X: with a costly prologue on X only, give rows.
     by_columns = "nsl >= nt"
@@ -578,7 +599,7 @@ def _blocked(
                 const {t} *pa = ap + is * kc * {mr};
                 const {t} *pb = bp + js * kc * {nr};
                 int64_t ldb = {nr};
-{in_place}                if (mr == {mr} && nr == {nr}) {{
+{in_place_b}                if (mr == {mr} && nr == {nr}) {{
                   {call_full}
                 }} else {{ /* an edge tile: through a full-size tile, partial sums in order */
                   {t} tile[{mr * nr}] __attribute__((aligned(64)));
