@@ -211,12 +211,20 @@ def _verdict(manifest: dict, passed, failed) -> None:
 
 def _chain(manifest: dict, stages, timeout: float, passed, failed) -> None:
     from gdv.validate.equivalence import check_equivalence
+    from gdv.validate.semantics.values import THEORIES
 
     fast_math = manifest["pipeline"]["fast_math"]
     for (_, before, _), (name, after, _), entry in zip(
         stages, stages[1:], manifest["stages"][1:], strict=False
     ):
         theory = entry["theory"]
+        if theory not in THEORIES:
+            # The schema admits `int` (DESIGN.md's integer theory); no stage step claims it.
+            failed(
+                "ir-chain",
+                f"stage {name} claims theory {theory!r}, which no stage step can claim (one of "
+                f"{', '.join(THEORIES)})",
+            )
         if theory == "real" and not fast_math:
             failed("ir-chain", f"stage {name} claims `real` but the pipeline had no fast-math")
         try:

@@ -102,7 +102,7 @@ def to_numpy(t: Any) -> np.ndarray:
 
 def from_numpy(a: np.ndarray) -> Any:
     """The inverse of `to_numpy`."""
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a, order="C")  # keeps rank 0 (np.ascontiguousarray does not)
     if a.dtype == DType.BF16.np:
         return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
     return torch.from_numpy(a.copy())

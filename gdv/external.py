@@ -5,7 +5,9 @@ like any pass (a whole-function obligation per function)."""
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import subprocess
 
 from gdv.ir.core import Function, Module
@@ -23,6 +25,35 @@ def _signature(fn: Function) -> str:
     return f"@{fn.name}({params}) -> ({', '.join(map(str, fn.results))})"
 
 
+def _run_in_group(argv: list[str], data: bytes, timeout: float) -> subprocess.CompletedProcess:
+    """Run `argv` in a session of its own, feeding it `data`; whatever it leaves running (a
+    child holding its stdout, a daemon) is killed with the whole process group when it exits
+    or times out, not only the direct child."""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(data, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.communicate()
+        raise
+    finally:
+        _kill_group(proc)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone already
+
+
 def run_external_pass(
     module: Module, command: str, index: int, timeout: float = DEFAULT_TIMEOUT
 ) -> tuple[Module, list[Obligation]]:
@@ -35,13 +66,7 @@ def run_external_pass(
     if not argv:
         raise IRError("the external pass command is empty", where)
     try:
-        proc = subprocess.run(
-            argv,
-            input=print_module(module).encode(),
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
+        proc = _run_in_group(argv, print_module(module).encode(), timeout)
     except FileNotFoundError:
         raise IRError(f"external pass not found: {printable(argv[0], 120)}", where) from None
     except PermissionError:
@@ -50,7 +75,8 @@ def run_external_pass(
         ) from None
     except subprocess.TimeoutExpired:
         raise IRError(
-            f"external pass did not finish within {timeout:g} s (killed)", where
+            f"external pass did not finish within {timeout:g} s (killed with its process group)",
+            where,
         ) from None
     stderr = printable(proc.stderr.decode(errors="replace").strip()[-400:], 400)
     if proc.returncode < 0:

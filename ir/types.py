@@ -9,6 +9,8 @@ from gdv.ir.dtypes import DType
 
 MAX_ELEMENTS = 2**62
 """The most elements a tensor type may have: indices and byte sizes stay in int64."""
+MAX_RANK = 64
+"""The most dims a tensor type may have (numpy's limit, which the reference backend runs on)."""
 
 
 @dataclass(frozen=True)

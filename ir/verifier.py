@@ -16,7 +16,7 @@ from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.ops import OpTypeError
 from gdv.ir.ops.kernel import check_kernel_bodies
-from gdv.ir.types import MAX_ELEMENTS, TensorType
+from gdv.ir.types import MAX_ELEMENTS, MAX_RANK, TensorType
 
 STAGES = ("graph", "core", "loop")
 """`loop` is `core` where kernels are checked against their bodies too."""
@@ -42,8 +42,10 @@ def verify(module: Module, stage: str = "graph") -> Module:
             "has no entry function",
             _at(module.functions[0].loc, module),
         )
-    if stage == "loop":
-        check_kernel_bodies(module)
+    # Bodies are checked at every stage, not only `loop`: a kernel is valid wherever it
+    # appears, and an unchecked body (wrong dtype, recursion, a nested kernel) crashed the
+    # interpreters that trust this check (issue 14).
+    check_kernel_bodies(module)
     return module
 
 
@@ -160,6 +162,8 @@ def verify_op(op: Op, operand_types: list[TensorType], stage: str, where) -> Non
 
 
 def _check_type(t: TensorType, loc: Loc) -> None:
+    if t.rank > MAX_RANK:
+        raise IRError(f"type {t} has rank {t.rank}, more than the limit of {MAX_RANK}", loc)
     if t.num_elements > MAX_ELEMENTS:
         raise IRError(f"type {t} has {t.num_elements} elements, more than the limit of 2^62", loc)
 

@@ -91,60 +91,67 @@ def _query_text(ob: Obligation, output: int) -> str:
     return stable_smt2(query.smt2())
 
 
-SEMANTICS_VERSION = "1"
-"""Bump when the SMT meaning of any op changes: cached proofs of the old meaning then miss."""
+SEMANTICS_VERSION = "2"
+"""Bump when the SMT meaning of any op changes: cached proofs of the old meaning then miss.
+2: the range-blind encoding memo of version 1 could prove false claims (issue 14), so no
+proof cached under it is trusted."""
 
 
-def _renamed(
-    fn: Function, names: dict[str, str], bodies: dict[str, Function] | None = None
-) -> Function:
-    """`fn` with its values renamed through `names` (params first, then op results), and each
-    kernel's body name replaced by the hash of the body's renamed text: the claim depends on
-    what a body computes, not on what it is called."""
-    for p in fn.params:
-        names.setdefault(p.name, f"p{len(names)}")
+def _renamed(fn: Function, bodies: dict[str, Function] | None = None) -> Function:
+    """`fn` with its parameters renamed `p0, p1, ...` by position and its op results `v0, v1,
+    ...` in order, and each kernel's body name replaced by the hash of the body's renamed text:
+    the claim depends on what a body computes, not on what it is called.
+
+    Bug class "cache key not injective" (issue 14): parameters are matched by *position* in an
+    equivalence claim (`check_signatures`, `build_query`), so they are named by position on
+    both sides. Naming target parameters after the source parameter of the same name, and the
+    rest `p{len(names)}`, let two names coincide: `(%b, %c) -> sub(%c, %b)` against source
+    `(%a, %b)` printed like the correct `sub(%b, %c)`. Parameters and results have disjoint
+    prefixes, so no renamed name can clash with another."""
+    names = {p.name: f"p{k}" for k, p in enumerate(fn.params)}
+    if len(names) != len(fn.params):
+        raise ValueError(f"@{fn.name} names two parameters alike")
     ops = []
-    for op in fn.ops:
-        names[op.result] = f"v{len(names)}"
+    for k, op in enumerate(fn.ops):
         attrs = dict(op.attrs)
         if op.name == "kernel" and bodies and attrs["body"] in bodies:
-            body = print_function(_renamed(bodies[attrs["body"]], {}))
-            attrs["body"] = "b" + hashlib.sha256(body.encode()).hexdigest()[:32]
-        ops.append(Op(names[op.result], op.name, [names[o] for o in op.operands], attrs, op.type))
+            body = print_function(_renamed(bodies[attrs["body"]]))
+            attrs["body"] = "b" + hashlib.sha256(body.encode()).hexdigest()
+        ops.append(Op(f"v{k}", op.name, [names[o] for o in op.operands], attrs, op.type))
+        names[op.result] = f"v{k}"
     params = [Param(names[p.name], p.type) for p in fn.params]
     return Function("f", params, fn.results, ops, [names[r] for r in fn.returns])
 
 
-def cache_key(ob: Obligation) -> str:
-    """The SHA-256 of the claim itself: kind, theory, assumptions and both functions with
-    every value renamed in order. The queries are a deterministic function of these (and of
-    the semantics version), so equal keys mean equal queries, while Z3's printed text can
-    differ for equal queries (its let-bindings follow internal term ids)."""
+def canonical_claim(ob: Obligation) -> str:
+    """The claim itself as text: kind, theory, assumptions and both functions renamed
+    canonically (`_renamed`), or a formula claim's own stable SMT-LIB text. Two obligations
+    with equal text make the same claim; the cache key is this text's hash, and a cache hit is
+    accepted only when the stored text is equal too."""
     formula = claim_formula(ob)
     if formula is not None:
-        text = f"gdv-obligation kind={ob.kind} theory={ob.theory}\n{stable_smt2(formula)}"
-        return hashlib.sha256(text.encode()).hexdigest()
+        return f"gdv-obligation kind={ob.kind} theory={ob.theory}\n{stable_smt2(formula)}"
     bodies = {f.name: f for f in ob.functions}
-    src_names: dict[str, str] = {}
-    src = _renamed(ob.src, src_names, bodies)
-    tgt = _renamed(
-        ob.tgt,
-        {
-            p.name: src_names[p.name]
-            for p in ob.src.params
-            if p.name in {q.name for q in ob.tgt.params}
-        },
-        bodies,
-    )
-    text = "\n".join(
+    return "\n".join(
         [
             f"gdv-obligation semantics={SEMANTICS_VERSION} kind={ob.kind} theory={ob.theory}",
             *ob.assumptions,
-            print_function(src),
-            print_function(tgt),
+            print_function(_renamed(ob.src, bodies)),
+            print_function(_renamed(ob.tgt, bodies)),
         ]
     )
-    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def cache_key(ob: Obligation) -> str:
+    """The SHA-256 of `canonical_claim(ob)`. The queries are a deterministic function of the
+    claim (and of the semantics version), so equal keys mean equal queries, while Z3's printed
+    text can differ for equal queries (its let-bindings follow internal term ids)."""
+    return claim_key(canonical_claim(ob))
+
+
+def claim_key(claim: str) -> str:
+    """The cache key of a claim's canonical text."""
+    return hashlib.sha256(claim.encode()).hexdigest()
 
 
 class Cache:
@@ -157,18 +164,25 @@ class Cache:
         assert self.root is not None
         return self.root / key[:2] / f"{key}.json"
 
-    def proved(self, key: str) -> bool:
+    def proved(self, claim: str) -> bool:
+        """Was exactly this claim proved before? The entry found under the claim's hash must
+        also hold the same canonical text: a hash alone is no proof of identity."""
         if self.root is None:
             return False
         try:
-            return json.loads(self._path(key).read_text()).get("status") == "proved"
+            entry = json.loads(self._path(claim_key(claim)).read_text())
         except (OSError, ValueError):
             return False
+        return (
+            isinstance(entry, dict)
+            and entry.get("status") == "proved"
+            and entry.get("claim") == claim
+        )
 
-    def store(self, key: str, outcome: Outcome) -> None:
+    def store(self, claim: str, outcome: Outcome) -> None:
         if self.root is None or outcome.status != "proved":
             return
-        path = self._path(key)
+        path = self._path(claim_key(claim))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
@@ -178,6 +192,7 @@ class Cache:
                         "status": "proved",
                         "id": outcome.obligation.id,
                         "theory": outcome.obligation.theory,
+                        "claim": claim,
                     },
                     f,
                 )
@@ -280,20 +295,23 @@ def discharge(
     cache = Cache((cache_dir or default_cache_dir()) if use_cache else None)
     outcomes: list[Outcome | None] = [None] * len(obligations)
     todo: list[int] = []
-    seen_keys: dict[str, int] = {}
+    seen_claims: dict[str, int] = {}
+    claims: list[str] = []
     duplicates: list[tuple[int, int]] = []
     for i, ob in enumerate(obligations):
         queries = obligation_queries(ob)
-        key = cache_key(ob)
-        if cache.proved(key):
+        claim = canonical_claim(ob)
+        claims.append(claim)
+        key = claim_key(claim)
+        if cache.proved(claim):
             outcomes[i] = Outcome(
                 ob, "proved", 0.0, "proved before (cache)", None, True, key=key, smt2=queries
             )
-        elif key in seen_keys:
-            duplicates.append((i, seen_keys[key]))
+        elif claim in seen_claims:
+            duplicates.append((i, seen_claims[claim]))
             outcomes[i] = Outcome(ob, "unknown", 0.0, "", None, key=key, smt2=queries)
         else:
-            seen_keys[key] = i
+            seen_claims[claim] = i
             outcomes[i] = Outcome(ob, "unknown", 0.0, "", None, key=key, smt2=queries)
             todo.append(i)
     total, done = len(obligations), len(obligations) - len(todo) - len(duplicates)
@@ -306,7 +324,7 @@ def discharge(
         out = outcomes[i]
         assert out is not None
         out.status, out.seconds, out.reason, out.counterexample = result
-        cache.store(out.key, out)
+        cache.store(claims[i], out)
         done += 1
         if progress:
             progress(done, total)
@@ -343,8 +361,25 @@ def _solve_in_workers(obligations, todo, jobs, timeout, memory_mb, record) -> No
                 i = futures[fut]
                 try:
                     record(i, fut.result())
-                except concurrent.futures.process.BrokenProcessPool:
-                    record(i, ("unknown", 0.0, "the solver process died (memory limit?)", None))
+                except (
+                    concurrent.futures.process.BrokenProcessPool,
+                    MemoryError,
+                    ImportError,
+                    OSError,
+                ) as e:
+                    # A worker that runs out of its address space fails in whatever it was
+                    # doing (often loading a library): never a proof, and never a crash.
+                    why = f"{type(e).__name__}: {str(e)[:200]}"
+                    record(
+                        i,
+                        (
+                            "unknown",
+                            0.0,
+                            f"the solver worker failed under its memory limit of {memory_mb} MB "
+                            f"(--memory-limit) ({why})",
+                            None,
+                        ),
+                    )
         except concurrent.futures.TimeoutError:
             for fut, i in futures.items():
                 if not fut.done():

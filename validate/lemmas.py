@@ -8,7 +8,7 @@ tagged with its lemma's name, about the sum terms the two programs actually buil
 - `nest`: a sum over several axes as nested sums in either order,
   sum_{k<A*B} f(k) = sum_{j<B} sum_{i<A} f(i*B + j) (with `split`, any order of two axes);
 - `scale`: a sum of a scaled body, sum_k c * g(k) = c * sum_k g(k) and
-  sum_k g(k) / c = (sum_k g(k)) / c for c not depending on k;
+  sum_k g(k) / c = (sum_k g(k)) / c where c != 0, for c not depending on k;
 - `exp-diff`: exp of a difference, exp(a - b) = exp(a) / exp(b), for terms outside folds and,
   lifted by congruence, under a sum: sum_k F[exp(a(k) - b)] = sum_k F[exp(a(k)) / exp(b)];
 - `unroll`: a sum of at most 8 terms is their explicit sum, in order;
@@ -25,12 +25,12 @@ from collections.abc import Iterator
 import z3
 
 from gdv.validate.semantics.index import Idx
-from gdv.validate.semantics.registry import Ctx, SumRecord
+from gdv.validate.semantics.registry import Ctx, SumRecord, Term, drive
 
 LEMMAS: dict[str, str] = {
     "split": "sum_{k<K} f(k) = sum_{i<K/T} sum_{j<T} f(i*T + j), T divides K",
     "nest": "sum_{k<A*B} f(k) = sum_{j<B} sum_{i<A} f(i*B + j)",
-    "scale": "sum_k c*g(k) = c * sum_k g(k); sum_k g(k)/c = (sum_k g(k))/c; c free of k",
+    "scale": "sum_k c*g(k) = c * sum_k g(k); c != 0 -> sum_k g(k)/c = (sum_k g(k))/c; c free of k",
     "unroll": "sum_{k<n} f(k) = f(0) + ... + f(n-1) for n <= 8",
     "exp-diff": "exp(a - b) = exp(a) / exp(b)",
     "exp-pos": "exp(t) > 0",
@@ -106,21 +106,21 @@ def _split(ctx: Ctx, r: SumRecord, extents: set[int]) -> Iterator[tuple[str, z3.
         if t not in extents and outer not in extents:
             continue
 
-        def rows(i: Idx, t: int = t) -> z3.ExprRef:
+        def rows(i: Idx, t: int = t) -> Term:
             return ctx.fold("sum", dt, t, lambda j: f(i * t + j))
 
-        def cols(j: Idx, t: int = t, outer: int = outer) -> z3.ExprRef:
+        def cols(j: Idx, t: int = t, outer: int = outer) -> Term:
             return ctx.fold("sum", dt, outer, lambda i: f(i * t + j))
 
-        yield "split", r.term == ctx.fold("sum", dt, outer, rows)
-        yield "nest", r.term == ctx.fold("sum", dt, t, cols)
+        yield "split", r.term == drive(ctx.fold("sum", dt, outer, rows))
+        yield "nest", r.term == drive(ctx.fold("sum", dt, t, cols))
 
 
 def _unroll(ctx: Ctx, r: SumRecord) -> Iterator[tuple[str, z3.BoolRef]]:
     """A short sum equals its terms added in order (the blocks left by `split`)."""
     if r.n > UNROLL_MAX:
         return
-    terms = [r.body_fn(Idx.of(k)) for k in range(r.n)]
+    terms = [drive(r.body_fn(Idx.of(k))) for k in range(r.n)]
     total = terms[0]
     for t in terms[1:]:
         total = total + t
@@ -158,7 +158,8 @@ def _scale(ctx: Ctx, r: SumRecord) -> Iterator[tuple[str, z3.BoolRef]]:
             g = _product(bound)
             inner = _record_sum(ctx, r, g)
             yield "scale", r.term == c * inner
-    # Real division is If(c == 0, 0, g / c) (values.Values.div).
+    # Real division is If(c == 0, real.div0(g), g / c) (values.Values.div). Where c is 0 the
+    # sum of the div0 values is not div0 of the sum, so the instance holds only where c != 0.
     if z3.is_app_of(b, z3.Z3_OP_ITE):
         cond, then, other = b.children()
         if (
@@ -166,12 +167,12 @@ def _scale(ctx: Ctx, r: SumRecord) -> Iterator[tuple[str, z3.BoolRef]]:
             and z3.is_div(other)
             and other.arg(1).eq(cond.arg(0))
             and not _mentions(other.arg(1), k)
-            and z3.is_rational_value(then)
-            and then.as_fraction() == 0
+            and z3.is_app(then)
+            and then.decl().name() == "real.div0"
         ):
             c = other.arg(1)
             inner = _record_sum(ctx, r, other.arg(0))
-            yield "scale", r.term == v.div(None, inner, c)
+            yield "scale", z3.Implies(c != 0, r.term == v.div(None, inner, c))
 
 
 def _factors(t: z3.ExprRef) -> list[z3.ExprRef]:

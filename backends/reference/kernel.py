@@ -52,7 +52,9 @@ def _body_values(
     ]
     (name,) = body.returns
     out = evaluate_ops(ops, env, ctx, keep=[name])[name]
-    return np.ascontiguousarray(np.broadcast_to(out, shape))
+    # Not `np.ascontiguousarray`: it turns a rank-0 result into rank 1 (issue 14, "rank-0
+    # promotion"), which crashed every elementwise kernel on f32[] values.
+    return np.asarray(np.broadcast_to(out, shape), order="C")
 
 
 def _fold_last(op: Op, values: np.ndarray, ctx: Context) -> np.ndarray:

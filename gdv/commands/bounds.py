@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 
+from gdv.commands import finite_float
 from gdv.commands.basic import load_arg
 from gdv.ir.diagnostics import IRError, Loc, printable
 
@@ -29,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--default-range",
         nargs=2,
-        type=float,
+        type=finite_float,
         metavar=("LO", "HI"),
         help="range of float parameters that declare none (otherwise an error)",
     )

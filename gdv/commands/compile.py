@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from gdv.commands import positive_int, seconds
 from gdv.driver import CompileOptions, compile_module, write_evidence
 
 EXIT_FOR = {"proved": 0, "refuted": 1, "unknown": 2}
@@ -76,28 +77,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--external-timeout",
-        type=float,
+        type=seconds,
         default=60.0,
         metavar="S",
         help="seconds an external pass may run (default 60)",
     )
     p.add_argument(
         "--jobs",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="solver worker processes (default: all cores)",
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=10.0,
         metavar="S",
         help="seconds per solver query (default 10)",
     )
     p.add_argument(
         "--memory-limit",
-        type=int,
+        type=positive_int,
         default=4096,
         metavar="MB",
         help="memory per solver worker (default 4096)",

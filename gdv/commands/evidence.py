@@ -8,6 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gdv.commands import seconds
+
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 3
 
 
@@ -33,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     v.add_argument("--source", metavar="FILE", help="check the source against its hash")
     v.add_argument("--trust-key", metavar="PUB.pem", help="require a valid Ed25519 signature")
     v.add_argument("--policy", metavar="FILE", help="policy file (default: discovered)")
-    v.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds per query")
+    v.add_argument("--timeout", type=seconds, default=30.0, metavar="S", help="seconds per query")
     v.set_defaults(handler=verify_command)
     s = sub.add_parser("show", help="a terminal summary of a bundle")
     s.add_argument("dir")

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gdv.commands import seconds
 from gdv.commands.basic import load_arg
 from gdv.ir.core import Function
 from gdv.ir.diagnostics import IRError, Loc
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("b", metavar="B", help="the target program (.gdv)")
     p.add_argument("--real", action="store_true", help="compare over the reals (IR_SPEC.md 5)")
     p.add_argument(
-        "--timeout", type=float, default=10.0, metavar="S", help="seconds per solver query"
+        "--timeout", type=seconds, default=10.0, metavar="S", help="seconds per solver query"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import math
 
-import z3
-
 from gdv.ir.core import Op
 from gdv.ir.ops.contract import dot_dims
 from gdv.validate.semantics.index import Idx, delinearize
-from gdv.validate.semantics.registry import Ctx, Index, Tensor, rule
+from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
 
 @rule("dot")
@@ -32,11 +30,11 @@ def dot(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     n = math.prod(c_shape)
     v = ctx.values
 
-    def at(i: Index) -> z3.ExprRef:
+    def at(i: Index) -> Term:
         nb = len(lb)
         batch, af, bf = i[:nb], i[nb : nb + len(a_free)], i[nb + len(a_free) :]
 
-        def body(k: Idx) -> z3.ExprRef:
+        def body(k: Idx) -> Term:
             ck = delinearize(k, c_shape)
             ja: list[Idx] = [Idx.of(0)] * len(a.shape)
             jb: list[Idx] = [Idx.of(0)] * len(b.shape)
@@ -48,10 +46,10 @@ def dot(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
                 jb[d] = t
             for d, e, t in zip(lc, rc, ck, strict=True):
                 ja[d], jb[e] = t, t
-            pa = v.convert(a.dtype, acc, a.at(tuple(ja)))
-            pb = v.convert(b.dtype, acc, b.at(tuple(jb)))
+            pa = v.convert(a.dtype, acc, (yield a.read(tuple(ja))))
+            pb = v.convert(b.dtype, acc, (yield b.read(tuple(jb))))
             return v.mul(acc, pa, pb)
 
-        return v.convert(acc, res, ctx.fold("sum", acc, n, body))
+        return v.convert(acc, res, (yield from ctx.fold("sum", acc, n, body)))
 
     return Tensor(op.type, at)

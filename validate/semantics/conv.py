@@ -10,7 +10,7 @@ import z3
 
 from gdv.ir.core import Op
 from gdv.validate.semantics.index import Idx, delinearize
-from gdv.validate.semantics.registry import Ctx, Index, Tensor, rule
+from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
 
 @rule("conv2d")
@@ -27,11 +27,11 @@ def conv2d(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     v, dt = ctx.values, x.dtype
     zero = v.zero(dt)
 
-    def at(i: Index) -> z3.ExprRef:
+    def at(i: Index) -> Term:
         n, o, oi, oj = i
         group = o.floordiv(og)
 
-        def body(k: Idx) -> z3.ExprRef:
+        def body(k: Idx) -> Term:
             c, a, b = delinearize(k, (cg, kh, kw))
             row = oi * sh + a * dh - pt
             col = oj * sw + b * dw - pl
@@ -39,11 +39,11 @@ def conv2d(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
             if any(z3.is_false(r) for r in inside):
                 xv = zero
             else:
-                xv = x.at((n, group * cg + c, row, col))
+                xv = yield x.read((n, group * cg + c, row, col))
                 if inside:
                     xv = z3.If(z3.And(*inside) if len(inside) > 1 else inside[0], xv, zero)
-            return v.mul(dt, xv, w.at((o, c, a, b)))
+            return v.mul(dt, xv, (yield w.read((o, c, a, b))))
 
-        return ctx.fold("sum", dt, cg * kh * kw, body)
+        return (yield from ctx.fold("sum", dt, cg * kh * kw, body))
 
     return Tensor(op.type, at)

@@ -15,7 +15,7 @@ from gdv.ir.core import Op
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops.elementwise import TRANSCENDENTAL, iter_leaves
 from gdv.validate.semantics.index import linearize
-from gdv.validate.semantics.registry import Ctx, Index, Tensor, rule
+from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
 _UNARY = {
     "neg": lambda v, d, a: v.neg(d, a),
@@ -38,42 +38,51 @@ _BINARY = {
 def unary(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """Pointwise `f(x)`."""
     (x,), f, v = xs, _UNARY[op.name], ctx.values
-    return Tensor(op.type, lambda i: f(v, x.dtype, x.at(i)))
+    return Tensor(op.type, lambda i: f(v, x.dtype, (yield x.read(i))))
 
 
 @rule(*_BINARY)
 def binary(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """Pointwise `f(a, b)`."""
     (a, b), f, v = xs, _BINARY[op.name], ctx.values
-    return Tensor(op.type, lambda i: f(v, a.dtype, a.at(i), b.at(i)))
+    return Tensor(op.type, lambda i: f(v, a.dtype, (yield a.read(i)), (yield b.read(i))))
 
 
 @rule(*sorted(TRANSCENDENTAL))
 def transcendental(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """Uninterpreted per (op, dtype) in `fp`; per op, with named axioms, in `real`."""
     v, d = ctx.values, xs[0].dtype
-    return Tensor(op.type, lambda i: v.transcendental(op.name, d, *(x.at(i) for x in xs)))
+
+    def at(i: Index) -> Term:
+        args = []
+        for x in xs:
+            args.append((yield x.read(i)))
+        return v.transcendental(op.name, d, *args)
+
+    return Tensor(op.type, at)
 
 
 @rule("cmp")
 def cmp(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """IEEE comparison, an i1 per element."""
     (a, b), d = xs, op.attrs["dir"]
-    return Tensor(op.type, lambda i: ctx.values.cmp(d, a.dtype, a.at(i), b.at(i)))
+    return Tensor(
+        op.type, lambda i: ctx.values.cmp(d, a.dtype, (yield a.read(i)), (yield b.read(i)))
+    )
 
 
 @rule("select")
 def select(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """`c ? a : b` elementwise."""
     c, a, b = xs
-    return Tensor(op.type, lambda i: z3.If(c.at(i), a.at(i), b.at(i)))
+    return Tensor(op.type, lambda i: z3.If((yield c.read(i)), (yield a.read(i)), (yield b.read(i))))
 
 
 @rule("convert")
 def convert(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """To the written dtype (values.Values.convert)."""
     (x,) = xs
-    return Tensor(op.type, lambda i: ctx.values.convert(x.dtype, op.type.dtype, x.at(i)))
+    return Tensor(op.type, lambda i: ctx.values.convert(x.dtype, op.type.dtype, (yield x.read(i))))
 
 
 @rule("iota")

@@ -6,7 +6,7 @@ import z3
 
 from gdv.ir.core import Op
 from gdv.validate.semantics.index import Idx
-from gdv.validate.semantics.registry import Ctx, Index, Tensor, rule
+from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
 
 @rule("take")
@@ -18,13 +18,13 @@ def take(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     size = table.shape[axis]
     dt = idx.dtype
 
-    def at(i: Index) -> z3.ExprRef:
-        v = idx.at(i[axis : axis + r])
+    def at(i: Index) -> Term:
+        v = yield idx.read(i[axis : axis + r])
         if z3.is_bv_value(v):
             pos = Idx.of(v.as_signed_long())
         else:
             pos = Idx.var(z3.BV2Int(v, is_signed=True), dt.int_min, dt.int_max)
         j = (*i[:axis], pos.clamp(0, size - 1), *i[axis + r :])
-        return table.at(j)
+        return (yield table.read(j))
 
     return Tensor(op.type, at)

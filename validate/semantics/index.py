@@ -28,8 +28,14 @@ class Atom:
     n: int = 0
 
     @property
-    def key(self) -> int:
-        return self.term.get_id()
+    def key(self) -> tuple[int, int, int]:
+        """Identity of the atom *with its range*.
+
+        Bug class "range-blind memo" (issue 14): one Z3 term can stand for atoms of different
+        ranges (every fold at one nesting depth binds `k!<depth>`, whatever its extent), and the
+        static simplifications (`in_range`, `floordiv`, concat's choice of operand) depend on the
+        range. A key of the term alone let a fold of extent 4 answer one of extent 8."""
+        return (self.term.get_id(), self.lo, self.hi)
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import math
 
-import z3
-
 from gdv.ir.core import Op
 from gdv.ir.ops.kernel import FOLD_KIND, body_of
 from gdv.ir.types import TensorType
 from gdv.validate.encode import encode
 from gdv.validate.semantics.index import Idx, delinearize
-from gdv.validate.semantics.registry import Ctx, Index, Tensor, rule
+from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
 
 def affine(row: list[int], loop: list[Idx]) -> Idx:
@@ -38,22 +36,22 @@ def kernel(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     red_shape = tuple(space[d] for d in red)
     n = math.prod(red_shape)
 
-    def point(loop: list[Idx]) -> z3.ExprRef:
+    def point(loop: list[Idx]) -> Term:
         scalars = []
         for x, m in zip(xs, maps, strict=True):
-            value = x.at(tuple(affine(row, loop) for row in m))
+            value = yield x.read(tuple(affine(row, loop) for row in m))
             scalars.append(Tensor(TensorType(x.dtype, ()), lambda _i, v=value: v))
         (result,) = encode(ctx, body, scalars)
         return result.at(())
 
-    def at(i: Index) -> z3.ExprRef:
+    def at(i: Index) -> Term:
         loop: list[Idx] = [Idx.of(0)] * len(space)
         for d, v in zip(out, i, strict=True):
             loop[d] = v
         if not red:
-            return point(loop)
+            return (yield from point(loop))
 
-        def fold_body(k: Idx) -> z3.ExprRef:
+        def fold_body(k: Idx) -> Term:
             full = list(loop)
             for d, v in zip(red, delinearize(k, red_shape), strict=True):
                 full[d] = v
@@ -63,12 +61,14 @@ def kernel(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
         blocks = op.attrs.get("accumulators", 1)
         if blocks > 1:  # A blocks of n/A folded apart, then the A partial results in order
             t = n // blocks
-            return ctx.fold(
-                kind,
-                dtype,
-                blocks,
-                lambda a: ctx.fold(kind, dtype, t, lambda j: fold_body(a * t + j)),
+            return (
+                yield from ctx.fold(
+                    kind,
+                    dtype,
+                    blocks,
+                    lambda a: ctx.fold(kind, dtype, t, lambda j: fold_body(a * t + j)),
+                )
             )
-        return ctx.fold(kind, dtype, n, fold_body)
+        return (yield from ctx.fold(kind, dtype, n, fold_body))
 
     return Tensor(op.type, at)

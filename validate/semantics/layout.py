@@ -11,7 +11,7 @@ import z3
 
 from gdv.ir.core import Op
 from gdv.validate.semantics.index import Idx, delinearize, linearize
-from gdv.validate.semantics.registry import Ctx, Index, Tensor, rule
+from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
 
 @rule("broadcast")
@@ -19,9 +19,11 @@ def broadcast(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """result[i] = x[j], j[k] = i[dims[k]], or 0 where x's dim k has size 1."""
     (x,), dims = xs, op.attrs["dims"]
 
-    def at(i: Index) -> z3.ExprRef:
-        return x.at(
-            tuple(i[d] if n != 1 else Idx.of(0) for d, n in zip(dims, x.shape, strict=True))
+    def at(i: Index) -> Term:
+        return (
+            yield x.read(
+                tuple(i[d] if n != 1 else Idx.of(0) for d, n in zip(dims, x.shape, strict=True))
+            )
         )
 
     return Tensor(op.type, at)
@@ -32,8 +34,10 @@ def reshape(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """The same row-major position in the operand's shape."""
     (x,) = xs
     if x.shape == op.type.shape:
-        return Tensor(op.type, x.at)
-    return Tensor(op.type, lambda i: x.at(delinearize(linearize(i, op.type.shape), x.shape)))
+        return Tensor(op.type, lambda i: (yield x.read(i)))
+    return Tensor(
+        op.type, lambda i: (yield x.read(delinearize(linearize(i, op.type.shape), x.shape)))
+    )
 
 
 @rule("transpose")
@@ -41,11 +45,11 @@ def transpose(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """result[i] = x[j] with j[perm[k]] = i[k]."""
     (x,), perm = xs, op.attrs["perm"]
 
-    def at(i: Index) -> z3.ExprRef:
+    def at(i: Index) -> Term:
         j: list[Idx] = [Idx.of(0)] * len(perm)
         for k, p in enumerate(perm):
             j[p] = i[k]
-        return x.at(tuple(j))
+        return (yield x.read(tuple(j)))
 
     return Tensor(op.type, at)
 
@@ -57,7 +61,9 @@ def slice_(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     start, stride = op.attrs["start"], op.attrs["stride"]
     return Tensor(
         op.type,
-        lambda i: x.at(tuple(k * s + b for k, s, b in zip(i, stride, start, strict=True))),
+        lambda i: (
+            yield x.read(tuple(k * s + b for k, s, b in zip(i, stride, start, strict=True)))
+        ),
     )
 
 
@@ -72,7 +78,7 @@ def concat(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
             parts.append((offset, x))
         offset += x.shape[axis]
 
-    def at(i: Index) -> z3.ExprRef:
+    def at(i: Index) -> Term:
         k = i[axis]
         live = []
         for off, x in parts:
@@ -82,8 +88,8 @@ def concat(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
             j = list(i)
             j[axis] = k - off
             if z3.is_true(cond):
-                return x.at(tuple(j))
-            live.append((cond, x.at(tuple(j))))
+                return (yield x.read(tuple(j)))
+            live.append((cond, (yield x.read(tuple(j)))))
         # The last part that may hold k is the default: the index is in bounds.
         term = live[-1][1]
         for cond, here in reversed(live[:-1]):
@@ -100,7 +106,7 @@ def pad(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     low = op.attrs["low"]
     fill = ctx.values.literal(op.attrs["value"], x.dtype)
 
-    def at(i: Index) -> z3.ExprRef:
+    def at(i: Index) -> Term:
         if 0 in x.shape:
             return fill
         inside = [k.in_range(lo, lo + n) for k, lo, n in zip(i, low, x.shape, strict=True)]
@@ -108,8 +114,9 @@ def pad(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
             return fill
         j = tuple(k - lo for k, lo in zip(i, low, strict=True))
         conds = [c for c in inside if not z3.is_true(c)]
+        here = yield x.read(j)
         if not conds:
-            return x.at(j)
-        return z3.If(z3.And(*conds) if len(conds) > 1 else conds[0], x.at(j), fill)
+            return here
+        return z3.If(z3.And(*conds) if len(conds) > 1 else conds[0], here, fill)
 
     return Tensor(op.type, at)

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import math
 
-import z3
-
 from gdv.ir.core import Op
 from gdv.validate.semantics.index import Idx, delinearize
-from gdv.validate.semantics.registry import Ctx, Index, Tensor, rule
+from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
 _KIND = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}
 
@@ -28,15 +26,15 @@ def reduce(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     n = math.prod(red_shape)
     kind = _KIND[op.name]
 
-    def at(i: Index) -> z3.ExprRef:
-        def body(k: Idx) -> z3.ExprRef:
+    def at(i: Index) -> Term:
+        def body(k: Idx) -> Term:
             j: list[Idx] = [Idx.of(0)] * len(x.shape)
             for d, v in zip(kept, i, strict=True):
                 j[d] = v
             for d, v in zip(axes, delinearize(k, red_shape), strict=True):
                 j[d] = v
-            return x.at(tuple(j))
+            return (yield x.read(tuple(j)))
 
-        return ctx.fold(kind, x.dtype, n, body)
+        return (yield from ctx.fold(kind, x.dtype, n, body))
 
     return Tensor(op.type, at)

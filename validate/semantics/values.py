@@ -173,10 +173,13 @@ class Values:
         return self._fbin("mul", dtype, a, b, lambda x, y: z3.fpMul(_RNE, x, y))
 
     def div(self, dtype: DType, a, b) -> z3.ExprRef:
-        """a / b, rounded to nearest-even; over the reals, a / 0 = 0."""
+        """a / b, rounded to nearest-even; over the reals, a / 0 has no value (docs/IR_SPEC.md
+        section 7): it is `real.div0(a)`, an uninterpreted function, so a claim is proved only
+        if it holds whatever x / 0 would be, and a claim that rests on it is `unknown`."""
         if self.theory == "real":
-            # Reals have no infinity: x / 0 is defined as 0, the same on both sides.
-            return z3.If(b == 0, z3.RealVal(0), a / b)
+            # Not a made-up value such as 0, which proved div(x, 0.0) == 0.0 (issue 14).
+            div0 = self.func("real.div0", z3.RealSort(), z3.RealSort())
+            return z3.If(b == 0, div0(a), a / b)
         return self._fbin("div", dtype, a, b, lambda x, y: z3.fpDiv(_RNE, x, y))
 
     def neg(self, dtype: DType, a) -> z3.ExprRef:

@@ -320,12 +320,12 @@ def test_int_to_float_rounds_once() -> None:
 
 
 def test_float_to_float_rounds_once() -> None:
-    # Double-rounding traps: through f32 these become exact ties and round down to 1.
+    # Double-rounding traps: through f32 these become exact ties and round down to 1 (as
+    # ml_dtypes before 0.7 did for f64 -> bf16; the reference must not depend on which).
     x = np.array([1 + 2**-8 + 2**-40, 1 + 2**-11 + 2**-40, -(1 + 2**-8 + 2**-40)])
     check(conv(x[[0]], DType.BF16), arr([1 + 2**-7], DType.BF16))
     check(conv(x[[1]], DType.F16), arr([1 + 2**-10], DType.F16))
     check(conv(x[[2]], DType.BF16), arr([-(1 + 2**-7)], DType.BF16))
-    assert float(x[[0]].astype(BF16)[0]) == 1.0  # ml_dtypes' own cast rounds twice
     check(conv(arr([65520.0, 1e-8, -1e-8], DType.F32), DType.F16), arr([INF, 0.0, -0.0], DType.F16))
     check(conv(arr([NAN, -INF, -0.0], DType.BF16), DType.F16), arr([NAN, -INF, -0.0], DType.F16))
 
