@@ -12,6 +12,7 @@ tests that use it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import string
 from collections.abc import Callable
@@ -534,4 +535,40 @@ def modules(draw, max_functions: int = 3) -> Module:
         if candidate not in fn_names:
             fn_names.append(candidate)
     fn_names = draw(st.permutations(fn_names))
-    return Module([draw(functions(name)) for name in fn_names], "<random>")
+    return Module(with_bodies([draw(functions(name)) for name in fn_names]), "<random>")
+
+
+def with_bodies(fns: list[Function]) -> list[Function]:
+    """`fns` plus a body function for every kernel whose body is not among them (the verifier
+    checks kernel bodies at every stage): it returns its first operand of the kernel's dtype,
+    or a zero. A kernel whose body name is taken by a function that does not fit is pointed at
+    a body of its own."""
+    kernels = any(op.name == "kernel" for f in fns for op in f.ops)
+    if kernels and all(f.name != "main" for f in fns):  # several functions need an entry
+        fns = [dataclasses.replace(fns[0], name="main"), *fns[1:]]
+    out = list(fns)
+    taken = {f.name for f in fns}
+    for fn in fns:
+        types = fn.types()
+        for k, op in enumerate(fn.ops):
+            if op.name != "kernel":
+                continue
+            body = op.attrs["body"]
+            if body in taken:
+                body = f"body.{fn.name}.{k}"
+                while body in taken:
+                    body += "_"
+                fn.ops[k] = Op(op.result, op.name, op.operands, {**op.attrs, "body": body}, op.type)
+            taken.add(body)
+            params = [
+                Param(f"a{i}", TensorType(types[o].dtype, ())) for i, o in enumerate(op.operands)
+            ]
+            want = TensorType(op.type.dtype, ())
+            same = [p for p in params if p.type == want]
+            if same:
+                ops, ret = [], same[0].name
+            else:
+                zero = False if want.dtype.is_bool else 0
+                ops, ret = [Op("z", "constant", [], {"value": zero}, want)], "z"
+            out.append(Function(body, params, [want], ops, [ret]))
+    return out

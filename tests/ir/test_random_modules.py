@@ -47,7 +47,7 @@ def test_random_modules_verify_and_round_trip(module: Module) -> None:
 @given(data=st.data())
 def test_each_op_verifies_and_round_trips(name: str, data) -> None:
     fn = data.draw(S.functions("main", [name, name]))
-    _round_trip(Module([fn]))
+    _round_trip(Module(S.with_bodies([fn])))
 
 
 def _decomposed(fn: Function) -> Function:

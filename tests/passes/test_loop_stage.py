@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from gdv.api import parse
+from gdv.ir.parser import parse as parse_unchecked
 from gdv.backends import reference
 from gdv.ir.core import Module
 from gdv.ir.diagnostics import IRError
@@ -166,9 +167,11 @@ def test_memory_plan_is_proved_and_bad_plans_are_refuted_by_independent_liveness
 )
 def test_loop_stage_checks_kernel_bodies(body: str, message: str) -> None:
     src = KERNEL[: KERNEL.index("func @main.k0")] + body
-    module = parse(src)  # the graph stage does not look at bodies
+    # Every stage checks bodies (issue 14): parsing (a graph-stage verify) rejects them too.
     with pytest.raises(IRError, match=re.escape(message)):
-        verify(module, stage="loop")
+        parse(src)
+    with pytest.raises(IRError, match=re.escape(message)):
+        verify(parse_unchecked(src), stage="loop")
     verify(parse(KERNEL), stage="loop")
 
 

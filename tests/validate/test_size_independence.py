@@ -1,5 +1,6 @@
 """Size independence (DESIGN.md): a pair built on a 4096x4096 matmul proves about as fast as
-the same pair at 4x4, because a query never has one term per element."""
+the same pair at 16x16, because a query never has one term per element. (At 8x8 and below the
+folds unroll in `fp`, issue 14, so the smallest size compared is 16.)"""
 
 from __future__ import annotations
 
@@ -40,13 +41,13 @@ def _best_time(n: int, repeats: int = 3) -> float:
 
 
 def test_query_size_does_not_grow_with_the_tensor():
-    small, big = (build_query(*_pair(n), 0).smt2() for n in (4, 4096))
-    # Only the numerals differ (4 against 4096, 3 against 4095 in bounds).
+    small, big = (build_query(*_pair(n), 0).smt2() for n in (16, 4096))
+    # Only the numerals differ (16 against 4096, 15 against 4095 in bounds).
     assert small.count("in.a") == big.count("in.a")
     assert abs(len(small) - len(big)) < 100
 
 
-def test_4096_matmul_proves_in_under_three_times_the_4x4_time():
-    small = _best_time(4)
+def test_4096_matmul_proves_in_under_three_times_the_16x16_time():
+    small = _best_time(16)
     big = _best_time(4096)
     assert big < 3 * small, (small, big)
