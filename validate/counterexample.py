@@ -204,4 +204,26 @@ def uniform_inputs(fn: Function, k: int) -> dict[str, np.ndarray]:
 
 
 UNIFORM_TRIES = len(_SPECIAL["float"]) + 1
+
+
+def cancelling_inputs(fn: Function, k: int) -> dict[str, np.ndarray]:
+    """Every float input filled, in row-major order, with `big, 1, -big, 1, ...` (k = 0) or
+    `1, big, 1, -big, ...` (k = 1), where `big + 1` rounds to `big`: a sum taken in another
+    order then differs (a reordered 4-element sum gives 1 against 2), which random draws
+    rarely show. Other inputs are zero."""
+    out: dict[str, np.ndarray] = {}
+    for p in fn.params:
+        d = p.type.dtype
+        if not d.is_float:
+            out[p.name] = np.zeros(p.type.shape, dtype=d.np)
+            continue
+        big = 2.0 ** (ml_dtypes.finfo(d.np).nmant + 2)
+        cycle = [big, 1.0, -big, 1.0] if k == 0 else [1.0, big, 1.0, -big]
+        flat = np.resize(np.array(cycle, dtype=np.float64), p.type.num_elements)
+        out[p.name] = flat.reshape(p.type.shape).astype(d.np)
+    return out
+
+
+CANCELLING_TRIES = 2
+"""How many `cancelling_inputs` patterns there are."""
 """How many `uniform_inputs` patterns there are."""

@@ -27,8 +27,10 @@ from gdv.ir.core import Function, Module
 from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.ops.kernel import kernel_bodies
 from gdv.validate.counterexample import (
+    CANCELLING_TRIES,
     UNIFORM_TRIES,
     Counterexample,
+    cancelling_inputs,
     decode_input,
     replay,
     special_inputs,
@@ -496,11 +498,13 @@ def _try_concrete(
             found = replay(fa, fb, inputs, theory, prefer=None if index is None else (o, index))
             if found is not None:
                 return Counterexample(found[0], found[1], found[2], found[3], inputs, origin)
-    for k in range(UNIFORM_TRIES):
-        inputs = uniform_inputs(fa, k)
+    patterns = [("uniform", uniform_inputs, k) for k in range(UNIFORM_TRIES)]
+    patterns += [("cancelling", cancelling_inputs, k) for k in range(CANCELLING_TRIES)]
+    for name, draw, k in patterns:
+        inputs = draw(fa, k)
         found = replay(fa, fb, inputs, theory, prefer=None if index is None else (o, index))
         if found is not None:
-            origin = f"uniform inputs (pattern {k})"
+            origin = f"{name} inputs (pattern {k})"
             return Counterexample(found[0], found[1], found[2], found[3], inputs, origin)
     return None
 

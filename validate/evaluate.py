@@ -91,9 +91,7 @@ def evaluate_symbolic(
     values = Values(theory)
     ctx = Ctx(values)
     ins = [input_tensor(values, p.name, p.type) for p in fn.params]
-    arrays = {
-        f"in.{p.name}": _constant_array(values, inputs[p.name], p.type) for p in fn.params
-    }
+    arrays = {f"in.{p.name}": _constant_array(values, inputs[p.name], p.type) for p in fn.params}
     steps = _fold_steps(values)
     outs = []
     for t in encode(ctx, fn, ins):

@@ -13,36 +13,31 @@ MAX_SECONDS = 10**6
 """The longest timeout accepted (about 11 days): beyond it, a typo rather than a wish."""
 
 
+def _value(text: str, convert, ok, want: str):
+    try:
+        value = convert(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}")
+    return value
+
+
 def seconds(text: str) -> float:
     """A finite, positive number of seconds (at most `MAX_SECONDS`)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"expected a positive, finite number of seconds (at most {MAX_SECONDS}), got {text!r}"
-        )
-    return value
+    return _value(
+        text,
+        float,
+        lambda v: math.isfinite(v) and 0 < v <= MAX_SECONDS,
+        f"a positive, finite number of seconds (at most {MAX_SECONDS})",
+    )
 
 
 def positive_int(text: str) -> int:
     """An integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
+    return _value(text, int, lambda v: v >= 1, "a whole number >= 1")
 
 
 def finite_float(text: str) -> float:
     """A finite number."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
+    return _value(text, float, math.isfinite, "a finite number")

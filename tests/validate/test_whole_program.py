@@ -112,11 +112,7 @@ def _differs(fn, mutant) -> bool:
     return any(replay(fn, mutant, p, "fp") is not None for p in probes)
 
 
-@settings(
-    max_examples=MUTANT_EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+@settings(fuzz, max_examples=MUTANT_EXAMPLES)
 @given(L.layout_programs(), st.data(), st.booleans(), st.booleans())
 def test_a_meaning_changing_mutation_is_never_proved_equivalent(fn, data, unrolled, probe):
     assume(_valid(fn))
@@ -132,11 +128,7 @@ def test_a_meaning_changing_mutation_is_never_proved_equivalent(fn, data, unroll
         )
 
 
-@settings(
-    max_examples=300 if LONG else 25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+@settings(fuzz, max_examples=300 if LONG else 25)
 @given(L.layout_programs(focused=True), st.data(), st.booleans())
 def test_a_mutation_of_a_value_read_through_two_folds_is_refuted_by_the_solver(fn, data, unrolled):
     """The solver alone (no probe), on the place a range-blind memo hides: a concat operand or
