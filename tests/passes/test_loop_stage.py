@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from gdv.api import parse
-from gdv.ir.parser import parse as parse_unchecked
 from gdv.backends import reference
 from gdv.ir.core import Module
 from gdv.ir.diagnostics import IRError
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import kernel_bodies
+from gdv.ir.parser import parse as parse_unchecked
 from gdv.ir.verifier import verify
 from gdv.passes.lower_to_kernels import LowerToKernels
 from gdv.passes.manager import PassManager
