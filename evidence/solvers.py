@@ -89,33 +89,66 @@ def _sexprs(text: str) -> list:
     return stack[0]
 
 
+def _postorder(e, combine):
+    """`e` rebuilt bottom-up: each list becomes `combine(its children, rebuilt)`, leaves stay.
+    An explicit stack, not recursion: a query's let-nesting grows with the program's depth
+    (issue 14: a 10^4-op chain)."""
+    if not isinstance(e, list):
+        return e
+    done: list = []
+    stack = [(e, 0, [])]
+    while stack:
+        node, i, kids = stack[-1]
+        if i < len(node):
+            stack[-1] = (node, i + 1, kids)
+            child = node[i]
+            if isinstance(child, list):
+                stack.append((child, 0, []))
+            else:
+                kids.append(child)
+            continue
+        stack.pop()
+        value = combine(kids)
+        if stack:
+            stack[-1][2].append(value)
+        else:
+            done.append(value)
+    return done[0]
+
+
 def _unannotated(e):  # (! t :qid k :pattern (...)) -> t
-    if isinstance(e, list):
-        if e and e[0] == "!" and len(e) >= 2:
-            return _unannotated(e[1])
-        return [_unannotated(x) for x in e]
-    return e
+    return _postorder(e, lambda k: k[1] if k and k[0] == "!" and len(k) >= 2 else k)
 
 
 def _show(e) -> str:
-    return "(" + " ".join(_show(x) for x in e) + ")" if isinstance(e, list) else e
+    return _postorder(e, lambda k: "(" + " ".join(k) + ")")
 
 
 _ARRAY_OPS = frozenset({"store", "const", "as-array", "map", "default", "ext"})
 
 
 def _tokens(e) -> set[str]:
-    return set().union(*(_tokens(x) for x in e)) if isinstance(e, list) else {e}
+    out: set[str] = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, list):
+            stack.extend(x)
+        else:
+            out.add(x)
+    return out
 
 
-def _functions(e):  # (Array A B) -> (-> A B); (select a i) -> (a i)
-    if isinstance(e, list):
-        if len(e) == 3 and e[0] == "Array":
-            return ["->", _functions(e[1]), _functions(e[2])]
-        if len(e) >= 3 and e[0] == "select":
-            return [_functions(x) for x in e[1:]]
-        return [_functions(x) for x in e]
-    return e
+def _function_node(k: list):  # (Array A B) -> (-> A B); (select a i) -> (a i)
+    if len(k) == 3 and k[0] == "Array":
+        return ["->", k[1], k[2]]
+    if len(k) >= 3 and k[0] == "select":
+        return k[1:]
+    return k
+
+
+def _functions(e):
+    return _postorder(e, _function_node)
 
 
 def for_cvc5(text: str) -> str:

@@ -130,7 +130,8 @@ def _fold_steps(values: Values) -> dict[str, object]:
 
 def _expand(term: z3.ExprRef, arrays: dict, steps: dict, memo: dict[int, z3.ExprRef]):
     """`term` with input reads replaced by the inputs' values and folds by their left folds
-    (bottom-up, each subterm once)."""
+    (bottom-up, each subterm once). Recursive over the term's depth: for the small programs
+    of the agreement tests, not for proofs."""
     key = term.get_id()
     if key in memo:
         return memo[key]

@@ -176,10 +176,16 @@ def _scale(ctx: Ctx, r: SumRecord) -> Iterator[tuple[str, z3.BoolRef]]:
 
 
 def _factors(t: z3.ExprRef) -> list[z3.ExprRef]:
-    """The factors of a product tree, left to right."""
-    if z3.is_mul(t):
-        return [f for c in t.children() for f in _factors(c)]
-    return [t]
+    """The factors of a product tree, left to right (an explicit stack: trees can be deep)."""
+    out: list[z3.ExprRef] = []
+    stack = [t]
+    while stack:
+        u = stack.pop()
+        if z3.is_mul(u):
+            stack.extend(reversed(u.children()))
+        else:
+            out.append(u)
+    return out
 
 
 def _product(ts: list[z3.ExprRef]) -> z3.ExprRef:
