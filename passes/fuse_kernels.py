@@ -108,6 +108,12 @@ def duplicable(producer: Op | None, value: str, ops: list[Op], functions: dict) 
     return True
 
 
+MAX_BODY_OPS = 256
+"""No fusion makes a body of more than this many ops. Every fusion's obligation holds the
+bodies it joined, so fusing a chain of n elementwise ops into one body cost O(n^2) memory and
+time (a 10^4-op chain exhausted 24 GiB); real models' fused bodies hold tens of ops."""
+
+
 @dataclass(frozen=True)
 class FuseKernels(Pass):
     name = "fuse-kernels"
@@ -156,13 +162,15 @@ class FuseKernels(Pass):
                 if not (fusible(p, uses.get(v, 0)) or (copy and duplicable(p, v, ops, functions))):
                     continue
                 assert p is not None
+                c_body, p_body = functions[c.attrs["body"]], functions[p.attrs["body"]]
+                if len(c_body.ops) + len(p_body.ops) > MAX_BODY_OPS:
+                    continue
                 name = next(
                     f"{fn.name}.f{n}"
                     for n in range(len(taken) + 1)
                     if f"{fn.name}.f{n}" not in taken
                 )
                 taken.add(name)
-                c_body, p_body = functions[c.attrs["body"]], functions[p.attrs["body"]]
                 body = fuse_bodies(name, c_body, k, p_body)
                 functions[name] = body
                 inner = c.attrs["maps"][k]

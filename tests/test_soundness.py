@@ -422,3 +422,21 @@ def test_no_process_traceback_on_any_issue_input(tmp_path) -> None:
         )  # fmt: skip
         assert r.returncode in (0, 3), r.stderr
         assert "Traceback" not in r.stderr
+
+
+def test_fusion_of_a_long_chain_keeps_bodies_bounded() -> None:
+    """Fusing a whole chain into one body cost O(n^2) in obligations (a 10^4-op chain at -O2
+    exhausted memory); bodies stop growing at `MAX_BODY_OPS`."""
+    from gdv.api import parse
+    from gdv.passes.fuse_kernels import MAX_BODY_OPS, FuseKernels
+    from gdv.passes.lower_to_kernels import LowerToKernels
+    from gdv.passes.manager import PassManager
+
+    n = 2 * MAX_BODY_OPS + 10
+    result = PassManager([LowerToKernels(), FuseKernels()]).run(parse(chain(n)))
+    main_fn = result.module.entry
+    kernels = [op for op in main_fn.ops if op.name == "kernel"]
+    bodies = {f.name: f for f in result.module.functions}
+    sizes = [len(bodies[k.attrs["body"]].ops) for k in kernels]
+    assert max(sizes) <= MAX_BODY_OPS
+    assert len(kernels) >= 3 and sum(sizes) == n
