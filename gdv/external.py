@@ -48,6 +48,8 @@ def _run_in_group(argv: list[str], data: bytes, timeout: float) -> subprocess.Co
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    # The group's id is the pass's pid; Linux does not hand that number to a new process
+    # while any member of the group lives, so this reaches only what the pass left behind.
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

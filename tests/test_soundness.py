@@ -336,7 +336,7 @@ def test_a_worker_killed_by_its_memory_limit_is_unknown_naming_the_limit(tmp_pat
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert r.returncode == 2, r.stderr
-    assert "memory limit of 1 MB" in r.stderr
+    assert "its memory limit is 1 MB" in r.stderr
     assert "internal error" not in r.stderr
 
 

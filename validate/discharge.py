@@ -370,16 +370,8 @@ def _solve_in_workers(obligations, todo, jobs, timeout, memory_mb, record) -> No
                     # A worker that runs out of its address space fails in whatever it was
                     # doing (often loading a library): never a proof, and never a crash.
                     why = f"{type(e).__name__}: {str(e)[:200]}"
-                    record(
-                        i,
-                        (
-                            "unknown",
-                            0.0,
-                            f"the solver worker failed under its memory limit of {memory_mb} MB "
-                            f"(--memory-limit) ({why})",
-                            None,
-                        ),
-                    )
+                    limit = f"its memory limit is {memory_mb} MB (--memory-limit)"
+                    record(i, ("unknown", 0.0, f"the solver worker failed; {limit}: {why}", None))
         except concurrent.futures.TimeoutError:
             for fut, i in futures.items():
                 if not fut.done():
