@@ -8,7 +8,9 @@ semantics, bounds, lowerings) register their rules against these spec objects, a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -126,6 +128,27 @@ Rules that need the written type to know the result (`convert`'s dtype, `reshape
 take those parts from it and check the rest."""
 
 
+@dataclass(frozen=True)
+class Combiner:
+    """How a reduction folds (IR_SPEC.md section 3): `acc = op(acc, x[next])`.
+
+    `op` is the elementwise op it folds with (so it rounds and treats NaN and -0.0 as that op
+    does) and also the value of a kernel's `combiner` attribute; `fold` names the fold in the
+    SMT and reference layers (`sum`, `max`, `min`)."""
+
+    op: str
+    fold: str
+
+    def identity(self, dtype: DType) -> int | float:
+        """The value of an empty fold in `dtype`: 0 (0.0) for sums, -inf (the dtype's minimum)
+        for max, +inf (its maximum) for min."""
+        if self.fold == "sum":
+            return 0 if dtype.is_int else 0.0
+        if dtype.is_int:
+            return dtype.int_min if self.fold == "max" else dtype.int_max
+        return -math.inf if self.fold == "max" else math.inf
+
+
 @dataclass(frozen=True, eq=False)
 class OpSpec:
     """Everything the IR knows of one op: name, operands, attributes, type rule, meaning."""
@@ -143,6 +166,20 @@ class OpSpec:
     """For composites: the ops it means exactly (IR_SPEC.md section 4), given a fresh-name
     function; the last op defines the composite's result name."""
     operand_names: tuple[str, ...] = field(default=())
+    # --- traits: what every layer asks about an op (DESIGN.md, "Op traits, once"); no layer
+    # keeps its own list of op names, it derives one from these (`names_where`).
+    transcendental: bool = False
+    """Last-bit results implementation-defined (IR_SPEC.md section 3): uninterpreted in `fp`,
+    never constant-folded, compared within ulps rather than bit for bit."""
+    body_legal: bool = False
+    """May appear in a kernel body: a scalar elementwise op or a scalar constant."""
+    combiner: Combiner | None = None
+    """For a reduction: the fold it combines with and its identity."""
+    int_legal: bool = False
+    """Accepts integer operands (for generators: makes integer results)."""
+    commutative: bool = False
+    """`op(a, b)` and `op(b, a)` are equal for every a and b as IR_SPEC.md section 5 compares
+    values (the same bits, all NaNs one value, +0.0 and -0.0 distinct)."""
 
     @property
     def attr_names(self) -> tuple[str, ...]:
@@ -177,6 +214,42 @@ def all_specs() -> Iterator[OpSpec]:
 
 def by_family(family: str) -> list[OpSpec]:
     return [s for s in REGISTRY.values() if s.family == family]
+
+
+def unregister(spec: OpSpec) -> None:
+    """Remove `spec` from the registry (for tests that register a scratch op)."""
+    assert REGISTRY.get(spec.name) is spec, spec.name
+    del REGISTRY[spec.name]
+
+
+class OpNames(AbstractSet):
+    """The names of the registered ops with a trait: a live, read-only set (an op registered
+    later is in it at once), so a layer's `name in TRANSCENDENTAL` always asks the specs."""
+
+    def __init__(self, trait: Callable[[OpSpec], bool], doc: str = "") -> None:
+        self._trait = trait
+        self.__doc__ = doc
+
+    def __contains__(self, name: object) -> bool:
+        spec = REGISTRY.get(name) if isinstance(name, str) else None
+        return spec is not None and bool(self._trait(spec))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([s.name for s in REGISTRY.values() if self._trait(s)])
+
+    def __len__(self) -> int:
+        return sum(1 for s in REGISTRY.values() if self._trait(s))
+
+    def specs(self) -> list[OpSpec]:
+        return [s for s in REGISTRY.values() if self._trait(s)]
+
+    def __repr__(self) -> str:
+        return f"OpNames({sorted(self)})"
+
+
+def names_where(trait: Callable[[OpSpec], bool], doc: str = "") -> OpNames:
+    """The live set of op names whose spec has `trait` (e.g. `lambda s: s.transcendental`)."""
+    return OpNames(trait, doc)
 
 
 # Importing the families fills the registry.

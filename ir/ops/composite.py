@@ -117,6 +117,7 @@ register(
         "second-to-last, batching the leading dims (which must be equal).",
         stage="graph",
         decompose=_decompose_matmul,
+        int_legal=True,
     )
 )
 

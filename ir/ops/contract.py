@@ -89,5 +89,6 @@ register(
         "convert(b[k], acc); acc = p[0]; acc = acc + p[k] over the contraction positions in "
         "row-major order (the contracting dims taken in the order lhs_contract lists them); "
         "result = convert(acc). acc defaults to the result dtype; empty contraction gives 0.",
+        int_legal=True,
     )
 )

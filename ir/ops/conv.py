@@ -85,5 +85,6 @@ register(
         "cross-correlation of x padded with +0.0 (every padded position takes part in the sum "
         "as 0.0 * w): out[n,o,i,j] = sum over c in group(o), kh, kw (in that order, a left fold "
         "starting at the first product) of xp[n,c,i*sh+kh*dh,j*sw+kw*dw] * w[o,c',kh,kw].",
+        int_legal=True,
     )
 )

@@ -9,12 +9,14 @@ from typing import Any
 
 from gdv.ir.dtypes import DType
 from gdv.ir.ops import (
+    REGISTRY,
     AttrSpec,
     OpSpec,
     OpTypeError,
     kind_choice,
     kind_int,
     kind_number_or_nested,
+    names_where,
     register,
 )
 from gdv.ir.ops._rules import check_axis, check_literal, require_float, same_shape_operands
@@ -36,8 +38,9 @@ UNARY_FLOAT_DOCS = {
     "relu": "max(x, 0.0) with relu(-0.0) = +0.0 and relu(NaN) = NaN",
 }
 
-TRANSCENDENTAL = frozenset({"exp", "log", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "pow"})
-"""Ops whose last-bit results are implementation-defined (IR_SPEC.md section 3)."""
+TRANSCENDENTAL_OPS = ("exp", "log", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "pow")
+"""Ops whose last-bit results are implementation-defined (IR_SPEC.md section 3): the specs
+below get `transcendental=True` from this list; everyone else asks the specs."""
 
 BINARY_DOCS = {
     "add": "a + b (ints wrap)",
@@ -48,7 +51,12 @@ BINARY_DOCS = {
     "min": "min(a, b); NaN if either is NaN; min(-0.0, +0.0) = -0.0",
     "pow": "a^b (floats only, transcendental)",
 }
-INT_BINARY = frozenset({"add", "sub", "mul", "max", "min"})
+INT_BINARY_OPS = ("add", "sub", "mul", "max", "min")
+COMMUTATIVE_OPS = ("add", "mul", "max", "min")
+"""Symmetric in their operands as IR_SPEC.md section 5 compares values: IEEE `+` and `*`
+(all NaNs one value), and `max`/`min`, whose NaN and signed-zero cases are symmetric too
+(`max(-0.0, +0.0) = max(+0.0, -0.0) = +0.0`, `min` gives -0.0 in either order; the reference
+and SMT meanings implement exactly that, and tests/test_registry.py proves it)."""
 
 
 def _unary_float(name: str):
@@ -63,18 +71,51 @@ def _binary(name: str):
     def infer(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
         same_shape_operands(types)
         t = types[0]
-        if t.dtype.is_float or (t.dtype.is_int and name in INT_BINARY):
+        int_legal = REGISTRY[name].int_legal
+        if t.dtype.is_float or (t.dtype.is_int and int_legal):
             return t
-        allowed = "float or integer" if name in INT_BINARY else "float"
+        allowed = "float or integer" if int_legal else "float"
         raise OpTypeError(f"{name} takes {allowed} operands, operand 1 is {t}", 0)
 
     return infer
 
 
 for _name, _doc in UNARY_FLOAT_DOCS.items():
-    register(OpSpec(_name, "elementwise", 1, 1, (), _unary_float(_name), _doc))
+    register(
+        OpSpec(
+            _name,
+            "elementwise",
+            1,
+            1,
+            (),
+            _unary_float(_name),
+            _doc,
+            transcendental=_name in TRANSCENDENTAL_OPS,
+            body_legal=True,
+        )
+    )
 for _name, _doc in BINARY_DOCS.items():
-    register(OpSpec(_name, "elementwise", 2, 2, (), _binary(_name), _doc))
+    register(
+        OpSpec(
+            _name,
+            "elementwise",
+            2,
+            2,
+            (),
+            _binary(_name),
+            _doc,
+            transcendental=_name in TRANSCENDENTAL_OPS,
+            body_legal=True,
+            int_legal=_name in INT_BINARY_OPS,
+            commutative=_name in COMMUTATIVE_OPS,
+        )
+    )
+
+TRANSCENDENTAL = names_where(lambda s: s.transcendental, "Ops whose last bits are not fixed.")
+"""Ops whose last-bit results are implementation-defined (IR_SPEC.md section 3), from the
+specs' `transcendental` trait (a live set of names)."""
+INT_BINARY = names_where(lambda s: s.name in BINARY_DOCS and s.int_legal, "Integer arithmetic.")
+"""The binary arithmetic ops that take integers (wrapping), from the `int_legal` trait."""
 
 CMP_DIRECTIONS = ("lt", "le", "gt", "ge", "eq", "ne")
 
@@ -94,6 +135,8 @@ register(
         _infer_cmp,
         "a DIR b elementwise as i1; IEEE comparison: NaN compares false except `ne`, which is "
         "true; -0.0 equals +0.0. On i1, false < true.",
+        body_legal=True,
+        int_legal=True,
     )
 )
 
@@ -114,7 +157,19 @@ def _infer_select(
     return a
 
 
-register(OpSpec("select", "elementwise", 3, 3, (), _infer_select, "c ? a : b elementwise"))
+register(
+    OpSpec(
+        "select",
+        "elementwise",
+        3,
+        3,
+        (),
+        _infer_select,
+        "c ? a : b elementwise",
+        body_legal=True,
+        int_legal=True,
+    )
+)
 
 
 def _infer_convert(
@@ -134,6 +189,8 @@ register(
         "to the written dtype: float->float rounds to nearest-even; float->int truncates toward "
         "zero and saturates, NaN -> 0; int->float rounds to nearest-even; int->int wraps "
         "(two's complement); to i1: x != 0; from i1: false -> 0, true -> 1.",
+        body_legal=True,
+        int_legal=True,
     )
 )
 
@@ -187,6 +244,8 @@ register(
         _infer_constant,
         "a tensor of the written type: `value` is a scalar (splat) or a nested list of the "
         "result's shape; float literals round to nearest-even in the dtype.",
+        body_legal=True,
+        int_legal=True,
     )
 )
 
@@ -207,5 +266,6 @@ register(
         (AttrSpec("axis", kind_int),),
         _infer_iota,
         "element = its index along `axis`, converted to the dtype as `convert` from i64 does.",
+        int_legal=True,
     )
 )

@@ -33,5 +33,6 @@ register(
         _infer_take,
         "out[a..., i..., b...] = table[a..., clamp(idx[i...], 0, size-1), b...] (numpy.take "
         "with indices clamped, no wrap-around)",
+        int_legal=True,
     )
 )

@@ -44,22 +44,21 @@ from gdv.ir.ops import (
     kind_choice,
     kind_int,
     kind_int_list,
+    names_where,
     register,
 )
+from gdv.ir.ops.reduce import REDUCTIONS
 from gdv.ir.types import TensorType
 
-COMBINERS = ("add", "max", "min", "none")
-COMBINER_OP = {"add": "add", "max": "max", "min": "min"}
-"""The elementwise op each combiner folds with (so it rounds and treats NaN and -0.0 alike)."""
-FOLD_KIND = {"add": "sum", "max": "max", "min": "min"}
+COMBINER_OP = {s.combiner.op: s.combiner.op for s in REDUCTIONS.specs()}
+"""The elementwise op each combiner folds with (so it rounds and treats NaN and -0.0 alike),
+from the reductions' `combiner` trait: a kernel's combiner is named by that op."""
+FOLD_KIND = {s.combiner.op: s.combiner.fold for s in REDUCTIONS.specs()}
 """The `Ctx.fold` kind of each combiner: the same fold as reduce_sum / dot / reduce_max."""
-BODY_OPS = frozenset(
-    (
-        "neg abs exp log sqrt rsqrt tanh sigmoid erf sin cos floor relu add sub mul div max min "
-        "pow cmp select convert constant"
-    ).split()
-)
-"""Ops a body may use: scalar elementwise ops and scalar constants."""
+COMBINERS = (*COMBINER_OP, "none")
+BODY_OPS = names_where(lambda s: s.body_legal, "Ops a kernel body may use.")
+"""Ops a body may use: scalar elementwise ops and scalar constants (the `body_legal` trait; a
+live set of names)."""
 
 
 def kind_maps(v: Any) -> list[list[list[int]]]:
@@ -196,6 +195,7 @@ KERNEL = register(
         "reduction: the combiner's identity. accumulators = A > 1: A blocks folded apart, then "
         "their results folded in order; other schedule attributes never change the meaning.",
         stage="loop",
+        int_legal=True,
     )
 )
 

@@ -45,6 +45,7 @@ register(
         (AttrSpec("dims", kind_int_list),),
         _infer_broadcast,
         "result[i] = x[j] where j[k] = i[dims[k]] if x.shape[k] == result.shape[dims[k]] else 0",
+        int_legal=True,
     )
 )
 
@@ -71,6 +72,7 @@ register(
         (),
         _infer_reshape,
         "same elements in the same row-major order, another shape",
+        int_legal=True,
     )
 )
 
@@ -96,6 +98,7 @@ register(
         (AttrSpec("perm", kind_int_list),),
         _infer_transpose,
         "result dim i is operand dim perm[i]: result[i] = x[j] with j[perm[k]] = i[k]",
+        int_legal=True,
     )
 )
 
@@ -132,6 +135,7 @@ register(
         ),
         _infer_slice,
         "result[i] = x[start + i * stride]; result dim d has ceil((limit-start)/stride) entries",
+        int_legal=True,
     )
 )
 
@@ -170,6 +174,7 @@ register(
         (AttrSpec("axis", kind_int),),
         _infer_concat,
         "operands joined along `axis`, in operand order",
+        int_legal=True,
     )
 )
 
@@ -199,5 +204,6 @@ register(
         ),
         _infer_pad,
         "x placed at offset `low` in a tensor of `value` grown by low + high per dim",
+        int_legal=True,
     )
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gdv.ir.ops import AttrSpec, OpSpec, OpTypeError, kind_int_list, register
+from gdv.ir.ops import AttrSpec, Combiner, OpSpec, OpTypeError, kind_int_list, names_where, register
 from gdv.ir.ops._rules import check_axes
 from gdv.ir.types import TensorType
 
@@ -13,6 +13,12 @@ REDUCE_DOCS = {
     "reduce_max": "acc = x[first]; acc = max(acc, x[next]) ... ; empty: -inf, int min",
     "reduce_min": "acc = x[first]; acc = min(acc, x[next]) ... ; empty: +inf, int max",
 }
+COMBINE = {
+    "reduce_sum": Combiner("add", "sum"),
+    "reduce_max": Combiner("max", "max"),
+    "reduce_min": Combiner("min", "min"),
+}
+"""Each reduction's fold (its spec's `combiner` trait)."""
 
 
 def _infer_reduce(name: str):
@@ -37,5 +43,18 @@ for _name, _doc in REDUCE_DOCS.items():
             (AttrSpec("axes", kind_int_list),),
             _infer_reduce(_name),
             _doc + ". The reduced positions are visited in row-major order of the operand.",
+            combiner=COMBINE[_name],
+            int_legal=True,
         )
     )
+
+REDUCTIONS = names_where(lambda s: s.combiner is not None, "Ops that fold with a combiner.")
+"""The reductions (ops with a `combiner`), a live set of names."""
+
+
+def combiner_of(name: str) -> Combiner:
+    """The combiner kernel attribute value `name` (`add`, `max`, `min`) stands for."""
+    for spec in REDUCTIONS.specs():
+        if spec.combiner.op == name:
+            return spec.combiner
+    raise KeyError(name)
