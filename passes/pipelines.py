@@ -58,6 +58,10 @@ def pipeline(target: str = "reference", level: int = 2, fast_math: bool = False)
         passes += [LowerToKernels()]
     if level >= 2:
         passes += [FuseKernels(), ScheduleKernels(), PlanMemory()]
+    elif target == "c":
+        # The C target takes every intermediate from the planned arena: every C program has
+        # a plan (on core ops at -O0, on kernels at -O1).
+        passes += [PlanMemory()]
     return passes
 
 

@@ -1,13 +1,20 @@
-"""`plan-memory`: place every intermediate value of a loop-stage function in one arena, reusing
-space by liveness, and claim that no two simultaneously live buffers overlap.
+"""`plan-memory`: place every intermediate value of a function in one arena, reusing space by
+liveness, and claim that no two simultaneously live buffers overlap.
 
-A value is live from the op that defines it to its last use (to the end for returned values);
-intervals are closed, so an op's result never shares space with its operands. Buffers are
-placed first-fit in definition order at 64-byte aligned offsets. The plan is recorded in the
-function's attributes: `arena_bytes` (the peak memory) and `buffers` ([name, offset, bytes]
-per value). The `memory-safety` obligation asserts, over symbolic buffer indices a and b, two
-distinct buffers live at one time whose byte ranges overlap, or a buffer outside the arena;
-unsat proves the plan safe.
+Storage: a `reshape`'s result is its operand's bytes (row-major order is kept), so a value and
+the reshapes of it form one storage group, named by its first value (the root). A group holding
+a parameter or a returned value is the caller's (the calling convention: parameters are the
+caller's arrays, returned values are written into buffers the caller owns); every other group
+is an intermediate and gets a buffer in the arena. A group is live from the op that defines its
+root to the last use of any of its values; intervals are closed, so an op's result never shares
+space with its operands. Buffers are placed first-fit in definition order at 64-byte aligned
+offsets. The plan is recorded in the function's attributes: `arena_bytes` (the peak memory) and
+`buffers` ([root, offset, bytes] per intermediate group). The C target takes every
+intermediate from this arena at these offsets. The `memory-safety` obligation asserts, over
+symbolic buffer indices a and b, two distinct buffers live at one time whose byte ranges
+overlap, or a buffer outside the arena; unsat proves the plan safe.
+
+The pass runs on any stage (the C target plans at -O0 on core ops, at -O1 and -O2 on kernels).
 """
 
 from __future__ import annotations
@@ -36,20 +43,31 @@ class Buffer:
     end: int
 
 
+def storage(fn: Function) -> tuple[dict[str, str], set[str]]:
+    """Each value's storage root (a reshape's result shares its operand's), and the roots the
+    caller owns (a parameter's group, a returned value's group)."""
+    root = {p.name: p.name for p in fn.params}
+    for op in fn.ops:
+        alias = op.name == "reshape" and op.operands and op.operands[0] in root
+        root[op.result] = root[op.operands[0]] if alias else op.result
+    external = {p.name for p in fn.params} | {root[r] for r in fn.returns if r in root}
+    return root, external
+
+
 def plan(fn: Function) -> list[Buffer]:
-    """First-fit placement of every op result of `fn` by liveness."""
-    n = len(fn.ops)
-    last = {op.result: i for i, op in enumerate(fn.ops)}
+    """First-fit placement of every intermediate storage group of `fn` by liveness."""
+    root, external = storage(fn)
+    last = {op.result: i for i, op in enumerate(fn.ops) if root[op.result] == op.result}
     for i, op in enumerate(fn.ops):
-        for v in op.operands:
-            if v in last:
-                last[v] = i
-    for r in fn.returns:
-        if r in last:
-            last[r] = n
+        for v in [*op.operands, op.result]:
+            r = root.get(v)
+            if r in last:
+                last[r] = max(last[r], i)
     types = fn.types()
     placed: list[Buffer] = []
     for i, op in enumerate(fn.ops):
+        if root[op.result] != op.result or op.result in external:
+            continue
         t = types[op.result]
         size = t.num_elements * max(1, t.dtype.bits // 8)
         busy = sorted(

@@ -103,29 +103,45 @@ class Buffer:
 
 
 def live_buffers(fn: Function) -> list[Buffer]:
-    """The plan recorded on `fn` (`buffers = [[name, offset, bytes], ...]`) with each value's
-    live interval computed here from the ops: from the op that defines it to its last use (the
-    end of the function for returned values). A value without a buffer, or with a buffer too
-    small for its type, is an error."""
-    n = len(fn.ops)
-    last = {op.result: i for i, op in enumerate(fn.ops)}
+    """The plan recorded on `fn` (`buffers = [[name, offset, bytes], ...]`) with each buffer's
+    live interval computed here from the ops.
+
+    Storage, as the targets lay it out: a `reshape`'s result is its operand's bytes, so a value
+    and the reshapes of it are one group, named by its first value. A group holding a parameter
+    or a returned value is the caller's and has no buffer in the arena; every other group must
+    have exactly one buffer, named by its first value and large enough for it, live from the op
+    that defines that value to the last use of any value of the group. A group without a buffer,
+    a buffer too small, a buffer for anything else, or two buffers for one name is an error."""
+    root = {p.name: p.name for p in fn.params}
+    for op in fn.ops:
+        shares = op.name == "reshape" and len(op.operands) == 1 and op.operands[0] in root
+        root[op.result] = root[op.operands[0]] if shares else op.result
+    caller = {p.name for p in fn.params} | {root[r] for r in fn.returns if r in root}
+    first = {op.result: i for i, op in enumerate(fn.ops) if root[op.result] == op.result}
+    last = dict(first)
     for i, op in enumerate(fn.ops):
-        for v in op.operands:
-            if v in last:
-                last[v] = i
-    for r in fn.returns:
-        if r in last:
-            last[r] = n
-    recorded = {str(b[0]): (int(b[1]), int(b[2])) for b in fn.attrs.get("buffers", [])}
+        for v in [*op.operands, op.result]:
+            if root.get(v) in last:
+                last[root[v]] = max(last[root[v]], i)
+    entries = [(str(b[0]), int(b[1]), int(b[2])) for b in fn.attrs.get("buffers", [])]
+    recorded = {name: (offset, size) for name, offset, size in entries}
+    if len(recorded) != len(entries):
+        raise ValueError("a value has two buffers in the plan")
     buffers = []
-    for i, op in enumerate(fn.ops):
+    for op in fn.ops:
+        if op.result not in first or op.result in caller:
+            if op.result in recorded:
+                raise ValueError(f"%{op.result} is not an intermediate: it has no arena buffer")
+            continue
         need = op.type.num_elements * max(1, op.type.dtype.bits // 8)
         if op.result not in recorded:
             raise ValueError(f"%{op.result} has no buffer in the plan")
-        offset, size = recorded[op.result]
+        offset, size = recorded.pop(op.result)
         if size < need:
             raise ValueError(f"%{op.result} needs {need} bytes, its buffer has {size}")
-        buffers.append(Buffer(op.result, offset, size, i, last[op.result]))
+        buffers.append(Buffer(op.result, offset, size, first[op.result], last[op.result]))
+    if recorded:
+        raise ValueError(f"buffers for values the function does not define: {sorted(recorded)}")
     return buffers
 
 

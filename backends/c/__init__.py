@@ -97,15 +97,16 @@ def _snapshot(prog: Program) -> tuple:
         set(prog.libm),
         set(prog.helpers),
         dict(prog._var),
+        dict(prog.arena_of),
     )
 
 
 def _restore(prog: Program, snap: tuple) -> None:
-    nf, nb, slot_of, slot_types, libm, helpers, var = snap
+    nf, nb, slot_of, slot_types, libm, helpers, var, arena_of = snap
     del prog.functions[nf:]
     del prog.body[nb:]
     prog.slot_of, prog.slot_types, prog.libm, prog.helpers = slot_of, slot_types, libm, helpers
-    prog._var = var
+    prog._var, prog.arena_of = var, arena_of
 
 
 def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
@@ -137,6 +138,13 @@ def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
                 raise
             _restore(prog, snap)
             _emit_fallback(lowered, index, op, e)
+    for r in entry.returns:
+        if r in prog.arena_of:
+            raise IRError(
+                f"the buffer plan places returned value %{r} in the arena: returned values are "
+                "written into the caller's buffers",
+                entry.loc or Loc(module.filename, 1, 1),
+            )
     return lowered
 
 
@@ -184,6 +192,14 @@ def _load(path: str) -> ctypes.CDLL:
     return lib
 
 
+def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
+    """`nbytes` (at least one) bytes starting at an `align`-byte boundary, as numpy bools (the
+    arena's slot type)."""
+    raw = np.empty(max(1, nbytes) + align, dtype=np.uint8)
+    skip = -raw.ctypes.data % align
+    return raw[skip : skip + max(1, nbytes)].view(np.bool_)
+
+
 FRESH_MIN_BYTES = 1 << 18
 """Results at least this large are computed into a new array each call instead of being copied
 out of the executable's buffer (a copy costs more than a new array from there on)."""
@@ -208,8 +224,14 @@ class Executable:
         self._types = self.entry.types()
         self._slot_of = dict(prog.slot_of)
         self._buffers = [
-            np.empty(max(1, t.num_elements), dtype=t.dtype.np) for t in prog.slot_types
+            _aligned(t.num_elements)
+            if k == prog.arena_slot
+            else np.empty(max(1, t.num_elements), dtype=t.dtype.np)
+            for k, t in enumerate(prog.slot_types)
         ]
+        """One buffer per slot: parameters (replaced by the caller's arrays in each call),
+        returned values, values of an unplanned function, and the planned arena."""
+        self._arena_of = {v: (offset, t) for v, (offset, t) in prog.arena_of.items()}
         self._pointers = (ctypes.c_void_p * max(1, len(self._buffers)))(
             *[b.ctypes.data for b in self._buffers]
         )
@@ -258,8 +280,14 @@ class Executable:
             self._lib.gdv_set_fallback.argtypes = [_FALLBACK_FN]
 
     def _value(self, name: str) -> np.ndarray:
-        """`name`'s elements in this call (see `_slot_view`)."""
+        """`name`'s elements in this call (see `_slot_view`); a planned value's are its bytes
+        in the arena."""
         t = self._types[name]
+        if name in self._arena_of:
+            offset, stored = self._arena_of[name]
+            arena = self._buffers[self.lowered.program.arena_slot].view(np.uint8)
+            size = t.num_elements * np.dtype(stored.dtype.np).itemsize
+            return arena[offset : offset + size].view(stored.dtype.np).reshape(t.shape)
         return self._slot_view(self._slot_of[name], t.shape, t.num_elements)
 
     def _slot_view(self, slot: int, shape: tuple[int, ...], size: int) -> np.ndarray:

@@ -160,9 +160,12 @@ def strides(t: TensorType) -> list[int]:
 class Program:
     """The C translation unit of one module's entry function, built op by op.
 
-    Every value of the entry function has a buffer slot; the generated entry point
-    `gdv_entry(void *const *buf)` reads its pointers from `buf[slot]`. A reshape shares its
-    operand's slot (same bytes, row-major order kept)."""
+    The generated entry point `gdv_entry(void *const *buf)` reads its pointers from
+    `buf[slot]`. Where the entry function carries a buffer plan (`plan-memory`'s `buffers` and
+    `arena_bytes`), one slot holds the arena and every value the plan places lives at its
+    planned offset in it; parameters, returned values (and the reshapes sharing them: the
+    caller's storage, as the plan has it) and the values of an unplanned function have a slot
+    of their own. A reshape shares its operand's storage (same bytes, row-major order kept)."""
 
     module: Module
     entry: Function
@@ -173,10 +176,21 @@ class Program:
     libm: set[str] = field(default_factory=set)
     helpers: set[str] = field(default_factory=set)
     _var: dict[str, str] = field(default_factory=dict)
+    arena_of: dict[str, tuple[int, TensorType]] = field(default_factory=dict)
+    """Values living in the planned arena: (byte offset, type of the storage)."""
+    arena_slot: int | None = None
+    """The slot holding the arena (`arena_bytes` bytes, 64-byte aligned), None: no plan."""
+    planned: dict[str, tuple[int, int]] | None = None
+    """The entry function's buffer plan, name -> (offset, bytes); None: it has none."""
 
     def __post_init__(self) -> None:
         for p in self.entry.params:
             self.new_slot(p.name, p.type)
+        if "buffers" in self.entry.attrs:
+            self.planned = {str(b[0]): (int(b[1]), int(b[2])) for b in self.entry.attrs["buffers"]}
+            arena = int(self.entry.attrs.get("arena_bytes", 0))
+            self.arena_slot = len(self.slot_types)
+            self.slot_types.append(TensorType(DType.I1, (max(1, arena),)))
 
     # --- names ---------------------------------------------------------------------------
 
@@ -185,14 +199,25 @@ class Program:
         return self._var[value]
 
     def new_slot(self, value: str, type_: TensorType) -> None:
-        """Give `value` a buffer of its own."""
+        """Give `value` its storage: its planned place in the arena, else a buffer of its own."""
+        if self.planned is not None and value in self.planned:
+            offset, size = self.planned[value]
+            need = type_.num_elements * max(1, type_.dtype.bits // 8)
+            if size < need:
+                raise IRError(f"the buffer plan gives %{value} {size} bytes, it needs {need}")
+            self.arena_of[value] = (offset, type_)
+            self._var[value] = f"v{len(self._var)}"
+            return
         self.slot_of[value] = len(self.slot_types)
         self.slot_types.append(type_)
         self._var[value] = f"v{len(self._var)}"
 
     def share_slot(self, value: str, operand: str) -> None:
-        """Let `value` live in `operand`'s buffer (a reshape)."""
-        self.slot_of[value] = self.slot_of[operand]
+        """Let `value` live in `operand`'s storage (a reshape)."""
+        if operand in self.arena_of:
+            self.arena_of[value] = self.arena_of[operand]
+        else:
+            self.slot_of[value] = self.slot_of[operand]
         self._var[value] = f"v{len(self._var)}"
 
     def new_function(self) -> str:
@@ -231,7 +256,20 @@ class Program:
         lines += self.functions
         lines.append("int gdv_entry(void *const *buf)")
         lines.append("{")
+        if self.arena_slot is not None:
+            size = self.slot_types[self.arena_slot].num_elements
+            lines.append(
+                f"  uint8_t *const gdv_arena = (uint8_t *)buf[{self.arena_slot}];"
+                f"  /* the planned arena: {size} bytes */"
+            )
         for value, var in self._var.items():
+            if value in self.arena_of:
+                offset, t = self.arena_of[value]
+                lines.append(
+                    f"  {CTYPE[t.dtype]} *const {var} = ({CTYPE[t.dtype]} *)(gdv_arena + "
+                    f"INT64_C({offset}));  /* %{comment(value)} : {comment(str(t))}, planned */"
+                )
+                continue
             t = self.slot_types[self.slot_of[value]]
             lines.append(
                 f"  {CTYPE[t.dtype]} *const {var} = ({CTYPE[t.dtype]} *)buf[{self.slot_of[value]}];"

@@ -106,7 +106,9 @@ def _planned() -> tuple[Obligation, Module]:
             "  return %y",
             '  %z = kernel(%y) {body = "main.k1", space = [2, 2], maps = [[[1, 0, 0], '
             '[0, 1, 0]]], out = [0, 1], reduce = [], combiner = "none"} : f32[2,2]\n'
-            "  return %z",
+            '  %q = kernel(%z) {body = "main.k1", space = [2, 2], maps = [[[1, 0, 0], '
+            '[0, 1, 0]]], out = [0, 1], reduce = [], combiner = "none"} : f32[2,2]\n'
+            "  return %q",
         )
         + "func @main.k1(%a: f32[]) -> f32[] {\n  %n = neg(%a) : f32[]\n  return %n\n}\n"
     )
@@ -123,7 +125,7 @@ def _with_plan(claim: Obligation, buffers: list, arena: int) -> Obligation:
 
 def test_memory_plan_is_proved_and_bad_plans_are_refuted_by_independent_liveness() -> None:
     claim, module = _planned()
-    plan = module.entry.attrs["buffers"]
+    plan = module.entry.attrs["buffers"]  # %q, returned, is the caller's: not in the arena
     (y, oy, sy), (z, oz, sz) = plan
     assert oy + sy <= oz  # y is live while z is made, so they cannot share bytes
     overlapping = [[y, 0, 16], [z, 8, 16]]  # a plan whose own liveness would call this fine
