@@ -10,6 +10,7 @@ the only one no hash covers.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -31,7 +32,8 @@ from gdv.ir.printer import print_module
 if TYPE_CHECKING:
     from gdv.driver import Compilation
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+"""2 (gdv 0.3, issue 15): each stage names its certificate and each obligation its pair."""
 CONFORMANCE_SEEDS = (0, 1, 2)
 """Seeds of the inputs on which the final module and the source must agree bit for bit."""
 ARTIFACT_FILE = "artifact/main.gdv"
@@ -201,14 +203,24 @@ def build_manifest(comp: Compilation, root: Path) -> dict:
 
     (root / "ir").mkdir()
     (root / "obligations").mkdir()
+    (root / "certificates").mkdir()
     (root / "artifact").mkdir()
     theories = stage_theories(comp)
     stages = []
-    for n, (name, module) in enumerate(comp.stages):
+    records = [None, *comp.records]
+    for n, ((name, module), record) in enumerate(zip(comp.stages, records, strict=True)):
         text = print_module(module).encode()
         rel = f"ir/{n:02d}-{slug(name)}.gdv"
         (root / rel).write_bytes(text)
-        stages.append({"pass": name, "file": rel, "sha256": sha256(text), "theory": theories[name]})
+        stages.append(
+            {
+                "pass": name,
+                "file": rel,
+                "sha256": sha256(text),
+                "theory": theories[name],
+                "certificate": _certificate(root, n, record),
+            }
+        )
     stages[0]["theory"] = "fp"
     obligations = []
     solver = {"name": "z3", "version": z3.get_version_string()}
@@ -244,6 +256,29 @@ def build_manifest(comp: Compilation, root: Path) -> dict:
         "tools": tool_versions(),
         "verdict": comp.verdict,
     }
+
+
+def _certificate(root: Path, n: int, record: Any) -> dict | None:
+    """Write stage `n`'s certificate (the steps its pass recorded, each citing its obligation
+    by id) and return its file entry; None for stage 0 and for a pass without one."""
+    if record is None or record.steps is None:
+        return None
+    ids = [o.id for o in record.obligations]
+    data = {"pass": record.name, "steps": [s.to_json(ids) for s in record.steps]}
+    text = (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+    rel = f"certificates/{n:02d}-{slug(record.name)}.json"
+    (root / rel).write_bytes(text)
+    return {"file": rel, "sha256": sha256(text)}
+
+
+def pair_text(ob: Any) -> str:
+    """An obligation's two sides and the functions they call, as one module's text."""
+    from gdv.ir.core import Module
+
+    functions = {f.name: f for f in ob.functions}
+    src = dataclasses.replace(ob.src, name="src")
+    tgt = dataclasses.replace(ob.tgt, name="tgt")
+    return print_module(Module([src, tgt, *functions.values()]))
 
 
 def artifact_text(module: Any, target: str, allow_fallback: bool = False) -> tuple[str, list]:
@@ -332,7 +367,16 @@ def _obligation_entry(root: Path, n: int, out: Any, solver: dict) -> dict:
         rel = f"obligations/{n:04d}-{slug(ob.id)}-out{k}.smt2"
         (root / rel).write_text(q)
         files.append({"file": rel, "sha256": sha256(q.encode())})
-    return {**obligation_result(out), "queries": files, "cache_key": out.key, "solver": solver}
+    pair = pair_text(ob).encode()
+    rel = f"obligations/{n:04d}-{slug(ob.id)}.gdv"
+    (root / rel).write_bytes(pair)
+    return {
+        **obligation_result(out),
+        "queries": files,
+        "pair": {"file": rel, "sha256": sha256(pair)},
+        "cache_key": out.key,
+        "solver": solver,
+    }
 
 
 def _short(arr: Any) -> str:

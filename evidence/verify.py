@@ -9,19 +9,31 @@ named, a failure says which):
 4. `source`: the given source has the recorded hash and parses to stage 0;
 5. `verdict`: every obligation proved and the verdict `proved` (a rejected compile never
    verifies);
-6. `ir-chain`: each stage means what the previous one does, proved here from the stored IR
-   text alone (whole entry function, bit-exact, or over the reals for a fast-math stage), so
-   neither an edited status nor a doctored query can stand in for a proof;
-7. `solvers`: every stored query re-solved, `unsat` from every required solver;
-8. `conformance`: stage 0 and the final stage rerun on the recorded seeds: bit for bit, or
+6. `replay`: each stage rebuilt from the one before by its pass's certificate, text for text
+   (`gdv.evidence.replay`, which imports no pass); each rewrite's pair is bound to the program
+   it rewrites. A stage without a certificate (an external pass) is the one place a
+   whole-function claim is made: proved here from the two stages' text.
+7. `ir-chain` (only with `whole_function`): each stage proved equivalent to the previous one
+   from the stored IR text alone, whole entry function, as before certificates existed;
+8. `encoding`: every obligation's queries encoded here from its pair (never read from the
+   stored `.smt2`), and the stored `.smt2` must be exactly that text; the coverage and
+   memory-safety claims of every scheduled kernel and planned function of the final stage are
+   derived here from its IR;
+9. `solvers`: every distinct query (claims equal up to renaming are solved once) answered
+   `unsat` by every required solver; any `sat` fails;
+10. `conformance`: stage 0 and the final stage rerun on the recorded seeds: bit for bit, or
    (fast-math) within their error bounds added;
-9. `bounds`: the error bounds recomputed from stage 0 equal the recorded ones;
-10. `artifact`: regenerated from the final stage, byte for byte;
-11. `policy`: the policy's rules.
+11. `bounds`: the error bounds recomputed from stage 0 equal the recorded ones;
+12. `artifact`: regenerated from the final stage, byte for byte;
+13. `policy`: the policy's rules.
+
+So neither an edited status, nor a doctored query whose hash is fixed, nor an edited stage or
+certificate can stand in for a proof, without any signature.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,6 +96,8 @@ def verify_bundle(
     policy: Policy | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     log: Callable[[Check], None] | None = None,
+    whole_function: bool = False,
+    jobs: int | None = None,
 ) -> VerifyReport:
     """Run every check on the bundle in `directory`; raises EvidenceError on input errors
     (no such directory, not a bundle, an unreadable key or source)."""
@@ -127,9 +141,13 @@ def verify_bundle(
         stages = _files(root, manifest, passed, failed)
         _source(manifest, source, source_bytes, stages, passed, failed)
         _verdict(manifest, passed, failed)
-        _chain(manifest, stages, timeout, passed, failed)
+        _theories(manifest, passed, failed)
+        claims = _replay(root, manifest, stages, whole_function, timeout, passed, failed)
+        if whole_function:
+            _chain(manifest, stages, timeout, passed, failed)
+        queries = _encoding(root, manifest, stages, claims, passed, failed)
         use = tuple(s for s in SOLVERS if s in set(solvers) | set(policy.required_solvers))
-        _resolve(root, manifest, use, policy, timeout, passed, failed)
+        _resolve(queries, use, policy, timeout, jobs, passed, failed)
         _conformance(manifest, stages, passed, failed)
         _bounds(manifest, stages, passed, failed)
         _artifact(root, manifest, stages, passed, failed)
@@ -163,7 +181,13 @@ def _signature(root: Path, key, report: VerifyReport, passed, failed) -> None:
 
 def _files(root: Path, manifest: dict, passed, failed) -> list[tuple[str, Module, bytes]]:
     listed = [(f"stage {s['pass']}", s) for s in manifest["stages"]]
+    listed += [
+        (f"certificate of {s['pass']}", s["certificate"])
+        for s in manifest["stages"]
+        if s.get("certificate")
+    ]
     listed += [(o["id"], q) for o in manifest["obligations"] for q in o["queries"]]
+    listed += [(f"pair of {o['id']}", o["pair"]) for o in manifest["obligations"] if o.get("pair")]
     listed += [("artifact", f) for f in manifest["artifact"]["files"]]
     resolved = root.resolve()
     for what, entry in listed:
@@ -241,28 +265,250 @@ def _chain(manifest: dict, stages, timeout: float, passed, failed) -> None:
     passed("ir-chain", f"{len(stages) - 1} stage-to-stage claim(s) proved from the IR files")
 
 
-def _resolve(root: Path, manifest, use, policy: Policy, timeout, passed, failed) -> None:
-    count = 0
+def _theories(manifest: dict, passed, failed) -> None:
+    """Each claim's theory fits its kind and its stage: `int` only for coverage and memory
+    claims, `real` only in a stage that claims `real`, and `real` stages only with fast-math."""
+    from gdv.validate.semantics.values import THEORIES
+
+    fast_math = manifest["pipeline"]["fast_math"]
+    stage_theory = {s["pass"]: s["theory"] for s in manifest["stages"]}
+    for s in manifest["stages"][1:]:
+        if s["theory"] not in THEORIES:
+            # The schema admits `int` (DESIGN.md's integer theory); no stage step claims it.
+            failed(
+                "ir-chain" if s.get("certificate") is None else "replay",
+                f"stage {s['pass']} claims theory {s['theory']!r}, which no stage step can "
+                f"claim (one of {', '.join(THEORIES)})",
+            )
+        if s["theory"] == "real" and not fast_math:
+            failed("replay", f"stage {s['pass']} claims `real` but the pipeline had no fast-math")
     for o in manifest["obligations"]:
-        for q in o["queries"]:
-            text = (root / q["file"]).read_text()
-            answers = {s: solve(s, text, timeout) for s in use}
-            count += 1
-            for s, a in answers.items():
-                if a.result == "sat":
-                    failed("solvers", f"{s} finds {q['file']} satisfiable: {o['id']} is not proved")
-            proved_by = [s for s, a in answers.items() if a.result == "unsat"]
-            for s in policy.required_solvers:
-                a = answers[s]
-                if a.result == "unsat":
-                    continue
-                if not (policy.allow_unknown and proved_by):
-                    failed(
-                        "solvers",
-                        f"{s} gives {a.result} on {q['file']} ({o['id']}): "
-                        f"{a.reason} (required by policy {policy.origin})",
-                    )
-    passed("solvers", f"{count} quer(ies) unsat with {', '.join(use)}")
+        formula = o["kind"] in ("coverage", "memory-safety")
+        if formula != (o["theory"] == "int"):
+            failed("replay", f"obligation {o['id']} is a {o['kind']} claim under {o['theory']}")
+        if o["theory"] == "real" and stage_theory.get(o["pass"]) != "real":
+            failed("replay", f"obligation {o['id']} claims `real` in a bit-exact stage")
+
+
+@dataclass
+class _Claim:
+    """A claim the checker proves: the obligation it came from (or what built it) and the
+    checker's own `Obligation`."""
+
+    what: str
+    obligation: object
+    stored: list[str] | None = None
+    """The stored queries' files, for claims that came from the bundle."""
+
+
+def _pairs(root: Path, manifest: dict, failed) -> dict:
+    from gdv.evidence.replay import ReplayError, read_pair
+
+    pairs = {}
+    for o in manifest["obligations"]:
+        if not o.get("pair"):
+            continue
+        try:
+            pairs[o["id"]] = read_pair((root / o["pair"]["file"]).read_text(), o["pair"]["file"])
+        except (ReplayError, UnicodeDecodeError) as e:
+            failed("replay", f"the pair of {o['id']} is not a valid module: {e}")
+    return pairs
+
+
+def _replay(root: Path, manifest, stages, whole_function: bool, timeout, passed, failed):
+    """Rebuild every stage from the one before; the claims to prove besides the obligations'
+    (one op against its rescheduled self, built from the program)."""
+    from gdv.evidence.replay import ReplayError, replay
+    from gdv.ir.obligation import Obligation
+
+    if manifest["schema_version"] == "1":
+        if whole_function:
+            return []
+        failed(
+            "replay",
+            "a schema-1 bundle records no certificates: check it with --whole-function "
+            "(or compile it again)",
+        )
+    pairs = _pairs(root, manifest, failed)
+    cited = {o["id"]: o for o in manifest["obligations"]}
+    claims: list[_Claim] = []
+    rewrites = whole = 0
+    for (_, before, _), (name, after, text), entry in zip(
+        stages, stages[1:], manifest["stages"][1:], strict=False
+    ):
+        if entry["certificate"] is None:
+            whole += _whole_function_step(name, before, after, entry, timeout, failed)
+            continue
+        try:
+            data = json.loads((root / entry["certificate"]["file"]).read_bytes())
+        except ValueError as e:
+            failed("replay", f"the certificate of {name} is not JSON: {e}")
+        if not isinstance(data, dict) or data.get("pass") != name:
+            failed("replay", f"the certificate of {name} is not this pass's")
+
+        def pair(ob_id: str, stage: str = name):
+            o = cited.get(ob_id)
+            if o is None or o["pass"] != stage or o["kind"] != "equivalence":
+                return None
+            return pairs.get(ob_id)
+
+        try:
+            out = replay(before, after, text, data.get("steps"), name, pair)
+        except ReplayError as e:
+            failed("replay", str(e))
+        rewrites += out.rewrites
+        for what, src, tgt, bodies in out.built:
+            ob = Obligation(
+                f"{what}/reschedule", "equivalence", "fp", src, tgt, "", [], None, bodies
+            )
+            claims.append(_Claim(what, ob))
+    passed(
+        "replay",
+        f"{len(stages) - 1} stage(s) rebuilt from their certificates ({rewrites} rewrites "
+        f"bound to their pairs); {whole} whole-function quer(ies)",
+    )
+    return claims
+
+
+def _whole_function_step(name, before: Module, after: Module, entry, timeout, failed) -> int:
+    """A stage without a certificate (an external pass): each function proved equivalent to
+    the one of its name before, whole, here. Returns how many queries that took."""
+    from gdv.validate.equivalence import check_equivalence
+
+    count = 0
+    names = [f.name for f in before.functions]
+    if names != [f.name for f in after.functions]:
+        failed("replay", f"stage {name} has no certificate and changes the module's functions")
+    for fa, fb in zip(before.functions, after.functions, strict=True):
+        if print_module(Module([fa])) == print_module(Module([fb])):
+            continue
+        count += 1
+        try:
+            r = check_equivalence(
+                Module([fa, *[f for f in before.functions if f is not fa]]),
+                Module([fb, *[f for f in after.functions if f is not fb]]),
+                entry["theory"],
+                timeout,
+                names=("before", name),
+            )
+        except IRError as e:
+            failed("replay", f"stage {name}: {e}")
+        if r.verdict != "equivalent":
+            failed(
+                "replay",
+                f"stage {name} (no certificate) is {r.verdict} to the one before it: "
+                f"{r.reason or r.verdict}",
+            )
+    return count
+
+
+def _encoding(root: Path, manifest, stages, claims: list[_Claim], passed, failed) -> dict:
+    """Every obligation's queries encoded here from its pair, equal to the stored text; plus
+    the claims built during replay and the final stage's coverage and memory claims derived
+    from its IR. Returns {canonical claim: (what, query texts)}, one entry per distinct
+    claim."""
+    from gdv.evidence.replay import ReplayError
+    from gdv.ir.obligation import Obligation
+    from gdv.validate.discharge import canonical_claim, obligation_queries, stable_smt2
+    from gdv.validate.schedules import coverage_violation, formula_text, memory_violation, nest_of
+
+    pairs = _pairs(root, manifest, failed) if manifest["schema_version"] != "1" else {}
+    distinct: dict[str, tuple[str, list[str]]] = {}
+    stored = 0
+    for o in manifest["obligations"]:
+        if manifest["schema_version"] == "1":
+            break
+        pair = pairs.get(o["id"])
+        if pair is None:
+            failed("encoding", f"obligation {o['id']} has no pair to encode")
+        ob = Obligation(
+            o["id"],
+            o["kind"],
+            o["theory"],
+            pair.src,
+            pair.tgt,
+            o["claim"],
+            list(o["assumptions"]),
+            None,
+            list(pair.functions.values()),
+        )
+        try:
+            texts = obligation_queries(ob)
+            claim = canonical_claim(ob)
+        except (IRError, ReplayError, ValueError, KeyError, AssertionError) as e:
+            failed("encoding", f"obligation {o['id']}: its pair does not encode: {e}")
+        if len(texts) != len(o["queries"]):
+            failed(
+                "encoding",
+                f"obligation {o['id']} stores {len(o['queries'])} queries, not "
+                f"the {len(texts)} its pair gives",
+            )
+        for q, t in zip(o["queries"], texts, strict=True):
+            if (root / q["file"]).read_text() != t:
+                failed(
+                    "encoding",
+                    f"{q['file']} ({o['id']}) is not the checker's own encoding of its pair",
+                )
+        stored += len(texts)
+        distinct.setdefault(claim, (o["id"], texts))
+    for c in claims:
+        distinct.setdefault(
+            canonical_claim(c.obligation), (c.what, obligation_queries(c.obligation))
+        )
+    final = stages[-1][1]
+    derived = 0
+    for fn in final.functions:
+        if "buffers" in fn.attrs:
+            derived += 1
+            text = stable_smt2(formula_text(memory_violation(fn)))
+            distinct.setdefault(text, (f"the arena of @{fn.name}", [text]))
+        for op in fn.ops:
+            if op.name == "kernel" and "tile" in op.attrs:
+                derived += 1
+                text = stable_smt2(formula_text(coverage_violation(nest_of(op.attrs))))
+                distinct.setdefault(text, (f"the nest of %{op.result}", [text]))
+    passed(
+        "encoding",
+        f"{stored} stored quer(ies) equal the checker's own encoding of their pairs; "
+        f"{len(claims)} rescheduling claim(s) built, {derived} coverage and memory claim(s) "
+        f"derived from the final stage; {len(distinct)} distinct claim(s)",
+    )
+    return distinct
+
+
+def _resolve(distinct: dict, use, policy: Policy, timeout, jobs, passed, failed) -> None:
+    """Every distinct query answered by every solver in `use`, in worker processes."""
+    import concurrent.futures
+
+    work = [(what, t) for what, texts in distinct.values() for t in texts]
+    jobs = jobs or os.cpu_count() or 1
+    answers: list[dict] = [{} for _ in work]
+    tasks = [(i, s) for i in range(len(work)) for s in use]
+    if jobs == 1 or len(tasks) <= 1:
+        for i, s in tasks:
+            answers[i][s] = solve(s, work[i][1], timeout)
+    else:
+        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(solve, s, work[i][1], timeout): (i, s) for i, s in tasks}
+            for fut in concurrent.futures.as_completed(futures):
+                i, s = futures[fut]
+                answers[i][s] = fut.result()
+    for (what, _), got in zip(work, answers, strict=True):
+        for s, a in got.items():
+            if a.result == "sat":
+                failed("solvers", f"{s} finds the query of {what} satisfiable: it is not proved")
+        proved_by = [s for s, a in got.items() if a.result == "unsat"]
+        for s in policy.required_solvers:
+            a = got[s]
+            if a.result == "unsat":
+                continue
+            if not (policy.allow_unknown and proved_by):
+                failed(
+                    "solvers",
+                    f"{s} gives {a.result} on the query of {what}: {a.reason} (required by "
+                    f"policy {policy.origin})",
+                )
+    passed("solvers", f"{len(work)} distinct quer(ies) unsat with {', '.join(use)}")
 
 
 def _conformance(manifest: dict, stages, passed, failed) -> None:

@@ -23,10 +23,67 @@ from gdv.ir.types import TensorType
 
 
 @dataclass
+class Step:
+    """One entry of a pass's certificate: a change it made, as data that
+    `gdv.evidence.replay` applies to the stage before to rebuild the stage after, text for text,
+    without running the pass (issue 15).
+
+    Kinds:
+    - `rewrite`: in `function`, the op defining `root` (at index `position` of the function's
+      current ops) is replaced by the ops named `emitted` (taken from the `tgt` side of the
+      obligation numbered `obligation` in the pass's list), placed where it was, and every
+      later use of `root` reads `replacement`. `functions` names the functions (kernel bodies)
+      the step adds, taken from the obligation too. With `obligation` None, the step replaces
+      one op by one op of the same name that differs only in schedule attributes, and the
+      checker builds and proves the pair itself.
+    - `remove`: the ops defining `removed` are dropped; nothing may read them afterwards.
+    - `attrs`: `function`'s attributes become `attrs` (only execution-plan keys may change).
+    - `drop-functions`: the functions in `functions`, which no kernel uses, are dropped.
+    """
+
+    kind: str
+    function: str = ""
+    position: int = -1
+    root: str = ""
+    replacement: str = ""
+    emitted: list[str] = field(default_factory=list)
+    obligation: int | None = None
+    functions: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    attrs: dict | None = None
+
+    def to_json(self, ids: list[str] | None = None) -> dict:
+        """The step as JSON, the obligation named by its id when `ids` are given."""
+        out: dict[str, Any] = {"kind": self.kind}
+        if self.function:
+            out["function"] = self.function
+        if self.kind == "rewrite":
+            out |= {
+                "position": self.position,
+                "root": self.root,
+                "replacement": self.replacement,
+                "emitted": list(self.emitted),
+                "obligation": None
+                if self.obligation is None
+                else (ids[self.obligation] if ids is not None else self.obligation),
+            }
+        if self.functions:
+            out["functions"] = list(self.functions)
+        if self.kind == "remove":
+            out["removed"] = list(self.removed)
+        if self.kind == "attrs":
+            out["attrs"] = self.attrs
+        return out
+
+
+@dataclass
 class PassResult:
     module: Module
     obligations: list[Obligation] = field(default_factory=list)
     changed: bool = False
+    steps: list[Step] | None = None
+    """The certificate: what the pass did, step by step (`Step`); None when the pass gives
+    none (an external pass), which the checker then proves as one whole-function step."""
 
 
 class Pass(abc.ABC):
@@ -161,8 +218,10 @@ class _FunctionRewriter:
         theory: str,
         counts: dict[str, int],
         obligations: list[Obligation],
+        steps: list[Step],
     ) -> None:
         self.fn = fn
+        self.steps = steps
         self.pass_name, self.rules, self.theory = pass_name, rules, theory
         self.counts, self.obligations = counts, obligations
         self.names = Names(fn)
@@ -183,6 +242,19 @@ class _FunctionRewriter:
                 self.types[new.result] = new.type
             k = self.counts.get(rw.rule, 0)
             self.counts[rw.rule] = k + 1
+            # Every op before this one is in `out` already, and the ops of earlier rewrites
+            # still waiting to be emitted come after it: it sits at index len(out).
+            self.steps.append(
+                Step(
+                    "rewrite",
+                    self.fn.name,
+                    len(self.out),
+                    op.result,
+                    rw.replacement,
+                    [new.result for new in rw.ops],
+                    len(self.obligations),
+                )
+            )
             self.obligations.append(
                 local_obligation(self.pass_name, rw, self.types, self.theory, k)
             )
@@ -211,8 +283,9 @@ def rewrite_module(
     rules = list(rules)
     obligations: list[Obligation] = []
     counts: dict[str, int] = {}
+    steps: list[Step] = []
     functions = [
-        _FunctionRewriter(fn, pass_name, rules, theory, counts, obligations).run()
+        _FunctionRewriter(fn, pass_name, rules, theory, counts, obligations, steps).run()
         for fn in module.functions
     ]
-    return PassResult(Module(functions, module.filename), obligations, bool(obligations))
+    return PassResult(Module(functions, module.filename), obligations, bool(obligations), steps)

@@ -33,9 +33,10 @@ class EliminateCommonSubexpressions(Pass):
             if first is None:
                 seen[key] = site.op
                 return None
-            # The obligation recomputes the earlier op on the target side.
+            # The obligation recomputes the earlier op on the target side: the op itself, as
+            # it stands in the function, so the certificate's checker finds it there.
             witness = Op(
-                site.names.fresh(f"{first.result}.cse"),
+                first.result,
                 first.name,
                 list(first.operands),
                 dict(first.attrs),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from gdv.ir.core import Function, Module, Param
 from gdv.ir.obligation import Obligation
-from gdv.passes.base import Pass, PassResult
+from gdv.passes.base import Pass, PassResult, Step
 
 
 def live_ops(fn: Function) -> Function:
@@ -36,14 +36,17 @@ class EliminateDeadCode(Pass):
     name = "eliminate-dead-code"
 
     def run(self, module: Module) -> PassResult:
-        functions, obligations = [], []
+        functions, obligations, steps = [], [], []
         for fn in module.functions:
             new = live_ops(fn)
             functions.append(new)
             removed = len(fn.ops) - len(new.ops)
             if removed:
                 obligations.append(self._obligation(fn, new, removed))
-        return PassResult(Module(functions, module.filename), obligations, bool(obligations))
+                kept = {id(op) for op in new.ops}
+                dead = [op.result for op in fn.ops if id(op) not in kept]
+                steps.append(Step("remove", fn.name, removed=dead))
+        return PassResult(Module(functions, module.filename), obligations, bool(obligations), steps)
 
     def _obligation(self, fn: Function, new: Function, removed: int) -> Obligation:
         kept = {id(op) for op in new.ops}

@@ -25,7 +25,7 @@ from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.elementwise import TRANSCENDENTAL
 from gdv.ir.ops.kernel import bodies_used
-from gdv.passes.base import Pass, PassResult
+from gdv.passes.base import Pass, PassResult, Step
 from gdv.passes.lower_to_kernels import rewrite_obligation
 
 
@@ -124,17 +124,22 @@ class FuseKernels(Pass):
         functions = {f.name: f for f in module.functions}
         taken = set(functions)
         obligations: list[Obligation] = []
+        steps: list[Step] = []
         for fn in module.functions:
             if fn.name in used_before:
                 continue
             ops = list(fn.ops)
-            while found := self._fuse_one(fn, ops, functions, taken, len(obligations)):
+            while found := self._fuse_one(fn, ops, functions, taken, len(obligations), steps):
                 obligations.append(found)
             functions[fn.name] = replace(fn, ops=ops)
         used_after = bodies_used(functions.values())
         bodies = used_before | (taken - {f.name for f in module.functions})
         kept = [f for f in functions.values() if f.name not in bodies or f.name in used_after]
-        return PassResult(Module(kept, module.filename), obligations, bool(obligations))
+        names = {f.name for f in kept}
+        dropped = [name for name in functions if name not in names]
+        if dropped:
+            steps.append(Step("drop-functions", functions=dropped))
+        return PassResult(Module(kept, module.filename), obligations, bool(obligations), steps)
 
     def _fuse_one(
         self,
@@ -143,6 +148,7 @@ class FuseKernels(Pass):
         functions: dict[str, Function],
         taken: set[str],
         index: int,
+        steps: list[Step],
     ) -> Obligation | None:
         """Fuse the first fusible pair of `ops` in place; its obligation, or None."""
         uses: dict[str, int] = {}
@@ -198,7 +204,11 @@ class FuseKernels(Pass):
                     [c_body, p_body, body],
                 )
                 ops[pos] = fused
+                steps.append(
+                    Step("rewrite", fn.name, pos, c.result, c.result, [c.result], index, [name])
+                )
                 if not copy:  # else other kernels still read it (each gets its own copy)
                     ops.remove(p)
+                    steps.append(Step("remove", fn.name, removed=[p.result]))
                 return ob
         return None

@@ -22,18 +22,15 @@ from dataclasses import dataclass, replace
 
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.obligation import Obligation
+from gdv.ir.ops import names_where
 from gdv.ir.ops.contract import dot_dims
 from gdv.ir.ops.kernel import bodies_used
+from gdv.ir.ops.reduce import REDUCTIONS
 from gdv.ir.types import TensorType
-from gdv.passes.base import Names, Pass, PassResult
+from gdv.passes.base import Names, Pass, PassResult, Step
 
-ELEMENTWISE = frozenset(
-    (
-        "neg abs exp log sqrt rsqrt tanh sigmoid erf sin cos floor relu add sub mul div max min "
-        "pow cmp select convert"
-    ).split()
-)
-_COMBINER = {"reduce_sum": "add", "reduce_max": "max", "reduce_min": "min"}
+ELEMENTWISE = names_where(lambda s: s.body_legal and s.min_operands > 0)
+_COMBINER = {s.name: s.combiner.op for s in REDUCTIONS.specs()}
 
 
 def identity_map(rank: int, n: int) -> list[list[int]]:
@@ -272,6 +269,7 @@ class LowerToKernels(Pass):
         bodies = Bodies(module)
         counts: dict[str, int] = {}
         obligations: list[Obligation] = []
+        steps: list[Step] = []
         functions = []
         used = bodies_used(module.functions)
         for fn in module.functions:
@@ -291,6 +289,18 @@ class LowerToKernels(Pass):
                     types[k.result] = k.type
                 index = counts.get(rule, 0)
                 counts[rule] = index + 1
+                steps.append(
+                    Step(
+                        "rewrite",
+                        fn.name,
+                        len(out),
+                        op.result,
+                        op.result,
+                        [k.result for k in kernels],
+                        len(obligations),
+                        [b.name for b in bodies.made[before:]],
+                    )
+                )
                 obligations.append(
                     rewrite_obligation(
                         self.name,
@@ -306,4 +316,4 @@ class LowerToKernels(Pass):
                 out.extend(kernels)
             functions.append(replace(fn, ops=out))
         new = Module(functions + bodies.made, module.filename)
-        return PassResult(new, obligations, bool(obligations))
+        return PassResult(new, obligations, bool(obligations), steps)

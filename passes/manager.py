@@ -12,7 +12,7 @@ from gdv.ir.diagnostics import IRError
 from gdv.ir.obligation import Obligation
 from gdv.ir.printer import print_module
 from gdv.ir.verifier import verify
-from gdv.passes.base import Pass
+from gdv.passes.base import Pass, Step
 
 STAGE_AFTER = {"decompose-composites": "core", "lower-to-kernels": "loop"}
 """The stage a module is at (and verified at) after these passes."""
@@ -28,6 +28,8 @@ class PassRecord:
     seconds: float
     stage: str
     bound_change: dict | None = None
+    steps: list[Step] | None = None
+    """The pass's certificate (`Step`), or None (an external pass: no certificate)."""
     """For passes that made `real` claims: each output's rigorous error bound before and after
     (`{"before": [...], "after": [...]}`), or `{"unavailable": reason}`."""
 
@@ -73,7 +75,9 @@ class PassManager:
             except IRError as e:
                 raise IRError(f"internal: pass {p.name} produced invalid IR: {e}") from None
             module = out.module
-            result.records.append(PassRecord(p.name, out.obligations, out.changed, seconds, stage))
+            result.records.append(
+                PassRecord(p.name, out.obligations, out.changed, seconds, stage, steps=out.steps)
+            )
             result.stages.append((p.name, module))
             if self.print_after_all or p.name in self.print_after:
                 self.printer(f"// ----- IR after {p.name} -----\n{print_module(module)}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from gdv.ir.core import Function, Module
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import bodies_used
-from gdv.passes.base import Pass, PassResult
+from gdv.passes.base import Pass, PassResult, Step
 
 ALIGN = 64
 
@@ -111,6 +111,7 @@ class PlanMemory(Pass):
     def run(self, module: Module) -> PassResult:
         bodies = bodies_used(module.functions)
         obligations: list[Obligation] = []
+        steps: list[Step] = []
         functions = []
         for fn in module.functions:
             if fn.name in bodies or not fn.ops:
@@ -124,5 +125,8 @@ class PlanMemory(Pass):
                 "buffers": [[b.name, b.offset, b.size] for b in buffers],
             }
             obligations.append(memory_obligation(self.name, fn, buffers, arena, len(obligations)))
+            steps.append(Step("attrs", fn.name, attrs=attrs))
             functions.append(replace(fn, attrs=attrs))
-        return PassResult(Module(functions, module.filename), obligations, bool(obligations))
+        return PassResult(
+            Module(functions, module.filename), obligations, bool(obligations), steps
+        )

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import bodies_used
-from gdv.passes.base import Pass, PassResult
+from gdv.passes.base import Pass, PassResult, Step
 
 VECTOR_BYTES = 32
 """The vector register width the lane count is chosen for (AVX2-sized)."""
@@ -112,6 +112,7 @@ class ScheduleKernels(Pass):
     def run(self, module: Module) -> PassResult:
         bodies = bodies_used(module.functions)
         obligations: list[Obligation] = []
+        steps: list[Step] = []
         functions = []
         covers = splits = 0
         for fn in module.functions:
@@ -127,6 +128,11 @@ class ScheduleKernels(Pass):
                 ops.append(new)
                 where = kernel_function(new, types)
                 body = module.function(new.attrs["body"])
+                # The step's pair is the split claim, or (schedule only) built by the checker.
+                cited = len(obligations) if blocks > 1 else None
+                steps.append(
+                    Step("rewrite", fn.name, len(ops) - 1, op.result, op.result, [op.result], cited)
+                )
                 if blocks > 1:
                     splits += 1
                     obligations.append(
@@ -150,4 +156,6 @@ class ScheduleKernels(Pass):
                     )
                 )
             functions.append(replace(fn, ops=ops))
-        return PassResult(Module(functions, module.filename), obligations, bool(obligations))
+        return PassResult(
+            Module(functions, module.filename), obligations, bool(obligations), steps
+        )

