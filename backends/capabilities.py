@@ -11,16 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gdv.ir.diagnostics import IRError, Loc
+from gdv.ir.diagnostics import Loc
+from gdv.ir.targets import TARGET_INFO
 
 CAPABILITY_SCHEMA = "gdv.capabilities/1"
 """The descriptor's schema identifier (a new major number for an incompatible change)."""
 
-TARGETS: dict[str, str] = {
-    "c": "C11 with OpenMP and the host's SIMD, compiled by the system C compiler, run via ctypes",
-    "reference": "the numpy interpreter: the executable meaning of every op (IR_SPEC.md)",
-}
-"""Every target, with a one-line description."""
+TARGETS: dict[str, str] = {name: info.description for name, info in TARGET_INFO.items()}
+"""Every target, with a one-line description (from `gdv.ir.targets`)."""
 
 _REASONS = {"type": "object", "additionalProperties": {"type": "string"}}
 _NAMES = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
@@ -112,18 +110,13 @@ def descriptor(name: str, measure: bool = True, refresh: bool = False) -> dict[s
 
     `measure=False` leaves out the measured peaks (no probe runs); `refresh` measures again
     instead of using the cached measurement."""
-    if name == "reference":
-        return _reference()
-    if name == "c":
-        from gdv.backends import c
+    from gdv.backends.targets import get_target
 
-        return c.capabilities(measure=measure, refresh=refresh)
-    raise IRError(
-        f"unknown target '{name}' (available: {', '.join(sorted(TARGETS))})", Loc("<target>", 1, 1)
-    )
+    return get_target(name, Loc("<target>", 1, 1)).capabilities(measure=measure, refresh=refresh)
 
 
-def _reference() -> dict[str, Any]:
+def reference_descriptor() -> dict[str, Any]:
+    """The reference target's descriptor (`gdv.backends.targets.TARGETS["reference"]`)."""
     from gdv import __version__
     from gdv.backends.reference import KERNELS
     from gdv.ir import ops

@@ -8,11 +8,12 @@ __version__ = "0.1.0"
 
 from gdv.api import format_module, load, parse  # noqa: E402
 from gdv.ir.diagnostics import IRError  # noqa: E402
+from gdv.ir.targets import DEFAULT_TARGET  # noqa: E402
 
 
-def compile(source, target: str = "reference", **options):
-    """Compile and prove `source` (a path or IR text); returns an executable. See
-    `gdv.driver.compile`."""
+def compile(source, target: str = DEFAULT_TARGET, **options):
+    """Compile and prove `source` (a path or IR text) for `target` (default `c`, as `gdv
+    compile`; `gdv targets` lists them); returns an executable. See `gdv.driver.compile`."""
     from gdv.driver import compile as _compile
 
     return _compile(source, target, **options)

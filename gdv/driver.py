@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 
 from gdv.api import parse
+from gdv.backends.targets import Artifact, get_target
 from gdv.external import run_external_pass
 from gdv.ir.core import Module
 from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.parser import parse_file
-from gdv.ir.printer import print_module
+from gdv.ir.targets import DEFAULT_TARGET
 from gdv.ir.verifier import verify
 from gdv.passes.manager import PassManager, PassRecord
 from gdv.passes.pipelines import pipeline
@@ -26,7 +27,7 @@ from gdv.passes.pipelines import pipeline
 class CompileOptions:
     """Everything `gdv compile` and `gdv.compile` accept besides the source."""
 
-    target: str = "c"
+    target: str = DEFAULT_TARGET
     level: int = 2
     fast_math: bool = False
     disable: tuple[str, ...] = ()
@@ -44,30 +45,10 @@ class CompileOptions:
     allow_fallback: bool = False
 
 
-@dataclass
-class Artifact:
-    """What the target produced: for `c`, the C source, the shared object built from it, and
-    the ops left to reference kernels (`allow_fallback`); for `reference`, the final IR."""
-
-    kind: str
-    text: str
-    library: Path | None = None
-    fallbacks: list = field(default_factory=list)
-
-
 def build_artifact(module: Module, target: str, allow_fallback: bool = False) -> Artifact:
     """Lower the final module for `target` (an IRError naming the op, its location and the
     reason for anything the target cannot do, unless `allow_fallback`)."""
-    if target == "c":
-        from gdv.backends import c
-
-        lowered = c.lower_module(module, allow_fallback)
-        source = lowered.source
-        from gdv.backends.c.toolchain import build
-
-        library = build(source)
-        return Artifact("c-source", source, library, [f for f, _ in lowered.fallbacks])
-    return Artifact("reference-ir", print_module(module))
+    return get_target(target).build(module, allow_fallback)
 
 
 @dataclass
@@ -103,15 +84,10 @@ class Compilation:
                 f"refusing to run a compile whose obligations are {self.verdict}",
                 Loc(self.source.filename, 1, 1),
             )
-        if self.options.target == "c":
-            if self._executable is None:
-                from gdv.backends import c
-
-                self._executable = c.Executable(self.module, self.options.allow_fallback)
-            return self._executable(inputs)
-        from gdv.backends import reference
-
-        return reference.run(self.module, inputs)
+        if self._executable is None:
+            target = get_target(self.options.target)
+            self._executable = target.executable(self.module, self.options.allow_fallback)
+        return self._executable(inputs)
 
 
 def _load(source: str | os.PathLike) -> tuple[Module, bytes]:
@@ -194,7 +170,7 @@ def _record_bound_changes(records: list[PassRecord], stages: list[tuple[str, Mod
         r.bound_change = {"before": old, "after": new}
 
 
-def compile(source: str | os.PathLike, target: str = "c", **options) -> Compilation:
+def compile(source: str | os.PathLike, target: str = DEFAULT_TARGET, **options) -> Compilation:
     """`gdv.compile(path_or_text, target=...)`: compile, prove every obligation, and return an
     executable (call it with numpy inputs as keyword arguments). Raises IRError when an
     obligation is refuted or unknown, naming it."""

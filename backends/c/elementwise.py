@@ -55,13 +55,14 @@ from gdv.backends.c.emit import (
     strides,
     value_literal,
 )
-from gdv.backends.c.registry import lowering
+from gdv.backends.c.registry import Unsupported, lowering
 from gdv.backends.c.vmath import FAST, FASTF, REQUIRES
 from gdv.backends.c.vmath import HELPERS as VMATH
 from gdv.ir.core import Op
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops import OpSpec
 from gdv.ir.ops.elementwise import iter_leaves
 
 F32_DOUBLE_ENV = "GDV_C_F32_IN_DOUBLE"
@@ -285,6 +286,9 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
     Operands and result are stored values (`CTYPE`): f16/bf16 bit patterns are widened and the
     result rounded inside the expression, so callers load, store and fold it unchanged."""
     name, dtype = op.name, op.type.dtype
+    rule = SCALAR.get(OPS.get(name))  # type: ignore[arg-type]
+    if rule is not scalar:
+        raise prog.error(op, rule.reason if isinstance(rule, Unsupported) else "no C scalar code")
     for d in [dtype, *arg_dtypes]:
         ctype(d, op, prog.module)
         if d in NARROW:
@@ -333,6 +337,16 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
     return _via_double(_in_double(prog, name, x, fast=dtype is DType.F32), dtype)
 
 
+SCALAR: dict[OpSpec, object] = {}
+"""The C scalar column (tests/test_registry.py checks it for every op a kernel body may hold):
+per op spec, `scalar` (which computes it) or an explicit `Unsupported` entry with the reason."""
+for _name in (
+    "neg abs exp log sqrt rsqrt tanh sigmoid erf sin cos floor relu add sub mul div max min "
+    "pow cmp select convert constant"
+).split():
+    SCALAR[OPS[_name]] = scalar
+
+
 # --- the ops outside kernels -----------------------------------------------------------------
 
 
@@ -352,11 +366,8 @@ def _elementwise(prog: Program, op: Op) -> None:
     emit_nest(prog, op, nest, operand_types, body, f"{op.name} %{comment(op.result)}")
 
 
-_LONE = (
-    "neg abs exp log sqrt rsqrt tanh sigmoid erf sin cos floor relu add sub mul div max min "
-    "pow cmp select convert"
-).split()
-lowering(*(OPS[name] for name in _LONE))(_elementwise)
+# Every op with operands that has scalar code stands alone as a one-op nest.
+lowering(*(s for s, r in SCALAR.items() if r is scalar and s.min_operands > 0))(_elementwise)
 
 
 @lowering(OPS["constant"])

@@ -8,12 +8,12 @@ from gdv.backends.c.emit import Program, comment
 from gdv.backends.c.nest import Nest, emit_nest
 from gdv.backends.c.registry import lowering
 from gdv.ir.core import Op
-from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops.reduce import REDUCTIONS
 
-_COMBINER = {"reduce_sum": "add", "reduce_max": "max", "reduce_min": "min"}
+_COMBINER = {s.name: s.combiner.op for s in REDUCTIONS.specs()}
 
 
-@lowering(OPS["reduce_sum"], OPS["reduce_max"], OPS["reduce_min"])
+@lowering(*REDUCTIONS.specs())
 def _reduce(prog: Program, op: Op) -> None:
     (src,) = op.operands
     x = prog.entry.types()[src]

@@ -8,11 +8,12 @@ import math
 
 from gdv.commands import finite_float
 from gdv.commands.basic import load_arg
-from gdv.ir.diagnostics import IRError, Loc, printable
+from gdv.ir.diagnostics import IRError, Loc
+from gdv.ir.targets import TARGET_NAMES, target_info
 
-TARGETS = ("reference", "c")
-"""As gdv.validate.bounds.registry.TARGETS (kept here so that `--help` needs no import of the
-analysis; a test keeps them equal)."""
+TARGETS = TARGET_NAMES
+"""The targets (`gdv.ir.targets`: plain data, so that `--help` needs no import of the analysis
+or of any backend)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,11 +65,7 @@ def bounds(args: argparse.Namespace) -> int:
     from gdv.validate.bounds import DEFAULT_LAMBDA, DEFAULT_ULPS, analyze
     from gdv.validate.bounds.program import PROB_MODEL
 
-    if args.target not in TARGETS:
-        raise IRError(
-            f"unknown target '{printable(args.target)}' (available: {', '.join(TARGETS)})",
-            Loc("<command line>", 1, 1),
-        )
+    target_info(args.target, Loc("<command line>", 1, 1))
     default = None
     if args.default_range is not None:
         lo, hi = args.default_range

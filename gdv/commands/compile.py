@@ -8,6 +8,7 @@ import sys
 
 from gdv.commands import positive_int, seconds
 from gdv.driver import CompileOptions, compile_module, write_evidence
+from gdv.ir.targets import DEFAULT_TARGET
 
 EXIT_FOR = {"proved": 0, "refuted": 1, "unknown": 2}
 
@@ -21,8 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("file", help="a .gdv file")
     p.add_argument(
         "--target",
-        default="c",
-        help="c (default: C11 compiled to a shared object) or reference; see `gdv targets`",
+        default=DEFAULT_TARGET,
+        help=f"the target (default {DEFAULT_TARGET}: C11 compiled to a shared object; or "
+        "reference); see `gdv targets`",
     )
     p.add_argument(
         "-o",

@@ -13,8 +13,9 @@ import numpy as np
 from gdv.commands.basic import load_arg
 from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.dtypes import DType
+from gdv.ir.targets import TARGET_NAMES, target_info
 
-TARGETS = ("reference", "c")
+TARGETS = TARGET_NAMES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -78,11 +79,7 @@ def _as_param_dtype(name: str, arr: np.ndarray, dtype: DType) -> np.ndarray:
 def run(args: argparse.Namespace) -> int:
     from gdv.backends import reference
 
-    if args.target not in TARGETS:
-        raise IRError(
-            f"unknown target '{printable(args.target)}' (available: {', '.join(TARGETS)})",
-            Loc("<command line>", 1, 1),
-        )
+    target = target_info(args.target, Loc("<command line>", 1, 1))
     module = load_arg(args.file)
     fn = module.entry
     given = read_inputs(args.inputs)
@@ -99,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     inputs = reference.random_inputs(fn, args.seed)
     for key, arr in given.items():
         inputs[key] = _as_param_dtype(key, arr, params[key].type.dtype)
-    if args.target == "c":
-        outputs = _run_c(args, module, inputs)
+    if not target.interpreter:
+        outputs = _run_compiled(args, module, inputs)
     else:
         outputs = reference.run(module, inputs, mode="ideal" if args.ideal else "exact")
     if args.output:
@@ -114,15 +111,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_c(args: argparse.Namespace, module, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Compile with the c pipeline at -O2, prove it, and run it as C."""
+def _run_compiled(
+    args: argparse.Namespace, module, inputs: dict[str, np.ndarray]
+) -> list[np.ndarray]:
+    """Compile with the target's pipeline at -O2, prove it, and run it on the target."""
     from gdv.driver import CompileOptions, compile_module
     from gdv.ir.printer import print_module
 
     if args.ideal:
         raise IRError("--ideal runs on the reference target only", Loc("<command line>", 1, 1))
     source = args.file if args.file != "-" else print_module(module)
-    comp = compile_module(source, CompileOptions(target="c", allow_fallback=args.allow_fallback))
+    options = CompileOptions(target=args.target, allow_fallback=args.allow_fallback)
+    comp = compile_module(source, options)
     for f in comp.artifact.fallbacks:
         print(
             f"gdv: {f.loc}: {f.op} runs on the reference kernel (fallback): {f.reason}",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from gdv.backends.capabilities import TARGETS, descriptor
+from gdv.backends.capabilities import descriptor
+from gdv.ir.targets import DEFAULT_TARGET, TARGET_NAMES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,7 +16,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "capabilities", help="print a target's capability descriptor (ops, dtypes, machine)"
     )
-    p.add_argument("--target", default="c", help="the target (default c; see `gdv targets`)")
+    p.add_argument(
+        "--target",
+        default=DEFAULT_TARGET,
+        help=f"the target (default {DEFAULT_TARGET}; see `gdv targets`)",
+    )
     p.add_argument("--json", action="store_true", help="the descriptor as JSON")
     p.add_argument(
         "--remeasure",
@@ -27,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def targets(args: argparse.Namespace) -> int:
     rows = []
-    for name in sorted(TARGETS):
+    for name in TARGET_NAMES:
         d = descriptor(name, measure=False)
         rows.append(
             {
@@ -35,7 +40,7 @@ def targets(args: argparse.Namespace) -> int:
                 "description": d["description"],
                 "available": d["available"]["ok"],
                 "reason": d["available"]["reason"],
-                "default": name == "c",
+                "default": name == DEFAULT_TARGET,
             }
         )
     if args.json:

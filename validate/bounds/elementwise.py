@@ -31,7 +31,8 @@ from gdv.ir.core import Op
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.elementwise import iter_leaves
+from gdv.ir.ops.elementwise import TRANSCENDENTAL, iter_leaves
+from gdv.ir.targets import target_info
 from gdv.validate.bounds.model import (
     EMPTY,
     ETA,
@@ -53,7 +54,7 @@ from gdv.validate.bounds.model import (
     u_symbol,
     up,
 )
-from gdv.validate.bounds.registry import C_F32_ULPS, Context, rule
+from gdv.validate.bounds.registry import Context, rule
 from gdv.validate.bounds.rounding import (
     combine,
     exact_conversion,
@@ -228,7 +229,7 @@ def _sqrt_rule(op: Op, args: list[TB], ctx: Context) -> TB:
     return _smooth(op, args[0], ctx, "sqrt")
 
 
-@rule(*(OPS[n] for n in ("exp", "log", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos")))
+@rule(*(s for s in TRANSCENDENTAL.specs() if s.max_operands == 1))
 def _transcendental(op: Op, args: list[TB], ctx: Context) -> TB:
     return _smooth(op, args[0], ctx, op.name)
 
@@ -320,15 +321,17 @@ def transcendental_error(
     sign, so |y64 - f| <= 2k u64 |f| + 2k eta64; the reference then rounds once to the dtype
     (|fl(y64) - y64| <= u |y64| + eta), so f32, f16 and bf16 pay u + 2k u64, not 2k u. On the
     C target f32 exp, tanh, erf and sigmoid are gdv's f32 functions (`C_F32_ULPS`), which pay
-    2k u with their measured k (below 1)."""
-    if ctx.target == "c" and ctx.fmt(dtype) is DType.F32 and name in C_F32_ULPS:
+    2k u with their measured k (below 1): any target's own f32 functions are in its ulp table
+    (`gdv.ir.targets.TargetInfo.f32_ulps`)."""
+    own = target_info(ctx.target).f32_ulps
+    if ctx.fmt(dtype) is DType.F32 and name in own:
         # gdv's f32 function: |y - f| <= k ulp(f) <= 2k (u |f| + eta), measured on every input
-        k = C_F32_ULPS[name]
+        k = own[name]
         ctx.assume(
-            f"c-f32-ulp:{name}",
-            f"target c: f32 {name} returns a value within {k:g} ulp of the exact result, of "
-            "the same sign (gdv's f32 function, measured on every f32 input with and without "
-            "FMA)",
+            f"{ctx.target}-f32-ulp:{name}",
+            f"target {ctx.target}: f32 {name} returns a value within {k:g} ulp of the exact "
+            "result, of the same sign (gdv's f32 function, measured on every f32 input with "
+            "and without FMA)",
         )
         u, eta = ctx.u(dtype), ctx.eta(dtype)
         lin = {ctx.u_sym(dtype): 2 * k * m_exact, ctx.eta_sym(dtype): 2 * k}

@@ -19,11 +19,12 @@ from gdv.ir.core import Op
 from gdv.ir.diagnostics import IRError
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.kernel import body_of
+from gdv.ir.ops.reduce import REDUCTIONS
 from gdv.ir.types import TensorType
 from gdv.validate.bounds.model import SPECIALS, TB, Err, make_tb
 from gdv.validate.bounds.registry import RULES, Context, rule
 
-_FOLD = {"add": "reduce_sum", "max": "reduce_max", "min": "reduce_min"}
+_FOLD = {s.combiner.op: s.name for s in REDUCTIONS.specs()}
 
 
 @rule(OPS["kernel"])

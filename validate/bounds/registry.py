@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from gdv.ir.core import Op
 from gdv.ir.dtypes import DType
 from gdv.ir.ops import OpSpec
+from gdv.ir.targets import TARGET_INFO, TARGET_NAMES
 from gdv.validate.bounds.model import ETA, TB, UNIT_ROUNDOFF, eta_symbol, u_symbol
 
 DEFAULT_ULPS = 4.0
@@ -19,15 +20,16 @@ cos, pow and rsqrt return a value within this many ulps of the exact one, of the
 The reference backend evaluates them in float64 and rounds once, so for f32, f16 and bf16 it
 does far better (tests/validate/bounds/test_transcendental_ulps.py measures it)."""
 
-C_F32_ULPS: dict[str, float] = {"exp": 0.77, "tanh": 2.43, "erf": 0.98, "sigmoid": 0.80}
+C_F32_ULPS: dict[str, float] = dict(TARGET_INFO["c"].f32_ulps)
 """The C target's own f32 functions (backends/c/vmath.py, F32_MAX_ULP: a test keeps the two
 equal): the largest error over every f32 input, in ulps of the exact value, measured
 exhaustively with and without FMA. On that target an f32 result of these ops is within this
 many ulps of the exact value directly (no float64 step); other transcendentals, and f16, bf16
 and f64 results, are evaluated as on the reference target."""
 
-TARGETS = ("reference", "c")
-"""The targets whose execution the rules can model (reduction orders are the IR's on both)."""
+TARGETS = TARGET_NAMES
+"""The targets whose execution the rules can model (reduction orders are the IR's on all; their
+transcendentals' ulp tables are `gdv.ir.targets.TargetInfo.f32_ulps`)."""
 
 DEFAULT_LAMBDA = 7.0
 """The probabilistic companion's lambda: each sum's probabilistic bound holds with probability

@@ -11,7 +11,7 @@ from gdv.ir.ops import REGISTRY, by_family
 from gdv.validate.semantics.registry import Ctx, Tensor, apply, rule
 
 
-@rule(*(s.name for s in by_family("composite")))
+@rule(*by_family("composite"))
 def composite(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """Encode `spec.decompose(op)` with the operands bound to their names."""
     spec = REGISTRY[op.name]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 
 from gdv.ir.core import Op
+from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.contract import dot_dims
 from gdv.validate.semantics.index import Idx, delinearize
 from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
 
-@rule("dot")
+@rule(OPS["dot"])
 def dot(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """dot_general: result dims are batch, A's free, B's free."""
     a, b = xs

@@ -9,11 +9,12 @@ from __future__ import annotations
 import z3
 
 from gdv.ir.core import Op
+from gdv.ir.ops import REGISTRY as OPS
 from gdv.validate.semantics.index import Idx, delinearize
 from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
 
-@rule("conv2d")
+@rule(OPS["conv2d"])
 def conv2d(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """out[n,o,i,j] = sum_{c,kh,kw} xp[n, g*Cg+c, i*sh+kh*dh, j*sw+kw*dw] * w[o,c,kh,kw]."""
     x, w = xs

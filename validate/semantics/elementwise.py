@@ -13,6 +13,7 @@ import z3
 
 from gdv.ir.core import Op
 from gdv.ir.numerics import literal_to_array
+from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.elementwise import TRANSCENDENTAL, iter_leaves
 from gdv.validate.semantics.index import linearize
 from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
@@ -34,21 +35,21 @@ _BINARY = {
 }
 
 
-@rule(*_UNARY)
+@rule(*(OPS[n] for n in _UNARY))
 def unary(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """Pointwise `f(x)`."""
     (x,), f, v = xs, _UNARY[op.name], ctx.values
     return Tensor(op.type, lambda i: f(v, x.dtype, (yield x.read(i))))
 
 
-@rule(*_BINARY)
+@rule(*(OPS[n] for n in _BINARY))
 def binary(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """Pointwise `f(a, b)`."""
     (a, b), f, v = xs, _BINARY[op.name], ctx.values
     return Tensor(op.type, lambda i: f(v, a.dtype, (yield a.read(i)), (yield b.read(i))))
 
 
-@rule(*sorted(TRANSCENDENTAL))
+@rule(*TRANSCENDENTAL.specs())
 def transcendental(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """Uninterpreted per (op, dtype) in `fp`; per op, with named axioms, in `real`."""
     v, d = ctx.values, xs[0].dtype
@@ -62,7 +63,7 @@ def transcendental(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     return Tensor(op.type, at)
 
 
-@rule("cmp")
+@rule(OPS["cmp"])
 def cmp(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """IEEE comparison, an i1 per element."""
     (a, b), d = xs, op.attrs["dir"]
@@ -71,28 +72,28 @@ def cmp(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     )
 
 
-@rule("select")
+@rule(OPS["select"])
 def select(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """`c ? a : b` elementwise."""
     c, a, b = xs
     return Tensor(op.type, lambda i: z3.If((yield c.read(i)), (yield a.read(i)), (yield b.read(i))))
 
 
-@rule("convert")
+@rule(OPS["convert"])
 def convert(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """To the written dtype (values.Values.convert)."""
     (x,) = xs
     return Tensor(op.type, lambda i: ctx.values.convert(x.dtype, op.type.dtype, (yield x.read(i))))
 
 
-@rule("iota")
+@rule(OPS["iota"])
 def iota(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """The index along `axis`, converted from i64."""
     axis = op.attrs["axis"]
     return Tensor(op.type, lambda i: ctx.values.from_index(op.type.dtype, i[axis].to_z3()))
 
 
-@rule("constant")
+@rule(OPS["constant"])
 def constant(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """A splat is its value; a nested list is a Z3 array over the row-major position, built once
     with the most common value as its default (mostly-zero constants stay small)."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 import z3
 
 from gdv.ir.core import Op
+from gdv.ir.ops import REGISTRY as OPS
 from gdv.validate.semantics.index import Idx
 from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
 
-@rule("take")
+@rule(OPS["take"])
 def take(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """out[a..., i..., b...] = table[a..., clamp(idx[i...], 0, size-1), b...]."""
     table, idx = xs

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from gdv.ir.core import Op
+from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.kernel import FOLD_KIND, body_of
 from gdv.ir.types import TensorType
 from gdv.validate.encode import encode
@@ -27,7 +28,7 @@ def affine(row: list[int], loop: list[Idx]) -> Idx:
     return at
 
 
-@rule("kernel")
+@rule(OPS["kernel"])
 def kernel(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """fold(combiner, lambda k. body(x_m[maps[m] . (i_out, k)])) per result index i_out."""
     body = body_of(op.attrs)

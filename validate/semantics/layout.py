@@ -10,11 +10,12 @@ from __future__ import annotations
 import z3
 
 from gdv.ir.core import Op
+from gdv.ir.ops import REGISTRY as OPS
 from gdv.validate.semantics.index import Idx, delinearize, linearize
 from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
 
-@rule("broadcast")
+@rule(OPS["broadcast"])
 def broadcast(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """result[i] = x[j], j[k] = i[dims[k]], or 0 where x's dim k has size 1."""
     (x,), dims = xs, op.attrs["dims"]
@@ -29,7 +30,7 @@ def broadcast(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     return Tensor(op.type, at)
 
 
-@rule("reshape")
+@rule(OPS["reshape"])
 def reshape(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """The same row-major position in the operand's shape."""
     (x,) = xs
@@ -40,7 +41,7 @@ def reshape(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     )
 
 
-@rule("transpose")
+@rule(OPS["transpose"])
 def transpose(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """result[i] = x[j] with j[perm[k]] = i[k]."""
     (x,), perm = xs, op.attrs["perm"]
@@ -54,7 +55,7 @@ def transpose(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     return Tensor(op.type, at)
 
 
-@rule("slice")
+@rule(OPS["slice"])
 def slice_(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """result[i] = x[start + i * stride]."""
     (x,) = xs
@@ -67,7 +68,7 @@ def slice_(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     )
 
 
-@rule("concat")
+@rule(OPS["concat"])
 def concat(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """The operand whose range along `axis` holds the index, at the index less its offset."""
     axis = op.attrs["axis"]
@@ -99,7 +100,7 @@ def concat(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     return Tensor(op.type, at)
 
 
-@rule("pad")
+@rule(OPS["pad"])
 def pad(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """x at offset `low`; `value` elsewhere."""
     (x,) = xs

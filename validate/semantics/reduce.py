@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 
 from gdv.ir.core import Op
+from gdv.ir.ops.reduce import REDUCTIONS
 from gdv.validate.semantics.index import Idx, delinearize
 from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
-_KIND = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}
+_KIND = {s.name: s.combiner.fold for s in REDUCTIONS.specs()}
 
 
-@rule(*_KIND)
+@rule(*REDUCTIONS.specs())
 def reduce(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """fold(kind, n, lambda k. x[kept dims from i, reduced dims from k])."""
     (x,) = xs

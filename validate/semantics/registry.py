@@ -215,13 +215,16 @@ SEMANTICS: dict[OpSpec, Rule] = {}
 """The SMT meaning of every op, keyed by its spec object (tests check none is missing)."""
 
 
-def rule(*names: str) -> Callable[[Rule], Rule]:
-    """Register a rule for the ops `names` (looked up in the op registry)."""
+def rule(*specs: OpSpec) -> Callable[[Rule], Rule]:
+    """Register the decorated function as the SMT meaning of each of `specs` (spec objects of
+    `gdv.ir.ops`, never names)."""
 
     def deco(fn: Rule) -> Rule:
-        for name in names:
-            spec = REGISTRY[name]
-            assert spec not in SEMANTICS, name
+        for spec in specs:
+            if not isinstance(spec, OpSpec):
+                raise TypeError(f"SMT rules register against OpSpec objects, got {spec!r}")
+            if spec in SEMANTICS:
+                raise ValueError(f"{spec.name} already has an SMT rule")
             SEMANTICS[spec] = fn
         return fn
 

@@ -1,0 +1,82 @@
+"""The plain data of every target: name, description, artifact kind, and what IR_SPEC.md leaves
+to the target (the accuracy of its transcendentals).
+
+The target objects live in `gdv.backends.targets` (lowering, executable, capability
+descriptor); this table is what the layers below the backends may know of them: the pass
+pipelines and the error-bound analysis import `gdv.ir`, never `gdv.backends` (DESIGN.md,
+"Dependency direction"), and `gdv --help` needs nothing heavier. Adding a target adds an entry
+here and its object in `gdv.backends.targets`; a test keeps the two equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from gdv.ir.diagnostics import IRError, Loc, printable
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """What every layer may know of a target without importing its backend."""
+
+    name: str
+    description: str
+    """One line, for `gdv targets` and the capability descriptor."""
+    artifact_kind: str
+    """The kind of artifact it produces (the evidence bundle's `artifact.kind`)."""
+    interpreter: bool = False
+    """Executes a module of any stage as written, without compiling it (the reference
+    backend); other targets run what the pipeline compiled and proved."""
+    f32_ulps: Mapping[str, float] = field(default_factory=dict)
+    """Transcendentals whose f32 results the target computes directly in f32, with their
+    largest error in ulps of the exact value (every f32 input measured); the rest, and f16,
+    bf16 and f64 results, are evaluated in f64 and rounded once, as the reference does."""
+    reference_transcendentals: bool = True
+    """Its transcendentals give the reference backend's bits (else only within a few ulps:
+    conformance compares outputs within the error bounds, not bit for bit)."""
+    planned_memory: bool = False
+    """Its programs take every intermediate from the planned arena, so every pipeline for it
+    ends with the memory plan (`plan-memory`), at every level."""
+
+
+TARGET_INFO: Mapping[str, TargetInfo] = MappingProxyType(
+    {
+        "c": TargetInfo(
+            "c",
+            "C11 with OpenMP and the host's SIMD, compiled by the system C compiler, run via "
+            "ctypes",
+            "c-source",
+            # backends/c/vmath.py, F32_MAX_ULP (tests/validate/bounds/test_c_target.py keeps
+            # the two equal): gdv's own f32 exp, tanh, erf and sigmoid.
+            f32_ulps=MappingProxyType({"exp": 0.77, "tanh": 2.43, "erf": 0.98, "sigmoid": 0.80}),
+            reference_transcendentals=False,
+            planned_memory=True,
+        ),
+        "reference": TargetInfo(
+            "reference",
+            "the numpy interpreter: the executable meaning of every op (IR_SPEC.md)",
+            "reference-ir",
+            interpreter=True,
+        ),
+    }
+)
+"""Every target by name."""
+
+TARGET_NAMES: tuple[str, ...] = tuple(sorted(TARGET_INFO))
+"""The targets' names, sorted (the order messages list them in)."""
+
+DEFAULT_TARGET = "c"
+"""The target `gdv compile`, `gdv.compile(...)` and the driver use when none is named."""
+
+
+def target_info(name: str, loc: Loc | None = None) -> TargetInfo:
+    """The data of target `name`; an IRError (at `loc`) naming the available ones otherwise."""
+    info = TARGET_INFO.get(name) if isinstance(name, str) else None
+    if info is None:
+        raise IRError(
+            f"unknown target '{printable(str(name))}' (available: {', '.join(TARGET_NAMES)})",
+            loc,
+        )
+    return info
