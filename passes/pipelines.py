@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gdv.ir.diagnostics import IRError
+from gdv.ir.targets import TARGET_NAMES, target_info
 from gdv.passes.base import Pass
 from gdv.passes.canonicalize import Canonicalize
 from gdv.passes.decompose_composites import DecomposeComposites
@@ -35,7 +36,7 @@ PASSES: dict[str, type[Pass]] = {
 """Every pass by name."""
 
 LEVELS = (0, 1, 2)
-TARGETS = ("reference", "c")
+TARGETS = TARGET_NAMES
 
 
 def pipeline(target: str = "reference", level: int = 2, fast_math: bool = False) -> list[Pass]:
@@ -58,7 +59,7 @@ def pipeline(target: str = "reference", level: int = 2, fast_math: bool = False)
         passes += [LowerToKernels()]
     if level >= 2:
         passes += [FuseKernels(), ScheduleKernels(), PlanMemory()]
-    elif target == "c":
+    elif target_info(target).planned_memory:
         # The C target takes every intermediate from the planned arena: every C program has
         # a plan (on core ops at -O0, on kernels at -O1).
         passes += [PlanMemory()]
