@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gdv.commands import seconds
+from gdv.commands import positive_int, seconds
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 3
 
@@ -36,6 +36,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     v.add_argument("--trust-key", metavar="PUB.pem", help="require a valid Ed25519 signature")
     v.add_argument("--policy", metavar="FILE", help="policy file (default: discovered)")
     v.add_argument("--timeout", type=seconds, default=30.0, metavar="S", help="seconds per query")
+    v.add_argument(
+        "--whole-function",
+        action="store_true",
+        help="also prove each stage equivalent to the one before, whole entry function (the "
+        "check before certificates; slow on large models)",
+    )
+    v.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="solver worker processes (default: all cores)",
+    )
     v.set_defaults(handler=verify_command)
     s = sub.add_parser("show", help="a terminal summary of a bundle")
     s.add_argument("dir")
@@ -68,6 +81,8 @@ def verify_command(args: argparse.Namespace) -> int:
         policy=policy,
         timeout=args.timeout,
         log=log,
+        whole_function=args.whole_function,
+        jobs=args.jobs,
     )
     print(f"signature: {report.signature}")
     failure = report.failure

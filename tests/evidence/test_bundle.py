@@ -38,7 +38,7 @@ def test_two_compiles_are_byte_identical_apart_from_timings(tmp_path, small_sour
 
 def test_manifest_records_what_the_issue_lists(pristine, small_source) -> None:
     m = read_manifest(pristine)
-    assert m["schema_version"] == "1"
+    assert m["schema_version"] == "2"
     assert m["source"]["sha256"] == sha256(small_source.read_bytes())
     caps = m["target"]["capabilities"]
     assert m["target"]["name"] == caps["name"] == "c"  # the default target

@@ -36,8 +36,15 @@ def _save(bundle: Path, m: dict) -> None:
 def test_a_good_bundle_verifies_with_both_solvers(pristine, small_source, capsys) -> None:
     rc, out, err = _verify(capsys, str(pristine), "--solver", "all", "--source", str(small_source))
     assert rc == 0, out + err
-    assert "ok    ir-chain:" in out and "unsat with z3, cvc5" in out
+    assert "ok    replay:" in out and "; 0 whole-function quer(ies)" in out
+    assert "ir-chain" not in out and "unsat with z3, cvc5" in out
     assert "signature: unsigned" in out and f"verified: {pristine}" in out
+
+
+def test_whole_function_keeps_the_old_chain_as_an_option(pristine, capsys) -> None:
+    rc, out, err = _verify(capsys, str(pristine), "--whole-function", "--jobs", "1")
+    assert rc == 0, out + err
+    assert "ok    replay:" in out and "ok    ir-chain:" in out
 
 
 def test_cvc5_reads_z3s_lambdas_and_annotations() -> None:
@@ -71,7 +78,11 @@ def test_a_query_rehashed_into_the_manifest_is_still_re_solved(bundle, capsys) -
     _save(bundle, m)
     rc, _, err = _verify(capsys, str(bundle))
     assert rc == 1
-    assert f"not verified: solvers: z3 finds {entry['file']} satisfiable" in err
+    # Issue 15: the stored text must be the checker's own encoding of the obligation's pair.
+    assert (
+        f"not verified: encoding: {entry['file']} ({m['obligations'][-1]['id']}) is not the "
+        "checker's own encoding of its pair" in err
+    )
 
 
 def test_a_flipped_status_is_caught(bundle, capsys) -> None:
@@ -96,9 +107,11 @@ def test_an_edited_stage_is_caught_even_when_rehashed(bundle, capsys) -> None:
     _save(bundle, m)
     rc, _, err = _verify(capsys, str(bundle))
     assert rc == 1
-    assert (
-        f"not verified: ir-chain: stage {stage['pass']} ({stage['file']}) is not-equivalent" in err
-    )
+    assert f"not verified: replay: {stage['pass']}: replaying its" in err
+    assert "does not give the next stage text for text" in err
+    rc, _, err = _verify(capsys, str(bundle), "--whole-function")
+    assert rc == 1
+    assert f"not verified: replay: {stage['pass']}: replaying its" in err
 
 
 def test_an_edited_source_is_caught(bundle, small_source, tmp_path, capsys) -> None:
@@ -183,7 +196,7 @@ def test_a_rejected_compile_never_verifies(rejected, capsys) -> None:
     _save(rejected, m)
     rc, _, err = _verify(capsys, str(rejected))
     assert rc == 1
-    assert "not verified: ir-chain: stage wrong-pass" in err and "not-equivalent" in err
+    assert "not verified: solvers: z3 finds the query of wrong-pass/add-zero-bitexact" in err
 
 
 def test_a_stage_claimed_real_without_fast_math_is_refused(bundle, capsys) -> None:
@@ -192,7 +205,7 @@ def test_a_stage_claimed_real_without_fast_math_is_refused(bundle, capsys) -> No
     _save(bundle, m)
     rc, _, err = _verify(capsys, str(bundle))
     assert rc == 1
-    assert f"ir-chain: stage {m['stages'][2]['pass']} claims `real` but the pipeline" in err
+    assert f"replay: stage {m['stages'][2]['pass']} claims `real` but the pipeline" in err
 
 
 def test_bounds_follow_the_bundles_target(tmp_path, capsys) -> None:
