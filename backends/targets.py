@@ -1,5 +1,5 @@
 """Targets as objects (DESIGN.md, "Turn 2 additions"): the driver, the commands, the bounds and
-the evidence ask the target, never `target == "c"`.
+the evidence ask the target, never compare its name.
 
 A `Target` has a name and description, the kind of artifact it produces, its lowering (the
 artifact's text and the ops left to reference kernels), its build (the artifact the driver

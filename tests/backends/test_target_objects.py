@@ -1,0 +1,103 @@
+"""Targets are objects (DESIGN.md, "Turn 2 additions"): one table of plain data
+(`gdv.ir.targets`), one object per entry (`gdv.backends.targets`), one default target, and no
+layer branching on a target's name."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gdv.api import parse
+from gdv.backends.targets import TARGETS, Target, get_target
+from gdv.ir.diagnostics import IRError
+from gdv.ir.printer import print_module
+from gdv.ir.targets import DEFAULT_TARGET, TARGET_INFO, TARGET_NAMES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SMALL = """func @main(%x: f32[4] {range = [-1.0, 1.0]}) -> f32[4] {
+  %y = add(%x, %x) : f32[4]
+  return %y
+}
+"""
+
+
+def test_one_object_per_target() -> None:
+    assert set(TARGETS) == set(TARGET_INFO) == set(TARGET_NAMES)
+    for name, target in TARGETS.items():
+        assert isinstance(target, Target) and target.name == name
+        assert target.info is TARGET_INFO[name]
+        assert target.description and target.artifact_kind
+    assert sum(t.is_default for t in TARGETS.values()) == 1
+    assert TARGETS[DEFAULT_TARGET].is_default
+
+
+def test_an_unknown_target_names_the_available_ones() -> None:
+    with pytest.raises(IRError, match=r"unknown target 'tpu' \(available: c, reference\)"):
+        get_target("tpu")
+
+
+def test_one_default_target_everywhere() -> None:
+    import gdv
+    from gdv.cli import build_parser
+    from gdv.driver import CompileOptions
+    from gdv.driver import compile as driver_compile
+
+    assert DEFAULT_TARGET == "c"
+    assert inspect.signature(gdv.compile).parameters["target"].default == DEFAULT_TARGET
+    assert inspect.signature(driver_compile).parameters["target"].default == DEFAULT_TARGET
+    assert CompileOptions().target == DEFAULT_TARGET
+    parser = build_parser()
+    assert parser.parse_args(["compile", "x.gdv"]).target == DEFAULT_TARGET
+    assert parser.parse_args(["capabilities"]).target == DEFAULT_TARGET
+
+
+def test_the_reference_target_needs_no_compiler(monkeypatch) -> None:
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    module = parse(SMALL)
+    ref = get_target("reference")
+    assert ref.interpreter and ref.build_info() is None and ref.reference_transcendentals
+    assert ref.lower(module).text == print_module(module)
+    artifact = ref.build(module)
+    assert artifact.kind == ref.artifact_kind == "reference-ir" and artifact.library is None
+    x = np.arange(4, dtype=np.float32)
+    (y,) = ref.run(module, {"x": x})
+    assert np.array_equal(y, x + x)
+    assert ref.capabilities(measure=False)["available"]["ok"]
+    with pytest.raises(IRError, match="no C compiler found"):
+        get_target("c").build(module)
+    assert not get_target("c").capabilities(measure=False)["available"]["ok"]
+
+
+def test_the_c_target_object() -> None:
+    c = get_target("c")
+    assert not c.interpreter and not c.reference_transcendentals and c.artifact_kind == "c-source"
+    from gdv.backends.c import vmath
+
+    assert dict(c.f32_ulps) == vmath.F32_MAX_ULP
+    assert get_target("reference").f32_ulps == {}
+    module = parse(SMALL)
+    lowered = c.lower(module)
+    assert "gdv_main" in lowered.text or "void" in lowered.text
+    assert lowered.fallbacks == []
+    assert set(c.build_info()) == {"compiler", "compiler_version", "flags"}
+
+
+_NAME_BRANCH = re.compile(r"""target\s*[!=]=\s*["'](c|reference)["']""")
+
+
+@pytest.mark.parametrize("folder", ["gdv", "passes", "validate", "backends"])
+def test_no_layer_branches_on_a_target_name(folder: str) -> None:
+    """The driver, the commands, the passes, the bounds and the backends ask the target object
+    (or its plain data), never `target == "c"`."""
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), start=1)
+        if _NAME_BRANCH.search(line)
+    ]
+    assert not hits, hits
