@@ -9,6 +9,7 @@ decoded inputs, really gives different outputs (bit-exact: NaNs equal, +0.0 != -
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -226,4 +227,67 @@ def cancelling_inputs(fn: Function, k: int) -> dict[str, np.ndarray]:
 
 CANCELLING_TRIES = 2
 """How many `cancelling_inputs` patterns there are."""
+
+SIGN_INPUTS = 4
+"""Float inputs up to this many get every sign pattern (`sign_patterns`); beyond, each input
+alone takes the other sign."""
+_LONE = [np.nan, np.inf, -np.inf, 1e-40, -1e-40, -0.0]
+"""The values one input takes alone, the others all 1.0 (`sign_patterns`)."""
+
+
+def _masks(m: int) -> list[tuple[bool, ...]]:
+    """Which of `m` inputs take the negative value: every choice for a few inputs, else each
+    input alone and all but each one."""
+    if m <= SIGN_INPUTS:
+        return [tuple(bool(k >> j & 1) for j in range(m)) for k in range(1 << m)]
+    one = [tuple(j == i for j in range(m)) for i in range(m)]
+    return one + [tuple(not b for b in mask) for mask in one]
+
+
+def sign_patterns(fn: Function) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    """IEEE special inputs, whole tensors alike, for the probe before any query (issue 15):
+
+    - `signed zeros`: every float input all +0.0 or all -0.0, in every combination of signs (a
+      few inputs) or each input against the others: a sum of products is exactly -0.0 only
+      when every product is, which needs operands of opposite signs (-0.0 * +0.0), so a
+      rewrite `x + 0.0 -> x` inside a product is seen; uniform inputs (every input the same
+      value) give products of one sign, +0.0, only;
+    - `zeros and ones`: the same with +1.0 in place of +0.0 (-0.0 * 1.0 is -0.0 too);
+    - `lone specials`: one input all NaN, ±inf or a ±subnormal, the others all 1.0.
+
+    Integer and boolean inputs are all zero (false). Yields (name, inputs), made one at a time
+    (`sign_pattern_count` of them)."""
+    floats = [p for p in fn.params if p.type.dtype.is_float]
+
+    def fill(values: dict[str, float]) -> dict[str, np.ndarray]:
+        inputs: dict[str, np.ndarray] = {}
+        for p in fn.params:
+            d = p.type.dtype
+            v = values.get(p.name, 0.0)
+            with np.errstate(all="ignore"):
+                x = np.array(v if d.is_float else 0, dtype=np.float64).astype(d.np)
+            inputs[p.name] = np.full(p.type.shape, x, dtype=d.np)
+        return inputs
+
+    if not floats:
+        return
+    masks = _masks(len(floats))
+    for name, positive in (("signed zeros", 0.0), ("zeros and ones", 1.0)):
+        for k, mask in enumerate(masks):
+            pairs = zip(floats, mask, strict=True)
+            chosen = {p.name: -0.0 if neg else positive for p, neg in pairs}
+            yield f"{name} (pattern {k})", fill(chosen)
+    for i, p in enumerate(floats[:SIGN_INPUTS]):
+        for k, v in enumerate(_LONE):
+            chosen = {q.name: 1.0 for q in floats}
+            chosen[p.name] = v
+            yield f"lone specials (input {i}, value {k})", fill(chosen)
+
+
+def sign_pattern_count(fn: Function) -> int:
+    """How many inputs `sign_patterns(fn)` yields."""
+    m = sum(p.type.dtype.is_float for p in fn.params)
+    return 0 if m == 0 else 2 * len(_masks(m)) + len(_LONE) * min(m, SIGN_INPUTS)
+
+
 """How many `uniform_inputs` patterns there are."""

@@ -91,10 +91,11 @@ def _query_text(ob: Obligation, output: int) -> str:
     return stable_smt2(query.smt2())
 
 
-SEMANTICS_VERSION = "2"
+SEMANTICS_VERSION = "3"
 """Bump when the SMT meaning of any op changes: cached proofs of the old meaning then miss.
 2: the range-blind encoding memo of version 1 could prove false claims (issue 14), so no
-proof cached under it is trusted."""
+proof cached under it is trusted. 3: commutative operands in canonical order
+(`values.TermKeys`, issue 15), which changes every stored query's text."""
 
 
 def _renamed(fn: Function, bodies: dict[str, Function] | None = None) -> Function:

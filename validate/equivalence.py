@@ -33,6 +33,7 @@ from gdv.validate.counterexample import (
     cancelling_inputs,
     decode_input,
     replay,
+    sign_patterns,
     special_inputs,
     uniform_inputs,
     value_to_numpy,
@@ -51,6 +52,10 @@ REPLAY_LIMIT = 2 * 10**8
 """Most element operations (`replay_cost`) for replaying a solver's candidate."""
 PROBE_LIMIT = 2 * 10**7
 """Most element operations for trying seeded inputs before any query (a cheap first probe)."""
+SIGN_BUDGET = 10**8
+"""Element operations for the probe's IEEE special patterns (`sign_patterns`) together: all
+of them for small programs, fewer (at least `SIGN_TRIES_MIN`) for large ones."""
+SIGN_TRIES_MIN = 4
 
 
 def replay_cost(fn: Function) -> int:
@@ -348,6 +353,13 @@ def _check(fa: Function, fb: Function, theory: str, timeout: float) -> Equivalen
 def _check_output(
     fa: Function, fb: Function, o: int, theory: str, timeout: float, stats: list[QueryStat]
 ) -> tuple[str, str, Counterexample | None]:
+    q = build_query(fa, fb, o, theory)
+    if q.trivial:
+        # Both sides encode to one term (commutative operands are in canonical order, so
+        # `add(b, a)` and (AB)^T against B^T A^T land here): equal at every index, at any size,
+        # with no probe and no solver.
+        stats.append(QueryStat(o, "identical", "unsat", 0.0))
+        return "equivalent", "", None
     if theory == "fp":
         # Seeded concrete inputs refute most non-equivalent pairs at once; the solver is
         # slow to refute pairs whose folds differ. Not first under `real`: its replay checks
@@ -359,14 +371,13 @@ def _check_output(
         stats.append(QueryStat(o, "replay", found, time.perf_counter() - start))
         if cex is not None:
             return "not-equivalent", f"out{o} differs", cex
-        q = build_query(fa, fb, o, theory, abstract=True)
-        r, _, _, t = _solve(q, min(timeout, ABSTRACT_TIMEOUT))
+        qa = build_query(fa, fb, o, theory, abstract=True)
+        r, _, _, t = _solve(qa, min(timeout, ABSTRACT_TIMEOUT))
         stats.append(QueryStat(o, "abstract", r, t))
         if r == "unsat":
             return "equivalent", "", None
         if _specialized(fa, fb, o, theory, timeout, stats):
             return "equivalent", "", None
-    q = build_query(fa, fb, o, theory)
     r, model, why, t = _solve(q, timeout / 2 if q.plain else timeout)
     stats.append(QueryStat(o, "precise", r, t))
     if r == "unknown" and q.plain:
@@ -506,6 +517,14 @@ def _try_concrete(
         found = replay(fa, fb, inputs, theory, prefer=None if index is None else (o, index))
         if found is not None:
             origin = f"{name} inputs (pattern {k})"
+            return Counterexample(found[0], found[1], found[2], found[3], inputs, origin)
+    if theory == "real":
+        return None  # signed zeros, NaN and infinities are no real numbers
+    cost = max(replay_cost(fa), replay_cost(fb), 1)
+    tries = max(SIGN_TRIES_MIN, SIGN_BUDGET // cost)
+    for origin, inputs in itertools.islice(sign_patterns(fa), tries):
+        found = replay(fa, fb, inputs, theory, prefer=None if index is None else (o, index))
+        if found is not None:
             return Counterexample(found[0], found[1], found[2], found[3], inputs, origin)
     return None
 

@@ -11,10 +11,19 @@ In both, integers are bit-vectors of their width (wrapping) and `i1` is a Bool.
 function of the same signature. That over-approximates the meaning, so an `unsat` under it is
 a proof for the precise meaning too; it lets Z3 prove structural equalities (layout algebra,
 equal fold bodies) by congruence without bit-blasting floating-point circuits.
+
+Commutative operands (`add`, `mul`, `max`, `min`, `cmp` eq/ne) are put in one canonical order
+(`TermKeys`): `a + b` and `b + a` are one Z3 term, so `add(b, a)`, (AB)^T against B^T A^T and
+products in fold bodies written either way prove by identity at any size. Each is commutative
+bit for bit in its meaning (IEEE add and mul, with all NaNs one value; max and min by
+IR_SPEC.md section 3, `max(-0.0, +0.0) = max(+0.0, -0.0) = +0.0`; wrapping integer add and
+mul; real add and mul), so the order changes no value; in the abstract mode it reads the
+uninterpreted primitive as a commutative one, still an over-approximation of the precise one.
 """
 
 from __future__ import annotations
 
+import hashlib
 from fractions import Fraction
 from typing import Any
 
@@ -53,6 +62,71 @@ def fp_to_bits(value: z3.ExprRef, dtype: DType) -> int:
     return bv.as_long()
 
 
+def _children(t: z3.ExprRef) -> list[z3.ExprRef]:
+    if z3.is_quantifier(t):
+        return [t.body()]
+    if z3.is_app(t):
+        return t.children()
+    return []
+
+
+def _head(t: z3.ExprRef) -> str:
+    """What identifies `t`'s root: a bound variable's index, a binder's kind and sorts, or an
+    application's function (name, kind, parameters) and sort; a leaf's own text."""
+    if z3.is_var(t):
+        return f"var {z3.get_var_index(t)} {t.sort().sexpr()}"
+    if z3.is_quantifier(t):
+        kind = "lambda" if t.is_lambda() else ("forall" if t.is_forall() else "exists")
+        sorts = " ".join(t.var_sort(i).sexpr() for i in range(t.num_vars()))
+        return f"{kind} {sorts}"
+    d = t.decl()
+    if t.num_args() == 0:
+        return f"leaf {t.sexpr()} {t.sort().sexpr()}"
+    params = " ".join(p.sexpr() if isinstance(p, z3.AstRef) else str(p) for p in d.params())
+    return f"app {d.name()} {d.kind()} [{params}] {t.sort().sexpr()}"
+
+
+class TermKeys:
+    """A structural key per term: a digest of its tree (function names, literals, bound
+    variable indices), never of Z3's internal ids, so the canonical order of commutative
+    operands is the same in every run and process (the stored SMT-LIB text stays stable). A
+    collision could only leave two equal operand pairs in different orders, never change a
+    value: any order is a correct one."""
+
+    def __init__(self) -> None:
+        self._memo: dict[int, tuple[z3.ExprRef, bytes]] = {}
+        """id -> (the term, kept alive so that Z3 cannot reuse its id, its key)."""
+
+    def key(self, t: z3.ExprRef) -> bytes:
+        memo = self._memo
+        hit = memo.get(t.get_id())
+        if hit is not None:
+            return hit[1]
+        stack: list[tuple[z3.ExprRef, bool]] = [(t, False)]
+        while stack:  # an explicit stack: terms can be deep (issue 14, long chains)
+            u, expanded = stack.pop()
+            if u.get_id() in memo:
+                continue
+            kids = _children(u)
+            if not expanded:
+                pending = [c for c in kids if c.get_id() not in memo]
+                if pending:
+                    stack.append((u, True))
+                    stack.extend((c, False) for c in pending)
+                    continue
+            digest = hashlib.blake2b(_head(u).encode(), digest_size=16)
+            for c in kids:
+                digest.update(memo[c.get_id()][1])
+            memo[u.get_id()] = (u, digest.digest())
+        return memo[t.get_id()][1]
+
+    def order(self, a: z3.ExprRef, b: z3.ExprRef) -> tuple[z3.ExprRef, z3.ExprRef]:
+        """(a, b) or (b, a): the canonical order of two commutative operands."""
+        if a.eq(b):
+            return a, b
+        return (b, a) if self.key(b) < self.key(a) else (a, b)
+
+
 class Values:
     """Scalar meaning of the ops in one theory; every rule builds values through this."""
 
@@ -63,6 +137,8 @@ class Values:
         self._funcs: dict[str, z3.FuncDeclRef] = {}
         self.uninterpreted: set[str] = set()
         """Names of the uninterpreted functions (other than inputs) the terms so far use."""
+        self.keys = TermKeys()
+        """Orders the operands of commutative ops (`commute`)."""
 
     # --- sorts and constants -------------------------------------------------------------
 
@@ -148,8 +224,13 @@ class Values:
 
     # --- arithmetic ------------------------------------------------------------------------
 
+    def commute(self, a, b) -> tuple[z3.ExprRef, z3.ExprRef]:
+        """The two operands of a commutative op in their canonical order (`TermKeys`)."""
+        return self.keys.order(a, b)
+
     def add(self, dtype: DType, a, b) -> z3.ExprRef:
-        """a + b, rounded to nearest-even (ints wrap)."""
+        """a + b, rounded to nearest-even (ints wrap); commutative, so in canonical order."""
+        a, b = self.commute(a, b)
         if dtype.is_int or self.theory == "real":
             return a + b
         return self._fbin("add", dtype, a, b, lambda x, y: z3.fpAdd(_RNE, x, y))
@@ -161,7 +242,8 @@ class Values:
         return self._fbin("sub", dtype, a, b, lambda x, y: z3.fpSub(_RNE, x, y))
 
     def mul(self, dtype: DType, a, b) -> z3.ExprRef:
-        """a * b, rounded to nearest-even (ints wrap)."""
+        """a * b, rounded to nearest-even (ints wrap); commutative, so in canonical order."""
+        a, b = self.commute(a, b)
         if dtype.is_int:
             if self.abstract:
                 return self.func(f"abs.mul.{dtype}", *[self.sort(dtype)] * 3, uninterpreted=False)(
@@ -209,7 +291,9 @@ class Values:
         )
 
     def max(self, dtype: DType, a, b) -> z3.ExprRef:
-        """NaN if either is NaN; max(-0.0, +0.0) = +0.0 (IR_SPEC.md section 3)."""
+        """NaN if either is NaN; max(-0.0, +0.0) = +0.0 (IR_SPEC.md section 3): symmetric bit
+        for bit, so the operands go in canonical order."""
+        a, b = self.commute(a, b)
         if dtype.is_int or self.theory == "real":
             return z3.If(a >= b, a, b)
         gt = self._fbin("gt", dtype, a, b, z3.fpGT, z3.BoolSort())
@@ -223,7 +307,8 @@ class Values:
         )
 
     def min(self, dtype: DType, a, b) -> z3.ExprRef:
-        """NaN if either is NaN; min(-0.0, +0.0) = -0.0."""
+        """NaN if either is NaN; min(-0.0, +0.0) = -0.0: symmetric, canonical order."""
+        a, b = self.commute(a, b)
         if dtype.is_int or self.theory == "real":
             return z3.If(a <= b, a, b)
         gt = self._fbin("gt", dtype, a, b, z3.fpGT, z3.BoolSort())
@@ -243,7 +328,10 @@ class Values:
         return z3.If(self.is_nan(dtype, a), self._nan(dtype), z3.If(gt, a, self._pzero(dtype)))
 
     def cmp(self, direction: str, dtype: DType, a, b) -> z3.BoolRef:
-        """IEEE comparison for floats (NaN compares false except `ne`); false < true on i1."""
+        """IEEE comparison for floats (NaN compares false except `ne`); false < true on i1.
+        `eq` and `ne` are symmetric: their operands go in canonical order."""
+        if direction in ("eq", "ne"):
+            a, b = self.commute(a, b)
         if dtype.is_bool:
             return {
                 "lt": lambda: z3.And(z3.Not(a), b),
