@@ -142,10 +142,11 @@ def verify_bundle(
         _source(manifest, source, source_bytes, stages, passed, failed)
         _verdict(manifest, passed, failed)
         _theories(manifest, passed, failed)
-        claims = _replay(root, manifest, stages, whole_function, timeout, passed, failed)
+        pairs = _pairs(root, manifest, failed)
+        claims = _replay(root, manifest, stages, pairs, whole_function, timeout, passed, failed)
         if whole_function:
             _chain(manifest, stages, timeout, passed, failed)
-        queries = _encoding(root, manifest, stages, claims, passed, failed)
+        queries = _encoding(root, manifest, stages, pairs, claims, passed, failed)
         use = tuple(s for s in SOLVERS if s in set(solvers) | set(policy.required_solvers))
         _resolve(queries, use, policy, timeout, jobs, passed, failed)
         _conformance(manifest, stages, passed, failed)
@@ -315,7 +316,7 @@ def _pairs(root: Path, manifest: dict, failed) -> dict:
     return pairs
 
 
-def _replay(root: Path, manifest, stages, whole_function: bool, timeout, passed, failed):
+def _replay(root: Path, manifest, stages, pairs, whole_function: bool, timeout, passed, failed):
     """Rebuild every stage from the one before; the claims to prove besides the obligations'
     (one op against its rescheduled self, built from the program)."""
     from gdv.evidence.replay import ReplayError, replay
@@ -329,7 +330,6 @@ def _replay(root: Path, manifest, stages, whole_function: bool, timeout, passed,
             "a schema-1 bundle records no certificates: check it with --whole-function "
             "(or compile it again)",
         )
-    pairs = _pairs(root, manifest, failed)
     cited = {o["id"]: o for o in manifest["obligations"]}
     claims: list[_Claim] = []
     rewrites = whole = 0
@@ -402,7 +402,7 @@ def _whole_function_step(name, before: Module, after: Module, entry, timeout, fa
     return count
 
 
-def _encoding(root: Path, manifest, stages, claims: list[_Claim], passed, failed) -> dict:
+def _encoding(root: Path, manifest, stages, pairs, claims: list[_Claim], passed, failed) -> dict:
     """Every obligation's queries encoded here from its pair, equal to the stored text; plus
     the claims built during replay and the final stage's coverage and memory claims derived
     from its IR. Returns {canonical claim: (what, query texts)}, one entry per distinct
@@ -412,7 +412,6 @@ def _encoding(root: Path, manifest, stages, claims: list[_Claim], passed, failed
     from gdv.validate.discharge import canonical_claim, obligation_queries, stable_smt2
     from gdv.validate.schedules import coverage_violation, formula_text, memory_violation, nest_of
 
-    pairs = _pairs(root, manifest, failed) if manifest["schema_version"] != "1" else {}
     distinct: dict[str, tuple[str, list[str]]] = {}
     stored = 0
     for o in manifest["obligations"]:
