@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -341,3 +342,30 @@ def test_an_emitted_op_may_not_read_a_later_value() -> None:
     )
     with pytest.raises(ReplayError, match="is not a value before"):
         _replay([STEP], pair)
+
+
+def test_the_encoding_is_the_same_in_another_process(tmp_path) -> None:
+    """The checker's encoding must give the stored text byte for byte in a fresh process
+    (different hash seeds, term ids and import order), or no real bundle would verify."""
+    src = tmp_path / "a.gdv"
+    src.write_text((REPO / "examples" / "attention.gdv").read_text())
+    out = tmp_path / "e"
+    gdv = [sys.executable, "-m", "gdv"]
+    env = {"PYTHONHASHSEED": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    run = subprocess.run(
+        [*gdv, "compile", str(src), "--target", "reference", "--emit-evidence", str(out)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    env["PYTHONHASHSEED"] = "2"
+    run = subprocess.run(
+        [*gdv, "evidence", "verify", str(out)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "ok    encoding:" in run.stdout
