@@ -7,6 +7,7 @@ from gdv.ir.targets import TARGET_NAMES, target_info
 from gdv.passes.base import Pass
 from gdv.passes.canonicalize import Canonicalize
 from gdv.passes.decompose_composites import DecomposeComposites
+from gdv.passes.dedupe_operands import DedupeOperands
 from gdv.passes.eliminate_common_subexpressions import EliminateCommonSubexpressions
 from gdv.passes.eliminate_dead_code import EliminateDeadCode
 from gdv.passes.fast_math import FastMath
@@ -15,7 +16,7 @@ from gdv.passes.fold_layout import FoldLayout
 from gdv.passes.fuse_kernels import FuseKernels
 from gdv.passes.lower_to_kernels import LowerToKernels
 from gdv.passes.plan_memory import PlanMemory
-from gdv.passes.schedule_kernels import ScheduleKernels
+from gdv.passes.schedule_kernels import VECTOR_BYTES, ScheduleKernels
 
 PASSES: dict[str, type[Pass]] = {
     p.name: p
@@ -29,6 +30,7 @@ PASSES: dict[str, type[Pass]] = {
         FoldLayout,
         LowerToKernels,
         FuseKernels,
+        DedupeOperands,
         ScheduleKernels,
         PlanMemory,
     )
@@ -39,8 +41,15 @@ LEVELS = (0, 1, 2)
 TARGETS = TARGET_NAMES
 
 
-def pipeline(target: str = "reference", level: int = 2, fast_math: bool = False) -> list[Pass]:
-    """The passes `gdv compile` runs for `target` at `-O{level}`."""
+def pipeline(
+    target: str = "reference",
+    level: int = 2,
+    fast_math: bool = False,
+    vector_bytes: int | None = None,
+) -> list[Pass]:
+    """The passes `gdv compile` runs for `target` at `-O{level}`; `vector_bytes`, the target's
+    vector width from its capability descriptor (default `schedule_kernels.VECTOR_BYTES`), sets
+    the schedules' `vector` lanes."""
     if target not in TARGETS:
         raise IRError(f"unknown target '{target}' (available: {', '.join(TARGETS)})")
     if level not in LEVELS:
@@ -55,10 +64,16 @@ def pipeline(target: str = "reference", level: int = 2, fast_math: bool = False)
         passes += [FastMath()]
     if level >= 2:
         passes += [FoldLayout()]
-    if level >= 1:
-        passes += [LowerToKernels()]
+    if level == 1:
+        passes += [LowerToKernels(), DedupeOperands()]
     if level >= 2:
-        passes += [FuseKernels(), ScheduleKernels(), PlanMemory()]
+        passes += [
+            LowerToKernels(),
+            FuseKernels(),
+            DedupeOperands(),
+            ScheduleKernels(vector_bytes=vector_bytes or VECTOR_BYTES),
+        ]
+        passes += [PlanMemory()]
     elif target_info(target).planned_memory:
         # The C target takes every intermediate from the planned arena: every C program has
         # a plan (on core ops at -O0, on kernels at -O1).

@@ -26,7 +26,8 @@ from gdv.ir.ops.kernel import bodies_used
 from gdv.passes.base import Pass, PassResult, Step
 
 VECTOR_BYTES = 32
-"""The vector register width the lane count is chosen for (AVX2-sized)."""
+"""The default vector register width the lane count is chosen for (AVX2-sized); a target's
+pipeline passes its own (`ScheduleKernels(vector_bytes=...)`, from its capability descriptor)."""
 
 
 def keeps_reduction_order(attrs: dict) -> bool:
@@ -42,8 +43,9 @@ def keeps_reduction_order(attrs: dict) -> bool:
     )
 
 
-def choose(op: Op) -> dict:
-    """Tile sizes, order, lanes and parallel dims for `op` from its sizes."""
+def choose(op: Op, vector_bytes: int = VECTOR_BYTES) -> dict:
+    """Tile sizes, order, lanes and parallel dims for `op` from its sizes and the target's
+    vector width in bytes (lanes = width / element size, at least 1; i1 results: 1)."""
     space, out, red = op.attrs["space"], op.attrs["out"], op.attrs["reduce"]
     tile = []
     for d, n in enumerate(space):
@@ -52,7 +54,7 @@ def choose(op: Op) -> dict:
         else:
             tile.append(max(1, min(n, 64 if out and d == out[-1] else 32)))
     bytes_ = max(1, op.type.dtype.bits // 8)
-    lanes = max(1, VECTOR_BYTES // bytes_) if out and not op.type.dtype.is_bool else 1
+    lanes = max(1, vector_bytes // bytes_) if not op.type.dtype.is_bool else 1
     parallel = [out[0]] if out and space[out[0]] > 1 else []
     return {
         "tile": tile,
@@ -108,6 +110,9 @@ class ScheduleKernels(Pass):
     name = "schedule-kernels"
     stage_in = "loop"
     accumulators: int = 1
+    vector_bytes: int = VECTOR_BYTES
+    """The target's vector width (its capability descriptor's), which sets each kernel's
+    `vector` lanes; the C target's code is written with exactly that width."""
 
     def run(self, module: Module) -> PassResult:
         bodies = bodies_used(module.functions)
@@ -122,7 +127,7 @@ class ScheduleKernels(Pass):
                 if op.name != "kernel" or fn.name in bodies or "tile" in op.attrs:
                     ops.append(op)
                     continue
-                attrs = {**op.attrs, **choose(op)}
+                attrs = {**op.attrs, **choose(op, self.vector_bytes)}
                 attrs["accumulators"] = blocks = split_accumulators(op, self.accumulators)
                 new = Op(op.result, op.name, list(op.operands), attrs, op.type, op.loc)
                 ops.append(new)
@@ -156,6 +161,4 @@ class ScheduleKernels(Pass):
                     )
                 )
             functions.append(replace(fn, ops=ops))
-        return PassResult(
-            Module(functions, module.filename), obligations, bool(obligations), steps
-        )
+        return PassResult(Module(functions, module.filename), obligations, bool(obligations), steps)

@@ -51,7 +51,9 @@ __all__ = [
     "fallbacks",
     "lower",
     "lower_module",
+    "printer_choices",
     "run",
+    "schedule_parameters",
 ]
 
 
@@ -80,6 +82,11 @@ class Lowered:
     def source(self) -> str:
         return self.program.source()
 
+    @property
+    def choices(self) -> list[dict]:
+        """What the printer chose itself (see `printer_choices`)."""
+        return self.program.choices
+
 
 _FALLBACK_DECL = """/* Ops this target cannot do, run by reference kernels (--allow-fallback). */
 typedef int (*gdv_fallback_fn)(int64_t, void *const *);
@@ -98,11 +105,13 @@ def _snapshot(prog: Program) -> tuple:
         set(prog.helpers),
         dict(prog._var),
         dict(prog.arena_of),
+        len(prog.choices),
     )
 
 
 def _restore(prog: Program, snap: tuple) -> None:
-    nf, nb, slot_of, slot_types, libm, helpers, var, arena_of = snap
+    nf, nb, slot_of, slot_types, libm, helpers, var, arena_of, nc = snap
+    del prog.choices[nc:]
     del prog.functions[nf:]
     del prog.body[nb:]
     prog.slot_of, prog.slot_types, prog.libm, prog.helpers = slot_of, slot_types, libm, helpers
@@ -386,6 +395,19 @@ class Executable:
         return outs
 
 
+def schedule_parameters() -> dict:
+    """What the C target's pipeline takes from its capability descriptor: `vector_bytes`, the
+    width of the vectors its code is written with (`execution.vectorization.vector_bytes`),
+    for `pipeline(..., vector_bytes=...)` to put into every schedule's `vector` lanes."""
+    return {"vector_bytes": simd_choice()["vector_bytes"]}
+
+
+def printer_choices(module: Module, allow_fallback: bool = True) -> list[dict]:
+    """What the C printer chooses itself for `module`, no attribute of the IR deciding it: one
+    {kernel, op, choice, value, why} per choice (for the artifact's manifest entry)."""
+    return list(lower_module(module, allow_fallback).program.choices)
+
+
 def run(
     module: Module, inputs: Mapping[str, np.ndarray], allow_fallback: bool = False
 ) -> list[np.ndarray]:
@@ -452,10 +474,12 @@ def capabilities(measure: bool = True, refresh: bool = False) -> dict:
                     "tile (out dims)",
                     "parallel (outermost loop)",
                     "accumulators",
+                    "vector (lanes x element bytes is the width of the generated vectors)",
                 ],
-                "not_yet": [
-                    "vector (the vector width comes from the host's ISA, not the attribute)"
-                ],
+                "vector_bytes": vectors["vector_bytes"],
+                "printer_choices": "gdv.backends.c.printer_choices(module): what the printer "
+                "still chooses itself (product selection, blocking, micro-tile, thread split, "
+                "loop forms, scratch buffers), each with its reason",
             },
             "kernels": {
                 "contraction": "a kernel folding mul(X, Y) with add (f32, f64) runs as a packed, "

@@ -90,6 +90,7 @@ def _as_product(prog: Program, op: Op) -> bool:
     con = matmul.find(kernel, body)
     if con is None:
         return False
+    prog.record(op, "strategy", "convolution as packed product", "conv.py: f32/f64 conv2d")
     matmul.emit(prog, kernel, con, [padded, wt], body)
     return True
 
@@ -119,6 +120,7 @@ static void {name}(const {t} *restrict x, {t} *restrict xp)
     # A value name no program can spell (IR names have no spaces): no clash with the program's.
     value = f"conv2d padded input {len(prog.functions)}"
     prog.new_slot(value, padded)
+    prog.record(op, "scratch-buffer", padded.num_elements, "the padded input, outside the plan")
     prog.body.append(f"  {name}({prog.var(op.operands[0])}, {prog.var(value)});")
     assert strides(padded)[0] == c * hp * wp
     return value

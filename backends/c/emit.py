@@ -182,6 +182,8 @@ class Program:
     """The slot holding the arena (`arena_bytes` bytes, 64-byte aligned), None: no plan."""
     planned: dict[str, tuple[int, int]] | None = None
     """The entry function's buffer plan, name -> (offset, bytes); None: it has none."""
+    choices: list[dict] = field(default_factory=list)
+    """What the printer chose itself, no attribute of the IR deciding it (`record`)."""
 
     def __post_init__(self) -> None:
         for p in self.entry.params:
@@ -191,6 +193,8 @@ class Program:
             arena = int(self.entry.attrs.get("arena_bytes", 0))
             self.arena_slot = len(self.slot_types)
             self.slot_types.append(TensorType(DType.I1, (max(1, arena),)))
+        else:
+            self.record(None, "buffers", "one per value", "the entry function has no buffer plan")
 
     # --- names ---------------------------------------------------------------------------
 
@@ -219,6 +223,18 @@ class Program:
         else:
             self.slot_of[value] = self.slot_of[operand]
         self._var[value] = f"v{len(self._var)}"
+
+    def record(self, op: Op | None, choice: str, value: object, why: str) -> None:
+        """Note a choice the printer makes itself (`gdv.backends.c.printer_choices`)."""
+        entry = {
+            "kernel": op.result if op is not None else "",
+            "op": op.name if op is not None else "",
+            "choice": choice,
+            "value": value,
+            "why": why,
+        }
+        if entry not in self.choices:
+            self.choices.append(entry)
 
     def new_function(self) -> str:
         """A fresh C function name."""

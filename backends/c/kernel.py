@@ -6,8 +6,6 @@ the IR's fold order exactly."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from gdv.backends.c import matmul
 from gdv.backends.c.elementwise import scalar
 from gdv.backends.c.emit import CTYPE, Program, comment, ctype
@@ -40,45 +38,11 @@ def body_code(prog: Program, body: Function):
     return emit
 
 
-def merge_repeated(op: Op, body: Function) -> tuple[Op, Function]:
-    """`op` and its body with each operand that repeats an earlier one under the same map
-    dropped, the body reading the earlier one's parameter in its place: the same element of
-    the same value, loaded once (a fused GELU reads its input five times)."""
-    first: dict[tuple, int] = {}
-    keep: list[int] = []
-    rename: dict[str, str] = {}
-    for k, (name, rows) in enumerate(zip(op.operands, op.attrs["maps"], strict=True)):
-        key = (name, repr(rows))
-        if key in first:
-            rename[body.params[k].name] = body.params[first[key]].name
-        else:
-            first[key] = k
-            keep.append(k)
-    if not rename:
-        return op, body
-    ops = [
-        dataclasses.replace(b, operands=[rename.get(o, o) for o in b.operands]) for b in body.ops
-    ]
-    new_body = dataclasses.replace(
-        body,
-        params=[body.params[k] for k in keep],
-        ops=ops,
-        returns=[rename.get(r, r) for r in body.returns],
-    )
-    attrs = dict(op.attrs, maps=[op.attrs["maps"][k] for k in keep])
-    locs = [op.operand_locs[k] for k in keep] if len(op.operand_locs) == len(op.operands) else []
-    new_op = dataclasses.replace(
-        op, operands=[op.operands[k] for k in keep], attrs=attrs, operand_locs=locs
-    )
-    return new_op, new_body
-
-
 @lowering(OPS["kernel"])
 def _kernel(prog: Program, op: Op) -> None:
     body = prog.module.function(op.attrs["body"])
     if body is None:
         raise prog.error(op, "its body function is not in the module")
-    op, body = merge_repeated(op, body)
     types = prog.entry.types()
     operand_types = [types[o] for o in op.operands]
     for t in [op.type, *operand_types]:
@@ -94,6 +58,7 @@ def _kernel(prog: Program, op: Op) -> None:
     )
     contraction = matmul.find(op, body)
     if contraction is not None:
+        prog.record(op, "strategy", "packed product", "matmul.find: a sum of row x column factors")
         matmul.emit(prog, op, contraction, operand_types, body)
         return
     note = f"kernel %{comment(op.result)} body @{comment(op.attrs['body'])}"

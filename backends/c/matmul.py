@@ -319,10 +319,24 @@ def emit(
     gb, gi, gj = group(con.batch, "b"), group(con.rows, "i"), group(con.cols, "j")
     gk = group(con.red, "k")
     m_, n_, k_, nb = gi.size, gj.size, gk.size, gb.size
-    vb = vector_bytes()
-    mr, nv, vl = micro_tile(size, m_, n_)
+    if "vector" in op.attrs:
+        vb = int(op.attrs["vector"]) * size
+    else:
+        vb = vector_bytes()
+        prog.record(
+            op, "vector-bytes", vb, "no vector attribute (unscheduled op): the host's width"
+        )
+    mr, nv, vl = micro_tile(size, m_, n_, vb)
     nr = nv * vl
     kc_max, mc_max, nc_max = blocking(size, mr, nr)
+    prog.record(op, "micro-tile", [mr, nr], "simd.micro_tile: register blocking for the width")
+    prog.record(op, "blocking", [kc_max, mc_max, nc_max], "simd.blocking: [KC, MC, NC] from caches")
+    prog.record(
+        op,
+        "threads",
+        "columns, else rows" if m_ * n_ * k_ >= PARALLEL_MIN_MACS else "one",
+        f"a product of at least {PARALLEL_MIN_MACS} multiply-adds splits its output by threads",
+    )
     name = prog.new_function()
     params = [f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)]
     params.append(f"{t} *restrict r")
@@ -340,7 +354,7 @@ def emit(
     else:
         _runtime_includes(prog)
         micro = micro_kernel(prog, dtype, mr, nv, vb)
-        code = _blocked(prog, op, con, operand_types, body, (gb, gi, gj, gk), micro, mr, nr)
+        code = _blocked(prog, op, con, operand_types, body, (gb, gi, gj, gk), micro, mr, nr, vb)
     prog.functions.append(head + code)
     prog.new_slot(op.result, op.type)
     args = [prog.var(o) for o in op.operands] + [prog.var(op.result)]
@@ -360,6 +374,7 @@ def _blocked(
     micro: str,
     mr: int,
     nr: int,
+    vb: int,
 ) -> str:
     """The body of a contraction's C function (at least one output, a non-empty fold)."""
     dtype = op.type.dtype
@@ -422,7 +437,6 @@ def _blocked(
     call_tile = f"{micro}(kc, pa, pb, ldb, tile, {nr}, pc == 0);"
     if x_in:
         kx, lda = x_in
-        vb = vector_bytes()
         micro_ai = micro_kernel(prog, dtype, mr, nr * dtype.itemsize // vb, vb, True)
         note += "  /* full row slivers of X are read in place */\n"
         skip_full_x = f"              if (mr == {mr}) continue;  /* read in place, below */\n"

@@ -78,6 +78,16 @@ class Nest:
     schedule: dict[str, Any]
 
 
+def vector_width(prog: Program, op: Op, nest: Nest, dtype: Any) -> int:
+    """The vector width in bytes the nest's lanes are sized for: the schedule's `vector` lanes
+    times the element size; without a schedule, the host's width (a printer choice, recorded)."""
+    if "vector" in nest.schedule:
+        return int(nest.schedule["vector"]) * dtype.itemsize
+    vb = vector_bytes()
+    prog.record(op, "vector-bytes", vb, "no vector attribute (unscheduled op): the host's width")
+    return vb
+
+
 def _flat_index(rows: list[list[int]], t: TensorType, n: int) -> str:
     """C for the row-major flat index of `t` read at `rows . i + c` (i = i0, i1, ...)."""
     st = strides(t)
@@ -161,6 +171,10 @@ def emit_nest(
     # written contiguously stream whole (measured: exp(x - max) over 64 MiB ran at 3.64 Gelem/s
     # by whole rows, 2.02 in 32 x 64 tiles).
     tiled = [d for d in order if 0 < tile[d] < nest.space[d]] if simd < 0 else []
+    if simd >= 0 and any(0 < tile[d] < nest.space[d] for d in order):
+        prog.record(op, "tile", "rows whole", "a contiguous omp simd innermost loop streams rows")
+    if parallel and points < PARALLEL_MIN_POINTS:
+        prog.record(op, "parallel", "one thread", f"fewer than {PARALLEL_MIN_POINTS} points")
 
     def pragma(d: int, inner: bool = False) -> None:
         nonlocal first_loop
@@ -338,6 +352,7 @@ def _emit_lanes(
     order: list[int],
     out_st: list[int],
     dtype: Any,
+    vb: int,
 ) -> None:
     """A max or min fold in vector lanes along its last reduce dim, the lanes folded at the end.
 
@@ -349,7 +364,7 @@ def _emit_lanes(
     t = CTYPE[dtype]
     last = nest.reduce[-1]
     size = nest.space[last]
-    lanes = max(2, min(2 * max(1, vector_bytes() // dtype.itemsize), size))
+    lanes = max(2, min(2 * max(1, vb // dtype.itemsize), size))
     start = _start(nest.combiner, dtype)
     # f32/f64: the lanes hold each value's integer key (elementwise._order_key), so a step is
     # one integer max (min) instead of the float max's NaN and signed-zero tests
@@ -484,7 +499,8 @@ def _emit_interleaved(
             and nest.space[last] > 1
             and all(c[last] in (0, 1) for c in coefs)
         ):
-            _emit_lanes(prog, nest, operand_types, body, lines, order, out_st, dtype)
+            vb = vector_width(prog, op, nest, dtype)
+            _emit_lanes(prog, nest, operand_types, body, lines, order, out_st, dtype, vb)
             _finish(prog, op, name, lines)
             return
         if not nest.out:  # one output: one fold, in order, from the absorbing start
@@ -506,7 +522,8 @@ def _emit_interleaved(
         inner = unit[-1] if unit else order[-1]
         contiguous = bool(unit)
         size = nest.space[inner]
-        lanes = 2 * max(1, vector_bytes() // dtype.itemsize) if contiguous else INTERLEAVE_STRIDED
+        vb = vector_width(prog, op, nest, dtype)
+        lanes = 2 * max(1, vb // dtype.itemsize) if contiguous else INTERLEAVE_STRIDED
         block = max(1, min(lanes, size))
         others = [d for d in order if d != inner]
         points = math.prod(nest.space)
@@ -564,7 +581,7 @@ def _emit_interleaved(
             lines.append(f"{indent}}}")
             close_loops(nest.reduce, indent)
 
-        width = max(4, 2 * vector_bytes() // dtype.itemsize)
+        width = max(4, 2 * vb // dtype.itemsize)
         tiled = (
             computes
             and not contiguous

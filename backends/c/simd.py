@@ -71,7 +71,9 @@ def vector_bytes() -> int:
     return _native_isa()[1]
 
 
-def micro_tile(elem_bytes: int, rows: int, cols: int) -> tuple[int, int, int]:
+def micro_tile(
+    elem_bytes: int, rows: int, cols: int, vb: int | None = None
+) -> tuple[int, int, int]:
     """(MR, NV, VL) of the contraction micro-kernel: MR rows by NV vectors of VL lanes.
 
     Measured on Zen 4 with separate vmulps/vaddps: one vector per row and 16 rows (16
@@ -80,9 +82,10 @@ def micro_tile(elem_bytes: int, rows: int, cols: int) -> tuple[int, int, int]:
     gets as many rows as it has; below 8 rows, more vectors per row to keep about 12
     independent add chains in flight (the add latency times the two add pipes). (Measured on
     the mlp example's 8 x 784 x 128 product, one core, CPU time: 8x16 19.6 us, 8x32 24.5 us,
-    8x48 26.4 us.)"""
-    vl = max(1, vector_bytes() // elem_bytes)
-    regs = 32 if vector_bytes() == 64 or _native_isa()[0] == "neon" else 16
+    8x48 26.4 us.) `vb`: the vector width in bytes (default: the host's)."""
+    vb = vector_bytes() if vb is None else vb
+    vl = max(1, vb // elem_bytes)
+    regs = 32 if vb == 64 or _native_isa()[0] == "neon" else 16
     mr = 16 if regs == 32 else 12
     nv = 1
     if 0 < rows < mr:

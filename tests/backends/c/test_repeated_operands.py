@@ -1,6 +1,7 @@
-"""A fused kernel that reads the same value several times at the same index loads it once
-(`backends/c/kernel.py: merge_repeated`), and its results do not change; the same value read
-at another index (a transpose) stays a separate operand."""
+"""A fused kernel that reads the same value several times at the same index reads it once after
+the `dedupe-operands` pass (with a proved `fp` obligation per kernel; the C printer merges
+nothing itself), and its results do not change; the same value read at another index (a
+transpose) stays a separate operand."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from hypothesis import strategies as st
 
 from gdv.api import parse
 from gdv.backends import c, reference
-from gdv.backends.c.kernel import merge_repeated
+from gdv.passes.dedupe_operands import DedupeOperands
 from gdv.passes.manager import PassManager
 from gdv.passes.pipelines import pipeline
+from gdv.validate.discharge import discharge
 
 CHAIN = """func @main(%x: f32[{n},{n}]) -> f32[{n},{n}] {{
   %a = mul(%x, %x) : f32[{n},{n}]
@@ -38,19 +40,37 @@ def _kernel_params(source: str) -> list[int]:
     return [h.count("const ") for h in heads]
 
 
+def _fused(n: int):
+    """CHAIN at size n fused into one kernel, before dedupe-operands."""
+    passes = [p for p in pipeline("c") if p.name not in ("dedupe-operands", "plan-memory")]
+    return PassManager(passes).run(parse(CHAIN.format(n=n))).module
+
+
 def test_the_repeated_reads_merge_and_the_transposed_one_stays() -> None:
-    module = _kernels(5)
-    (kernel,) = [op for op in module.entry.ops if op.name == "kernel"]
-    body = module.function(kernel.attrs["body"])
-    merged, new_body = merge_repeated(kernel, body)
+    before = _fused(5)
+    (kernel,) = [op for op in before.entry.ops if op.name == "kernel"]
+    body = before.function(kernel.attrs["body"])
+    result = DedupeOperands().run(before)
+    (merged,) = [op for op in result.module.entry.ops if op.name == "kernel"]
+    new_body = result.module.function(merged.attrs["body"])
     assert len(set(kernel.operands)) == 1 and len(kernel.operands) >= 4
     assert len(merged.operands) == 2  # x as read, and x transposed
+    assert merged.result == kernel.result
     assert merged.attrs["maps"][0] != merged.attrs["maps"][1]
     kept = [body.params[0].name, body.params[_transposed(kernel)].name]
     assert [p.name for p in new_body.params] == kept
     used = {o for b in new_body.ops for o in b.operands}
     assert used <= {p.name for p in new_body.params} | {b.result for b in new_body.ops}
-    assert _kernel_params(c.lower(module)) == [2]
+    assert result.module.function(body.name) is None  # the old body is dropped
+    (ob,) = result.obligations
+    assert ob.kind == "equivalence" and ob.theory == "fp"
+    assert [o.name for o in ob.src.ops] == [o.name for o in ob.tgt.ops] == ["kernel"]
+    (out,) = discharge([ob], jobs=1, use_cache=False)
+    assert out.status == "proved"
+    assert [s.kind for s in result.steps] == ["rewrite", "drop-functions"]
+    assert _kernel_params(c.lower(_kernels(5))) == [2]
+    # the printer follows the IR: without the pass, every read stays a separate operand
+    assert _kernel_params(c.lower(before)) == [len(kernel.operands)]
 
 
 def _transposed(kernel) -> int:
