@@ -217,7 +217,9 @@ def _nearest_zero_sup(g: Callable[[float], float]):
 
 
 def _rsqrt_dsup(lo: float, hi: float) -> float:
-    return up(0.5 / (lo * math.sqrt(lo))) if lo > 0 else math.inf
+    # lo^1.5 underflows to 0 for lo below about 1e-216 (the derivative is then unbounded).
+    d = lo * math.sqrt(lo) if lo > 0 else 0.0
+    return up(0.5 / d) if d > 0 else math.inf
 
 
 def _sqrt_dsup(lo: float, hi: float) -> float:
