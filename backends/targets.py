@@ -86,6 +86,11 @@ class Target:
         return self.info.artifact_kind
 
     @property
+    def artifact_suffix(self) -> str:
+        """The file name suffix of the artifact's text (`.c`, `.gdv`)."""
+        return self.info.artifact_suffix
+
+    @property
     def interpreter(self) -> bool:
         """Runs a module of any stage as written (no compile, no proof needed first)."""
         return self.info.interpreter

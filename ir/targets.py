@@ -26,6 +26,8 @@ class TargetInfo:
     """One line, for `gdv targets` and the capability descriptor."""
     artifact_kind: str
     """The kind of artifact it produces (the evidence bundle's `artifact.kind`)."""
+    artifact_suffix: str
+    """The file name suffix of the artifact's text (`.c`, `.gdv`)."""
     interpreter: bool = False
     """Executes a module of any stage as written, without compiling it (the reference
     backend); other targets run what the pipeline compiled and proved."""
@@ -48,6 +50,7 @@ TARGET_INFO: Mapping[str, TargetInfo] = MappingProxyType(
             "C11 with OpenMP and the host's SIMD, compiled by the system C compiler, run via "
             "ctypes",
             "c-source",
+            ".c",
             # backends/c/vmath.py, F32_MAX_ULP (tests/validate/bounds/test_c_target.py keeps
             # the two equal): gdv's own f32 exp, tanh, erf and sigmoid.
             f32_ulps=MappingProxyType({"exp": 0.77, "tanh": 2.43, "erf": 0.98, "sigmoid": 0.80}),
@@ -58,6 +61,7 @@ TARGET_INFO: Mapping[str, TargetInfo] = MappingProxyType(
             "reference",
             "the numpy interpreter: the executable meaning of every op (IR_SPEC.md)",
             "reference-ir",
+            ".gdv",
             interpreter=True,
         ),
     }
