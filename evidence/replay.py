@@ -141,10 +141,10 @@ class Replayed:
 
 
 class _Replayer:
-    def __init__(self, before: Module, after: Module, pass_name: str, pairs) -> None:
+    def __init__(self, before: Module, filename: str, pass_name: str, pairs) -> None:
         self.pass_name = pass_name
         self.pairs = pairs
-        self.after = after
+        self.filename = filename
         self.order = [f.name for f in before.functions]
         self.states = {f.name: _State.of(f) for f in before.functions}
         self.bodies: dict[str, str] = {}  # printed text of functions, while unchanged
@@ -181,7 +181,7 @@ class _Replayer:
                 raise self.fail(n, step, f"unknown step kind {kind!r}")
             handler(n, step)
         functions = [self.states[name].function() for name in self.order]
-        self.out.module = Module(functions, self.after.filename)
+        self.out.module = Module(functions, self.filename)
         return self.out
 
     # -- rewrite --------------------------------------------------------------------------
@@ -233,16 +233,14 @@ class _Replayer:
         self.out.rewrites += 1
 
     def built_pair(self, n: int, step: dict, s: _State, old: Op, emitted: list[str]):
-        """Without an obligation: `old` against the op of the same name in the next stage."""
+        """Without an obligation: `old` against itself with the step's `attrs` (a schedule)."""
         root = old.result
         if emitted != [root]:
             raise self.fail(n, step, "a step without an obligation must keep the op's name")
-        nxt = self.after.function(s.fn.name)
-        new = next((o for o in nxt.ops if o.result == root), None) if nxt else None
-        if new is None:
-            raise self.fail(n, step, f"%{root} is not in the next stage's @{s.fn.name}")
-        if new.operands != old.operands or new.name != old.name:
-            raise self.fail(n, step, "a step without an obligation may change attributes only")
+        attrs = step.get("attrs")
+        if not isinstance(attrs, dict):
+            raise self.fail(n, step, "a step without an obligation needs the op's new attrs")
+        new = dataclasses.replace(old, attrs=dict(attrs))
         params = [dataclasses.replace(p) for p in _reads([old], s)]
         src = Function("src", params, [old.type], [old], [root])
         tgt = Function("tgt", list(params), [new.type], [new], [root])
@@ -363,13 +361,15 @@ def _reads(ops: list[Op], s: _State) -> list:
     return [Param(v, s.types[v]) for v in names]
 
 
-def replay(before: Module, after: Module, after_text: bytes, steps: list, pass_name: str, pairs):
+def replay(
+    before: Module, after_text: bytes, steps: list, pass_name: str, pairs, filename: str = ""
+) -> Replayed:
     """Apply `steps` to `before`; the result must print as `after_text` (the next stage's file,
-    parsed as `after`). `pairs(obligation_id)` gives a cited obligation's `Pair` or None.
+    called `filename`). `pairs(obligation_id)` gives a cited obligation's `Pair` or None.
     Raises ReplayError naming the first step that does not hold."""
-    if not isinstance(steps, list):
-        raise ReplayError(f"{pass_name}: the certificate's steps are not a list")
-    out = _Replayer(before, after, pass_name, pairs).run(steps)
+    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+        raise ReplayError(f"{pass_name}: the certificate's steps are not a list of steps")
+    out = _Replayer(before, filename, pass_name, pairs).run(steps)
     if print_module(out.module).encode() != after_text:
         raise ReplayError(
             f"{pass_name}: replaying its {len(steps)} step(s) does not give the next stage "

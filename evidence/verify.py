@@ -200,15 +200,30 @@ def _files(root: Path, manifest: dict, passed, failed) -> list[tuple[str, Module
         if sha256(path.read_bytes()) != entry["sha256"]:
             failed("files", f"{entry['file']} ({what}) does not match its recorded sha256")
     passed("files", f"{len(listed)} file(s) match their sha256")
-    stages = []
+    stages = _Stages(failed)
     for s in manifest["stages"]:
-        text = (root / s["file"]).read_bytes()
-        try:
-            module = parse(text.decode(), s["file"])
-        except (IRError, UnicodeDecodeError) as e:
-            failed("files", f"{s['file']} is not a valid module: {e}")
-        stages.append((s["pass"], module, text))
+        stages.append([s["pass"], None, (root / s["file"]).read_bytes(), s["file"]])
+    stages.module(0)
     return stages
+
+
+class _Stages(list):
+    """[pass, module or None, text, file] per stage. Only stage 0 is parsed up front: replay
+    rebuilds every other stage from it and compares texts, so parsing them all again (most of
+    the time a big model's check took) is needed only where no certificate exists."""
+
+    def __init__(self, failed) -> None:
+        super().__init__()
+        self.failed = failed
+
+    def module(self, k: int) -> Module:
+        if self[k][1] is None:
+            name, _, text, file = self[k]
+            try:
+                self[k][1] = parse(text.decode(), file)
+            except (IRError, UnicodeDecodeError) as e:
+                self.failed("files", f"{file} is not a valid module: {e}")
+        return self[k][1]
 
 
 def _source(manifest, source, data: bytes | None, stages, passed, failed) -> None:
@@ -239,9 +254,8 @@ def _chain(manifest: dict, stages, timeout: float, passed, failed) -> None:
     from gdv.validate.semantics.values import THEORIES
 
     fast_math = manifest["pipeline"]["fast_math"]
-    for (_, before, _), (name, after, _), entry in zip(
-        stages, stages[1:], manifest["stages"][1:], strict=False
-    ):
+    for k, entry in enumerate(manifest["stages"][1:], start=1):
+        before, after, name = stages.module(k - 1), stages.module(k), stages[k][0]
         theory = entry["theory"]
         if theory not in THEORIES:
             # The schema admits `int` (DESIGN.md's integer theory); no stage step claims it.
@@ -333,11 +347,11 @@ def _replay(root: Path, manifest, stages, pairs, whole_function: bool, timeout, 
     cited = {o["id"]: o for o in manifest["obligations"]}
     claims: list[_Claim] = []
     rewrites = whole = 0
-    for (_, before, _), (name, after, text), entry in zip(
-        stages, stages[1:], manifest["stages"][1:], strict=False
-    ):
+    for k, entry in enumerate(manifest["stages"][1:], start=1):
+        name, _, text, file = stages[k]
+        before = stages.module(k - 1)
         if entry["certificate"] is None:
-            whole += _whole_function_step(name, before, after, entry, timeout, failed)
+            whole += _whole_function_step(name, before, stages.module(k), entry, timeout, failed)
             continue
         try:
             data = json.loads((root / entry["certificate"]["file"]).read_bytes())
@@ -353,9 +367,10 @@ def _replay(root: Path, manifest, stages, pairs, whole_function: bool, timeout, 
             return pairs.get(ob_id)
 
         try:
-            out = replay(before, after, text, data.get("steps"), name, pair)
+            out = replay(before, text, data.get("steps"), name, pair, file)
         except ReplayError as e:
             failed("replay", str(e))
+        stages[k][1] = out.module  # prints as the stage's file, byte for byte
         rewrites += out.rewrites
         for what, src, tgt, bodies in out.built:
             ob = Obligation(
@@ -410,7 +425,7 @@ def _encoding(root: Path, manifest, stages, pairs, claims: list[_Claim], passed,
     from gdv.evidence.replay import ReplayError
     from gdv.ir.obligation import Obligation
     from gdv.validate.discharge import canonical_claim, obligation_queries, stable_smt2
-    from gdv.validate.schedules import coverage_violation, formula_text, memory_violation, nest_of
+    from gdv.validate.schedules import coverage_text, formula_text, memory_violation
 
     distinct: dict[str, tuple[str, list[str]]] = {}
     stored = 0
@@ -454,7 +469,7 @@ def _encoding(root: Path, manifest, stages, pairs, claims: list[_Claim], passed,
         distinct.setdefault(
             canonical_claim(c.obligation), (c.what, obligation_queries(c.obligation))
         )
-    final = stages[-1][1]
+    final = stages.module(len(stages) - 1)
     derived = 0
     for fn in final.functions:
         if "buffers" in fn.attrs:
@@ -464,7 +479,7 @@ def _encoding(root: Path, manifest, stages, pairs, claims: list[_Claim], passed,
         for op in fn.ops:
             if op.name == "kernel" and "tile" in op.attrs:
                 derived += 1
-                text = stable_smt2(formula_text(coverage_violation(nest_of(op.attrs))))
+                text = stable_smt2(coverage_text(op.attrs))
                 distinct.setdefault(text, (f"the nest of %{op.result}", [text]))
     passed(
         "encoding",
@@ -520,7 +535,7 @@ def _conformance(manifest: dict, stages, passed, failed) -> None:
     exact = all(s["theory"] == "fp" for s in manifest["stages"])
     target = manifest["target"]["name"]
     fallback = bool(manifest["artifact"].get("fallbacks"))
-    again = conformance(stages[0][1], stages[-1][1], seeds, exact, target, fallback)
+    again = conformance(stages.module(0), stages.module(-1), seeds, exact, target, fallback)
     if recorded["status"] == "disagree" or again["status"] == "disagree":
         failed("conformance", "the final stage and the source disagree on seeded inputs")
     if again != recorded:
@@ -529,7 +544,7 @@ def _conformance(manifest: dict, stages, passed, failed) -> None:
 
 
 def _bounds(manifest: dict, stages, passed, failed) -> None:
-    again = error_bounds(stages[0][1], manifest["target"]["name"])
+    again = error_bounds(stages.module(0), manifest["target"]["name"])
     if again != manifest["bounds"]:
         failed("bounds", "the error bounds recomputed from stage 0 differ from the recorded")
     passed("bounds", f"{again['status']}, recomputed from stage 0")
@@ -543,7 +558,7 @@ def _artifact(root: Path, manifest: dict, stages, passed, failed) -> None:
         failed("artifact", f"no way to regenerate an artifact of kind {artifact['kind']!r}")
     fallback = bool(artifact.get("fallbacks"))
     try:
-        text, fallbacks = artifact_text(stages[-1][1], target, allow_fallback=fallback)
+        text, fallbacks = artifact_text(stages.module(-1), target, allow_fallback=fallback)
     except IRError as e:
         failed("artifact", f"the final stage does not lower for target {target}: {e.message}")
     data = text.encode()

@@ -35,7 +35,7 @@ class Step:
       later use of `root` reads `replacement`. `functions` names the functions (kernel bodies)
       the step adds, taken from the obligation too. With `obligation` None, the step replaces
       one op by one op of the same name that differs only in schedule attributes, and the
-      checker builds and proves the pair itself.
+      checker builds and proves the pair itself; `attrs` are then the op's new attributes.
     - `remove`: the ops defining `removed` are dropped; nothing may read them afterwards.
     - `attrs`: `function`'s attributes become `attrs` (only execution-plan keys may change).
     - `drop-functions`: the functions in `functions`, which no kernel uses, are dropped.
@@ -51,6 +51,8 @@ class Step:
     functions: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     attrs: dict | None = None
+    """`attrs` steps: the function's new attributes; a `rewrite` without an obligation: the
+    op's."""
 
     def to_json(self, ids: list[str] | None = None) -> dict:
         """The step as JSON, the obligation named by its id when `ids` are given."""
@@ -67,6 +69,8 @@ class Step:
                 if self.obligation is None
                 else (ids[self.obligation] if ids is not None else self.obligation),
             }
+            if self.obligation is None:
+                out["attrs"] = self.attrs
         if self.functions:
             out["functions"] = list(self.functions)
         if self.kind == "remove":

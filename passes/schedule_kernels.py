@@ -136,7 +136,16 @@ class ScheduleKernels(Pass):
                 # The step's pair is the split claim, or (schedule only) built by the checker.
                 cited = len(obligations) if blocks > 1 else None
                 steps.append(
-                    Step("rewrite", fn.name, len(ops) - 1, op.result, op.result, [op.result], cited)
+                    Step(
+                        "rewrite",
+                        fn.name,
+                        len(ops) - 1,
+                        op.result,
+                        op.result,
+                        [op.result],
+                        cited,
+                        attrs=None if cited is not None else new.attrs,
+                    )
                 )
                 if blocks > 1:
                     splits += 1

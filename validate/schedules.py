@@ -9,6 +9,7 @@ that would excuse it. Unsat of the violation proves the claim.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import z3
@@ -177,13 +178,24 @@ def memory_violation(fn: Function) -> z3.BoolRef:
     return overlap_violation(buffers, int(fn.attrs.get("arena_bytes", 0)))
 
 
+def coverage_text(attrs: dict) -> str:
+    """The SMT-LIB text of the coverage claim of a kernel with attributes `attrs`: a function of
+    its nest alone, so kernels with one nest (twelve layers' worth) share it."""
+    return _coverage_text(tuple(nest_of(attrs)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _coverage_text(loops: tuple[DimLoop, ...]) -> str:
+    return formula_text(coverage_violation(list(loops)))
+
+
 def claim_formula(ob: Obligation) -> str | None:
     """The SMT-LIB text of a formula claim, derived from the obligation's IR (`coverage`: the
     kernel in `src`; `memory-safety`: the planned function in `src`), or the formula the
     obligation carries for other kinds; None for an equivalence."""
     if ob.kind == "coverage":
         (kernel,) = [op for op in ob.src.ops if op.name == "kernel"]
-        return formula_text(coverage_violation(nest_of(kernel.attrs)))
+        return coverage_text(kernel.attrs)
     if ob.kind == "memory-safety":
         return formula_text(memory_violation(ob.src))
     return ob.formula

@@ -285,9 +285,8 @@ STEP = {
 
 
 def _replay(steps: list, pair: str = PAIR, after: str = AFTER):
-    before, after_m = parse(BEFORE), parse(after)
     p = read_pair(pair, "pair")
-    return replay(before, after_m, after.encode(), steps, "p", lambda i: p)
+    return replay(parse(BEFORE), after.encode(), steps, "p", lambda i: p)
 
 
 def test_the_replayer_rebuilds_a_rewrite() -> None:
