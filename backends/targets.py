@@ -48,6 +48,9 @@ class Lowered:
 
     text: str
     fallbacks: list = field(default_factory=list)
+    choices: list[dict] = field(default_factory=list)
+    """What the printer chose itself, no attribute of the IR deciding it (`c`:
+    `gdv.backends.c.printer_choices`); recorded in the bundle's artifact entry."""
 
 
 @dataclass
@@ -59,6 +62,7 @@ class Artifact:
     text: str
     library: Path | None = None
     fallbacks: list = field(default_factory=list)
+    choices: list[dict] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class Target:
     _executable: Callable[[Module, bool], Runner]
     _capabilities: Callable[[bool, bool], dict[str, Any]]
     _build_info: Callable[[], dict[str, Any] | None] = lambda: None
+    _schedule_parameters: Callable[[], dict[str, Any]] = dict
 
     @property
     def name(self) -> str:
@@ -139,6 +144,12 @@ class Target:
         None when it is executed as it is."""
         return self._build_info()
 
+    def schedule_parameters(self) -> dict[str, Any]:
+        """What its pipeline takes from its capability descriptor (`c`: `vector_bytes`, the
+        vector width every schedule's `vector` lanes are chosen for), as keyword arguments of
+        `gdv.passes.pipelines.pipeline`."""
+        return self._schedule_parameters()
+
     def __repr__(self) -> str:
         return f"Target({self.name})"
 
@@ -178,14 +189,15 @@ def _c_lower(module: Module, allow_fallback: bool) -> Lowered:
     from gdv.backends import c
 
     lowered = c.lower_module(module, allow_fallback)
-    return Lowered(lowered.source, [f for f, _ in lowered.fallbacks])
+    return Lowered(lowered.source, [f for f, _ in lowered.fallbacks], list(lowered.choices))
 
 
 def _c_build(module: Module, allow_fallback: bool) -> Artifact:
     from gdv.backends.c.toolchain import build
 
     lowered = _c_lower(module, allow_fallback)
-    return Artifact("c-source", lowered.text, build(lowered.text), lowered.fallbacks)
+    library = build(lowered.text)
+    return Artifact("c-source", lowered.text, library, lowered.fallbacks, lowered.choices)
 
 
 def _c_executable(module: Module, allow_fallback: bool) -> Runner:
@@ -207,10 +219,22 @@ def _c_build_info() -> dict[str, Any]:
     return {"compiler": cc, "compiler_version": detect(cc)["version"], "flags": flags(cc)}
 
 
+def _c_schedule_parameters() -> dict[str, Any]:
+    from gdv.backends import c
+
+    return c.schedule_parameters()
+
+
 TARGETS: Mapping[str, Target] = MappingProxyType(
     {
         "c": Target(
-            TARGET_INFO["c"], _c_lower, _c_build, _c_executable, _c_capabilities, _c_build_info
+            TARGET_INFO["c"],
+            _c_lower,
+            _c_build,
+            _c_executable,
+            _c_capabilities,
+            _c_build_info,
+            _c_schedule_parameters,
         ),
         "reference": Target(
             TARGET_INFO["reference"],

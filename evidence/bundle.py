@@ -36,8 +36,6 @@ SCHEMA_VERSION = "2"
 """2 (gdv 0.3, issue 15): each stage names its certificate and each obligation its pair."""
 CONFORMANCE_SEEDS = (0, 1, 2)
 """Seeds of the inputs on which the final module and the source must agree bit for bit."""
-ARTIFACT_FILE = "artifact/main.gdv"
-C_ARTIFACT_FILE = "artifact/main.c"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 
 
@@ -251,6 +249,7 @@ def build_manifest(comp: Compilation, root: Path) -> dict:
             exact=all(s["theory"] == "fp" for s in stages),
             target=opts.target,
             allow_fallback=bool(artifact.get("fallbacks")),
+            runner=comp.executable(),
         ),
         "artifact": artifact,
         "tools": tool_versions(),
@@ -281,51 +280,56 @@ def pair_text(ob: Any) -> str:
     return print_module(Module([src, tgt, *functions.values()]))
 
 
-def artifact_text(module: Any, target: str, allow_fallback: bool = False) -> tuple[str, list]:
+def artifact_text(
+    module: Any, target: str, allow_fallback: bool = False
+) -> tuple[str, list, list[dict]]:
     """The artifact's text regenerated from the final stage (the C source for target `c`, the
-    canonical IR for `reference`) and the ops left to reference kernels."""
-    if target == "c":
-        from gdv.backends import c
+    canonical IR for `reference`), the ops left to reference kernels, and what the printer
+    chose itself."""
+    from gdv.backends.targets import get_target
 
-        lowered = c.lower_module(module, allow_fallback)
-        return lowered.source, [f.to_json() for f, _ in lowered.fallbacks]
-    return print_module(module), []
+    lowered = get_target(target).lower(module, allow_fallback)
+    choices = json.loads(json.dumps(list(lowered.choices)))  # as the manifest holds them
+    return lowered.text, [f.to_json() for f in lowered.fallbacks], choices
 
 
 def _write_artifact(root: Path, comp: Compilation) -> dict:
-    target = comp.options.target
-    text, fallbacks = artifact_text(comp.module, target, comp.options.allow_fallback)
-    data = text.encode()
-    if target == "c":
-        (root / C_ARTIFACT_FILE).write_bytes(data)
-        from gdv.backends.c.toolchain import compiler, detect, flags
+    """The compile's own artifact (its text, fallbacks and printer choices), not a new
+    lowering of the final module."""
+    from gdv.backends.targets import get_target
 
-        cc = compiler()
-        return {
-            "kind": "c-source",
-            "description": "the C11 translation unit of the final stage; `gdv evidence verify` "
-            "regenerates it byte for byte. The shared object is built from it with the "
-            "compiler and flags below (its bytes depend on the compiler build, so only its "
-            "hash is recorded)",
-            "files": [{"file": C_ARTIFACT_FILE, "sha256": sha256(data)}],
-            "build": {
-                "compiler": cc,
-                "compiler_version": detect(cc)["version"],
-                "flags": flags(cc),
-                "shared_object_sha256": sha256(comp.artifact.library.read_bytes())
-                if comp.artifact is not None and comp.artifact.library is not None
-                else None,
-            },
-            "fallbacks": fallbacks,
-        }
-    (root / ARTIFACT_FILE).write_bytes(data)
-    return {
-        "kind": "reference-ir",
-        "description": "the final stage's canonical text, executed by the reference "
-        "(numpy) backend",
-        "files": [{"file": ARTIFACT_FILE, "sha256": sha256(data)}],
-        "fallbacks": [],
+    target = get_target(comp.options.target)
+    art = comp.artifact
+    if art is None:
+        art = target.build(comp.module, comp.options.allow_fallback)
+    data = art.text.encode()
+    rel = f"artifact/main{target.info.artifact_suffix}"
+    (root / rel).write_bytes(data)
+    entry: dict[str, Any] = {
+        "kind": target.artifact_kind,
+        "files": [{"file": rel, "sha256": sha256(data)}],
+        "fallbacks": [f.to_json() for f in art.fallbacks],
+        "choices": json.loads(json.dumps(list(art.choices))),
     }
+    info = target.build_info()
+    if info is None:
+        entry["description"] = (
+            "the final stage's canonical text, executed by the reference (numpy) backend"
+        )
+        return entry
+    entry["description"] = (
+        f"the {target.description} source of the final stage; `gdv evidence verify` "
+        "regenerates it byte for byte. The executable is built from it with the compiler and "
+        "flags below (its bytes depend on the compiler build, so only its hash is recorded); "
+        "`choices` lists what the printer decided itself, no attribute of the IR deciding it"
+    )
+    entry["build"] = {
+        **info,
+        "shared_object_sha256": sha256(art.library.read_bytes())
+        if art.library is not None
+        else None,
+    }
+    return entry
 
 
 def obligation_result(out: Any) -> dict:
@@ -411,6 +415,7 @@ def conformance(
     exact: bool = True,
     target: str = "reference",
     allow_fallback: bool = False,
+    runner: Any = None,
 ) -> dict:
     """Run the source on the reference backend and the final module on `target` on seeded
     inputs within the declared ranges.
@@ -419,17 +424,21 @@ def conformance(
     two programs' rigorous error bounds added (`close`), since both approximate the same exact
     values, in two cases only: `real` claims in the pipeline (not `exact`), and target `c`,
     whose transcendentals (gdv's f32 functions, libm) differ from the reference's in the last
-    bits (IR_SPEC.md section 3). Anything else is `disagree`."""
+    bits (IR_SPEC.md section 3). Anything else is `disagree`. `runner` is the final module's
+    executable when the caller has one (built once for every seed, either way)."""
     from gdv.backends import reference
+    from gdv.backends.targets import get_target
 
     results = []
-    loose = not exact or target == "c"
+    loose = not exact or not get_target(target).reference_transcendentals
     try:
         limits = _bound_sums(source, final, target) if loose else None
+        if runner is None:
+            runner = get_target(target).executable(final, allow_fallback)
         for seed in seeds:
             inputs = reference.random_inputs(source, seed)
             want = reference.run(source, inputs)
-            got = _run_on(target, final, inputs, allow_fallback)
+            got = runner(inputs)
             bad = [
                 k
                 for k, (a, b) in enumerate(zip(want, got, strict=True))
@@ -454,16 +463,6 @@ def conformance(
     else:
         status, reason = "disagree", ""
     return {"backend": target, "status": status, "reason": reason, "results": results}
-
-
-def _run_on(target: str, module: Any, inputs: dict, allow_fallback: bool) -> list[np.ndarray]:
-    if target == "c":
-        from gdv.backends import c
-
-        return c.run(module, inputs, allow_fallback=allow_fallback)
-    from gdv.backends import reference
-
-    return reference.run(module, inputs)
 
 
 def _bound_sums(source: Any, final: Any, target: str) -> list[float] | None:

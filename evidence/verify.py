@@ -142,7 +142,7 @@ def verify_bundle(
         _source(manifest, source, source_bytes, stages, passed, failed)
         _verdict(manifest, passed, failed)
         _theories(manifest, passed, failed)
-        pairs = _pairs(root, manifest, failed)
+        pairs = _pairs(root, manifest, jobs, failed)
         claims = _replay(root, manifest, stages, pairs, whole_function, timeout, passed, failed)
         if whole_function:
             _chain(manifest, stages, timeout, passed, failed)
@@ -316,18 +316,96 @@ class _Claim:
     """The stored queries' files, for claims that came from the bundle."""
 
 
-def _pairs(root: Path, manifest: dict, failed) -> dict:
-    from gdv.evidence.replay import ReplayError, read_pair
+@dataclass
+class _Prepared:
+    """One obligation read and encoded by the checker: its pair (or why it is not one), its
+    queries as the checker encodes them, its canonical claim, and a stored query that differs
+    from that encoding (or why it does not encode)."""
 
-    pairs = {}
-    for o in manifest["obligations"]:
+    id: str
+    pair: object = None
+    pair_error: str = ""
+    texts: list[str] = field(default_factory=list)
+    claim: str = ""
+    encode_error: str = ""
+    mismatch: str = ""
+
+
+def _prepare(root: str, entries: list[dict]) -> list[_Prepared]:
+    """Read and encode `entries` (a worker's share of the obligations)."""
+    from gdv.evidence.replay import ReplayError, read_pair
+    from gdv.ir.obligation import Obligation
+    from gdv.validate.discharge import canonical_claim, obligation_queries
+
+    out = []
+    for o in entries:
+        p = _Prepared(o["id"])
+        out.append(p)
         if not o.get("pair"):
+            p.pair_error = "it has no pair"
             continue
         try:
-            pairs[o["id"]] = read_pair((root / o["pair"]["file"]).read_text(), o["pair"]["file"])
+            p.pair = pair = read_pair(Path(root, o["pair"]["file"]).read_text(), o["pair"]["file"])
         except (ReplayError, UnicodeDecodeError) as e:
-            failed("replay", f"the pair of {o['id']} is not a valid module: {e}")
-    return pairs
+            p.pair_error = f"its pair is not a valid module: {e}"
+            continue
+        ob = Obligation(
+            o["id"],
+            o["kind"],
+            o["theory"],
+            pair.src,
+            pair.tgt,
+            o["claim"],
+            list(o["assumptions"]),
+            None,
+            list(pair.functions.values()),
+        )
+        try:
+            p.texts = obligation_queries(ob)
+            p.claim = canonical_claim(ob)
+        except (IRError, ValueError, KeyError, AssertionError, z3_error()) as e:
+            p.encode_error = f"its pair does not encode: {e}"
+            continue
+        if len(p.texts) != len(o["queries"]):
+            p.encode_error = (
+                f"it stores {len(o['queries'])} queries, not the {len(p.texts)} its pair gives"
+            )
+            continue
+        for q, t in zip(o["queries"], p.texts, strict=True):
+            if Path(root, q["file"]).read_text() != t:
+                p.mismatch = q["file"]
+                break
+    return out
+
+
+def z3_error() -> type:
+    import z3
+
+    return z3.Z3Exception
+
+
+def _pairs(root: Path, manifest: dict, jobs: int | None, failed) -> dict[str, _Prepared]:
+    """Every obligation's pair read and encoded, in worker processes (most of a big model's
+    check); a pair that is no valid module fails `replay`."""
+    import concurrent.futures
+
+    entries = manifest["obligations"] if manifest["schema_version"] != "1" else []
+    jobs = jobs or os.cpu_count() or 1
+    if jobs == 1 or len(entries) < 32:
+        prepared = _prepare(str(root), entries)
+    else:
+        size = max(1, len(entries) // (4 * jobs))
+        chunks = [entries[k : k + size] for k in range(0, len(entries), size)]
+        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
+            prepared = [
+                p for part in pool.map(_prepare, [str(root)] * len(chunks), chunks) for p in part
+            ]
+    out = {}
+    for p in prepared:
+        if p.pair_error:
+            failed("replay", f"obligation {p.id}: {p.pair_error}")
+        out[p.id] = p
+    return out
 
 
 def _replay(root: Path, manifest, stages, pairs, whole_function: bool, timeout, passed, failed):
@@ -364,7 +442,8 @@ def _replay(root: Path, manifest, stages, pairs, whole_function: bool, timeout, 
             o = cited.get(ob_id)
             if o is None or o["pass"] != stage or o["kind"] != "equivalence":
                 return None
-            return pairs.get(ob_id)
+            p = pairs.get(ob_id)
+            return None if p is None else p.pair
 
         try:
             out = replay(before, text, data.get("steps"), name, pair, file)
@@ -422,49 +501,24 @@ def _encoding(root: Path, manifest, stages, pairs, claims: list[_Claim], passed,
     the claims built during replay and the final stage's coverage and memory claims derived
     from its IR. Returns {canonical claim: (what, query texts)}, one entry per distinct
     claim."""
-    from gdv.evidence.replay import ReplayError
-    from gdv.ir.obligation import Obligation
     from gdv.validate.discharge import canonical_claim, obligation_queries, stable_smt2
     from gdv.validate.schedules import coverage_text, formula_text, memory_violation
 
     distinct: dict[str, tuple[str, list[str]]] = {}
     stored = 0
     for o in manifest["obligations"]:
-        if manifest["schema_version"] == "1":
-            break
-        pair = pairs.get(o["id"])
-        if pair is None:
-            failed("encoding", f"obligation {o['id']} has no pair to encode")
-        ob = Obligation(
-            o["id"],
-            o["kind"],
-            o["theory"],
-            pair.src,
-            pair.tgt,
-            o["claim"],
-            list(o["assumptions"]),
-            None,
-            list(pair.functions.values()),
-        )
-        try:
-            texts = obligation_queries(ob)
-            claim = canonical_claim(ob)
-        except (IRError, ReplayError, ValueError, KeyError, AssertionError) as e:
-            failed("encoding", f"obligation {o['id']}: its pair does not encode: {e}")
-        if len(texts) != len(o["queries"]):
+        p = pairs.get(o["id"])
+        if p is None:
+            break  # a schema-1 bundle: no pairs
+        if p.encode_error:
+            failed("encoding", f"obligation {o['id']}: {p.encode_error}")
+        if p.mismatch:
             failed(
                 "encoding",
-                f"obligation {o['id']} stores {len(o['queries'])} queries, not "
-                f"the {len(texts)} its pair gives",
+                f"{p.mismatch} ({o['id']}) is not the checker's own encoding of its pair",
             )
-        for q, t in zip(o["queries"], texts, strict=True):
-            if (root / q["file"]).read_text() != t:
-                failed(
-                    "encoding",
-                    f"{q['file']} ({o['id']}) is not the checker's own encoding of its pair",
-                )
-        stored += len(texts)
-        distinct.setdefault(claim, (o["id"], texts))
+        stored += len(p.texts)
+        distinct.setdefault(p.claim, (o["id"], p.texts))
     for c in claims:
         distinct.setdefault(
             canonical_claim(c.obligation), (c.what, obligation_queries(c.obligation))
@@ -551,16 +605,18 @@ def _bounds(manifest: dict, stages, passed, failed) -> None:
 
 
 def _artifact(root: Path, manifest: dict, stages, passed, failed) -> None:
+    from gdv.backends.targets import TARGETS
+
     artifact = manifest["artifact"]
-    target = manifest["target"]["name"]
-    kinds = {"reference": "reference-ir", "c": "c-source"}
-    if kinds.get(target) != artifact["kind"]:
+    name = manifest["target"]["name"]
+    target = TARGETS.get(name)
+    if target is None or target.artifact_kind != artifact["kind"]:
         failed("artifact", f"no way to regenerate an artifact of kind {artifact['kind']!r}")
     fallback = bool(artifact.get("fallbacks"))
     try:
-        text, fallbacks = artifact_text(stages.module(-1), target, allow_fallback=fallback)
+        text, fallbacks, choices = artifact_text(stages.module(-1), name, allow_fallback=fallback)
     except IRError as e:
-        failed("artifact", f"the final stage does not lower for target {target}: {e.message}")
+        failed("artifact", f"the final stage does not lower for target {name}: {e.message}")
     data = text.encode()
     (entry,) = artifact["files"]
     if sha256(data) != entry["sha256"] or (root / entry["file"]).read_bytes() != data:
@@ -572,4 +628,10 @@ def _artifact(root: Path, manifest: dict, stages, passed, failed) -> None:
 
     if what(fallbacks) != what(artifact.get("fallbacks", [])):
         failed("artifact", "the recorded reference-kernel fallbacks are not the regenerated ones")
-    passed("artifact", f"{entry['file']} regenerated from {manifest['stages'][-1]['file']}")
+    if choices != artifact.get("choices", []):
+        failed("artifact", "the recorded printer choices are not the regenerated ones")
+    passed(
+        "artifact",
+        f"{entry['file']} regenerated from {manifest['stages'][-1]['file']} "
+        f"({len(choices)} printer choice(s) recorded)",
+    )

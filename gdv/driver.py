@@ -84,10 +84,15 @@ class Compilation:
                 f"refusing to run a compile whose obligations are {self.verdict}",
                 Loc(self.source.filename, 1, 1),
             )
+        return self.executable()(inputs)
+
+    def executable(self):
+        """The final module's executable on the target, built once (its proof unchecked: the
+        evidence writer runs it for conformance whatever the verdict)."""
         if self._executable is None:
             target = get_target(self.options.target)
             self._executable = target.executable(self.module, self.options.allow_fallback)
-        return self._executable(inputs)
+        return self._executable
 
 
 def _load(source: str | os.PathLike) -> tuple[Module, bytes]:
@@ -118,7 +123,12 @@ def compile_module(
         external.append(PassRecord(name, obligations, True, time.perf_counter() - t, "graph"))
         stages.append((name, module))
     manager = PassManager(
-        pipeline(options.target, options.level, options.fast_math),
+        pipeline(
+            options.target,
+            options.level,
+            options.fast_math,
+            **get_target(options.target).schedule_parameters(),
+        ),
         disabled=frozenset(options.disable),
         print_after=frozenset(options.print_after),
         print_after_all=options.print_ir_after_all,

@@ -138,10 +138,15 @@ def test_print_after_and_disable_pass(tmp_path, capsys) -> None:
 
 
 def test_O0_only_decomposes(tmp_path) -> None:
+    """-O0 decomposes composites and nothing else; the C target then plans its arena (issue
+    15: the C code takes every intermediate from the proved plan at every level)."""
+    path = str(ROOT / "examples" / "mlp.gdv")
     comp = compile_module(
-        str(ROOT / "examples" / "mlp.gdv"), CompileOptions(level=0, jobs=1, cache_dir=str(tmp_path))
+        path, CompileOptions(target="reference", level=0, jobs=1, cache_dir=str(tmp_path))
     )
     assert [r.name for r in comp.records] == ["decompose-composites"]
+    comp = compile_module(path, CompileOptions(level=0, jobs=1, cache_dir=str(tmp_path)))
+    assert [r.name for r in comp.records] == ["decompose-composites", "plan-memory"]
 
 
 def _script(tmp_path: Path, body: str) -> str:
