@@ -41,7 +41,7 @@ from gdv.validate.counterexample import (
 from gdv.validate.encode import encode, input_function, input_tensor
 from gdv.validate.semantics.index import Idx
 from gdv.validate.semantics.registry import Ctx
-from gdv.validate.semantics.values import THEORIES, Values
+from gdv.validate.semantics.values import THEORIES, TermKeys, Values
 
 VERDICTS = ("equivalent", "not-equivalent", "unknown")
 RANDOM_TRIES = 4
@@ -56,6 +56,9 @@ SIGN_BUDGET = 10**8
 """Element operations for the probe's IEEE special patterns (`sign_patterns`) together: all
 of them for small programs, fewer (at least `SIGN_TRIES_MIN`) for large ones."""
 SIGN_TRIES_MIN = 4
+SHARED_SHARE = 0.25
+"""The part of `timeout` the query with shared subterms abstracted (`share_subterms`) gets
+before the full query."""
 
 
 def replay_cost(fn: Function) -> int:
@@ -123,6 +126,15 @@ class Query:
     """Input reads replaced by constants (`ackermannize`): (parameter, index terms, constant)."""
     plain: list[z3.BoolRef] = field(default_factory=list)
     """The assertions before `ackermannize` (empty when it changed nothing)."""
+    sides: tuple[z3.ExprRef, z3.ExprRef] | None = None
+    """The two sides' terms at the index (for `share_subterms`)."""
+    raw: list[z3.BoolRef] = field(default_factory=list)
+    """Every assertion, bounds first, before `ackermannize` and the bounds' pruning."""
+    keys: TermKeys | None = None
+    """The encoding's term keys (a stable order for the shared constants)."""
+    shared: list[tuple[z3.ExprRef, z3.ExprRef]] = field(default_factory=list)
+    """Subterms common to both sides replaced by fresh constants (`share_subterms`): (term,
+    constant). Empty in a query that abstracts nothing."""
 
     def smt2(self) -> str:
         """The query as SMT-LIB 2 text, `(set-logic ALL)` first (how obligations are stored)."""
@@ -204,15 +216,101 @@ def build_query(
     assertions = [*bounds, *(f for _, f in lemma_list), differ]
     if va.eq(vb):
         return Query(assertions, index, found, lemma_list, funcs, trivial=True)
-    plain = assertions
-    assertions, points = ackermannize(assertions, funcs)
+    reduced, points, plain = _reduce(assertions, len(bounds), index, funcs)
+    return Query(
+        reduced,
+        index,
+        found,
+        lemma_list,
+        funcs,
+        points=points,
+        plain=plain,
+        sides=(va, vb),
+        raw=assertions,
+        keys=values.keys,
+    )
+
+
+def _reduce(
+    assertions: list[z3.BoolRef], nbounds: int, index: list[z3.ArithRef], funcs
+) -> tuple[list[z3.BoolRef], list, list[z3.BoolRef]]:
+    """`ackermannize`, then the bounds (the first `nbounds` assertions) of the index constants
+    still read: (assertions, points, the assertions before ackermannize or [])."""
+    reduced, points = ackermannize(assertions, funcs)
     # Bounds on index constants that nothing else reads any more only keep Z3 from using its
     # fast pure floating-point tactic.
-    body = assertions[len(bounds) :]
+    body = reduced[nbounds:]
     used = _constants(body)
-    kept = [b for b, i in zip(bounds, index, strict=True) if i.get_id() in used]
-    return Query(
-        kept + body, index, found, lemma_list, funcs, points=points, plain=plain if points else []
+    kept = [b for b, i in zip(assertions[:nbounds], index, strict=True) if i.get_id() in used]
+    return kept + body, points, assertions if points else []
+
+
+SHARED = "shared!"
+"""The name prefix of the constants `share_subterms` puts in place of common subterms."""
+
+
+def shared_subterms(
+    va: z3.ExprRef, vb: z3.ExprRef, inputs: set[str], keys: TermKeys
+) -> list[z3.ExprRef]:
+    """The largest subterms, outside any binder, that occur on both sides (one Z3 term, so
+    structurally identical: canonical order makes `a*b` and `b*a` one), other than leaves,
+    input reads and terms of index (Int), array or rounding-mode sort, in a stable order."""
+    in_a, in_b = _subterms(va), _subterms(vb)
+    common = in_a.keys() & in_b.keys()
+    chosen: dict[int, z3.ExprRef] = {}
+    seen: set[int] = set()
+    stack = [va, vb]
+    while stack:
+        t = stack.pop()
+        if t.get_id() in seen or z3.is_quantifier(t) or not z3.is_app(t):
+            continue
+        seen.add(t.get_id())
+        if t.get_id() in common and _abstractable(t, inputs):
+            chosen[t.get_id()] = t
+            continue
+        stack.extend(t.children())
+    return sorted(chosen.values(), key=keys.key)
+
+
+def _subterms(t: z3.ExprRef) -> dict[int, z3.ExprRef]:
+    """The applications in `t` outside binders, by id."""
+    out: dict[int, z3.ExprRef] = {}
+    stack = [t]
+    while stack:
+        u = stack.pop()
+        if u.get_id() in out or z3.is_quantifier(u) or not z3.is_app(u):
+            continue
+        out[u.get_id()] = u
+        stack.extend(u.children())
+    return out
+
+
+def _abstractable(t: z3.ExprRef, inputs: set[str]) -> bool:
+    if t.num_args() == 0 or t.decl().name() in inputs:
+        return False
+    kind = t.sort().kind()
+    return kind not in (z3.Z3_INT_SORT, z3.Z3_ARRAY_SORT, z3.Z3_ROUNDING_MODE_SORT)
+
+
+def share_subterms(q: Query) -> Query | None:
+    """`q` with the subterms both sides share (`shared_subterms`) replaced, everywhere in the
+    query, by fresh constants; None when there are none.
+
+    A generalisation: putting each subterm back for its constant gives `q` again, so `unsat`
+    here (no values of the constants make the sides differ) proves `q`. A model is no
+    counterexample (the constants may take values the subterms never do): it counts only when
+    its inputs replay on the reference backend."""
+    if q.trivial or q.sides is None or q.keys is None:
+        return None
+    inputs = {f.name() for f in q.input_functions}
+    terms = shared_subterms(*q.sides, inputs, q.keys)
+    if not terms:
+        return None
+    shared = [(t, z3.Const(f"{SHARED}{n}", t.sort())) for n, t in enumerate(terms)]
+    raw = [z3.substitute(a, *shared) for a in q.raw]
+    reduced, points, plain = _reduce(raw, len(q.index), q.index, q.input_functions)
+    return dataclasses.replace(
+        q, assertions=reduced, points=points, plain=plain, raw=raw, shared=shared
     )
 
 
@@ -378,6 +476,18 @@ def _check_output(
             return "equivalent", "", None
         if _specialized(fa, fb, o, theory, timeout, stats):
             return "equivalent", "", None
+    shared = share_subterms(q)
+    if shared is not None:
+        # The subterms both sides share as opaque values: a proof for them is a proof; a
+        # model counts only when its inputs replay; otherwise the full query decides.
+        r, model, _, t = _solve(shared, timeout * SHARED_SHARE)
+        stats.append(QueryStat(o, "shared", r, t))
+        if r == "unsat":
+            return "equivalent", "", None
+        if r == "sat" and model is not None:
+            cex = _replay_model(fa, fb, o, theory, shared, model)
+            if cex is not None:
+                return "not-equivalent", f"out{o} differs", cex
     r, model, why, t = _solve(q, timeout / 2 if q.plain else timeout)
     stats.append(QueryStat(o, "precise", r, t))
     if r == "unknown" and q.plain:
@@ -468,6 +578,20 @@ def _confirm(
     """Replay the model's inputs, then a few seeded ones; the first confirmed difference."""
     if max(replay_cost(fa), replay_cost(fb)) > REPLAY_LIMIT:
         return None  # replaying programs this large on the reference would take too long
+    found = _replay_model(fa, fb, o, theory, q, model)
+    if found is not None:
+        return found
+    index = tuple(model.eval(i, model_completion=True).as_long() for i in q.index)
+    return _try_concrete(fa, fb, o, theory, index)
+
+
+def _replay_model(
+    fa: Function, fb: Function, o: int, theory: str, q: Query, model: z3.ModelRef
+) -> Counterexample | None:
+    """The model's inputs, replayed on the reference backend: a counterexample only when the
+    outputs really differ there (whatever the model says about shared or fold terms)."""
+    if max(replay_cost(fa), replay_cost(fb)) > REPLAY_LIMIT:
+        return None
     inputs = {
         p.name: decode_input(model, f, p.type)
         for p, f in zip(fa.params, q.input_functions, strict=True)
@@ -481,8 +605,9 @@ def _confirm(
     index = tuple(model.eval(i, model_completion=True).as_long() for i in q.index)
     found = replay(fa, fb, inputs, theory, prefer=(o, index))
     if found is not None:
-        return Counterexample(found[0], found[1], found[2], found[3], inputs, "solver model")
-    return _try_concrete(fa, fb, o, theory, index)
+        origin = "solver model (shared subterms abstracted)" if q.shared else "solver model"
+        return Counterexample(found[0], found[1], found[2], found[3], inputs, origin)
+    return None
 
 
 def _try_concrete(

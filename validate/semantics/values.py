@@ -86,16 +86,33 @@ def _head(t: z3.ExprRef) -> str:
     return f"app {d.name()} {d.kind()} [{params}] {t.sort().sexpr()}"
 
 
+INPUT_PREFIX = "in."
+"""How `encode.input_function` names the function of an input (`in.NAME`)."""
+
+
 class TermKeys:
-    """A structural key per term: a digest of its tree (function names, literals, bound
-    variable indices), never of Z3's internal ids, so the canonical order of commutative
-    operands is the same in every run and process (the stored SMT-LIB text stays stable). A
-    collision could only leave two equal operand pairs in different orders, never change a
-    value: any order is a correct one."""
+    """Per term: the inputs it reads (its support) and a structural digest of its tree
+    (function names, literals, bound variable indices), never Z3's internal ids, so the
+    canonical order of commutative operands is the same in every run and process (the stored
+    SMT-LIB text stays stable).
+
+    `order` puts the operand reading the smaller set of inputs first and leaves operands that
+    read the same inputs as written. The support survives the rewrites a pass makes (layout,
+    padding, index arithmetic), so both sides of a claim order `x * w` and `w * pad(x)` alike;
+    a digest alone would order two equal but differently built operands apart, and two left
+    folds of one input (`acc + x[k]`) are best left in their own order. A collision or a
+    different order only leaves two equal operand pairs unidentified, never changes a value:
+    any order is a correct one."""
 
     def __init__(self) -> None:
         self._memo: dict[int, tuple[z3.ExprRef, bytes]] = {}
-        """id -> (the term, kept alive so that Z3 cannot reuse its id, its key)."""
+        """id -> (the term, kept alive so that Z3 cannot reuse its id, its digest)."""
+        self._support: dict[int, tuple[str, ...]] = {}
+
+    def support(self, t: z3.ExprRef) -> tuple[str, ...]:
+        """The names of the input functions `t` reads, sorted (under binders too)."""
+        self.key(t)
+        return self._support[t.get_id()]
 
     def key(self, t: z3.ExprRef) -> bytes:
         memo = self._memo
@@ -115,16 +132,22 @@ class TermKeys:
                     stack.extend((c, False) for c in pending)
                     continue
             digest = hashlib.blake2b(_head(u).encode(), digest_size=16)
+            names: set[str] = set()
             for c in kids:
                 digest.update(memo[c.get_id()][1])
+                names.update(self._support[c.get_id()])
+            if z3.is_app(u) and u.decl().name().startswith(INPUT_PREFIX):
+                names.add(u.decl().name())
             memo[u.get_id()] = (u, digest.digest())
+            self._support[u.get_id()] = tuple(sorted(names))
         return memo[t.get_id()][1]
 
     def order(self, a: z3.ExprRef, b: z3.ExprRef) -> tuple[z3.ExprRef, z3.ExprRef]:
         """(a, b) or (b, a): the canonical order of two commutative operands."""
         if a.eq(b):
             return a, b
-        return (b, a) if self.key(b) < self.key(a) else (a, b)
+        sa, sb = self.support(a), self.support(b)
+        return (b, a) if sb < sa else (a, b)
 
 
 class Values:
