@@ -132,7 +132,10 @@ def test_a_bundle_without_its_external_stage_does_not_verify(tmp_path, capsys) -
     (ev / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     code, out, _ = gdv(capsys, "evidence", "verify", ev, "--source", a, "--solver", "z3")
     assert code == 1, out
-    assert "FAIL  ir-chain" in out, out
+    # Issue 15: stage 1's certificate no longer rebuilds it from A.
+    assert "FAIL  replay: decompose-composites" in out, out
+    code, out, _ = gdv(capsys, "evidence", "verify", ev, "--source", a, "--whole-function")
+    assert code == 1 and "FAIL  replay" in out, out
 
 
 def test_cache_key_collision_wrong_rewrite_is_reproved(tmp_path, capsys) -> None:
@@ -285,7 +288,7 @@ def test_unchecked_kernel_bodies_are_rejected_everywhere(tmp_path, capsys, text,
         assert err.startswith(f"{src}:{where}: error:") and fragment in err, (argv, err)
 
 
-def test_a_bundle_claiming_theory_int_fails_ir_chain(tmp_path, capsys) -> None:
+def test_a_bundle_claiming_theory_int_fails(tmp_path, capsys) -> None:
     from gdv.driver import CompileOptions, compile_module, write_evidence
 
     comp = compile_module(
@@ -298,7 +301,7 @@ def test_a_bundle_claiming_theory_int_fails_ir_chain(tmp_path, capsys) -> None:
     (ev / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     code, out, _ = gdv(capsys, "evidence", "verify", ev, "--solver", "z3")
     assert code == 1
-    assert "ir-chain: stage" in out and "'int'" in out
+    assert "FAIL  replay: stage" in out and "'int'" in out
 
 
 @pytest.mark.parametrize(

@@ -368,3 +368,21 @@ def test_the_encoding_is_the_same_in_another_process(tmp_path) -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "ok    encoding:" in run.stdout
+
+
+def test_a_stored_query_may_differ_from_the_checkers_only_in_lets() -> None:
+    """Z3 picks its `let` abbreviations by internal term ids, which depend on what a process
+    built before; the stored query still counts as the checker's own when it parses to the same
+    terms, and never when a declaration or an assertion differs."""
+    from gdv.evidence.verify import same_query
+
+    head = "(set-logic ALL)\n(declare-fun x () (_ FloatingPoint 8 24))\n"
+    lets = head + "(assert (let ((?l0 (fp.add RNE x x))) (not (fp.eq ?l0 ?l0))))\n(check-sat)\n"
+    flat = head + "(assert (not (fp.eq (fp.add RNE x x) (fp.add RNE x x))))\n(check-sat)\n"
+    other = head + "(assert (not (fp.eq (fp.add RNE x x) (fp.mul RNE x x))))\n(check-sat)\n"
+    more = flat.replace("(check-sat)", "(assert false)\n(check-sat)")
+    decl = flat.replace(head, head + "(declare-fun y () Int)\n")
+    assert same_query(lets, flat) and same_query(flat, flat)
+    assert not same_query(lets, other)
+    assert not same_query(more, flat) and not same_query(flat, more)
+    assert not same_query(decl, flat)
