@@ -443,3 +443,73 @@ def test_fusion_of_a_long_chain_keeps_bodies_bounded() -> None:
     sizes = [len(bodies[k.attrs["body"]].ops) for k in kernels]
     assert max(sizes) <= MAX_BODY_OPS
     assert len(kernels) >= 3 and sum(sizes) == n
+
+
+# --- weak-evidence-queries-unbound (issue 15: queries bound to the IR by certificates) -----
+
+
+@pytest.fixture(scope="module")
+def mlp_bundle(tmp_path_factory) -> Path:
+    from gdv.driver import CompileOptions, compile_module, write_evidence
+
+    comp = compile_module(
+        (ROOT / "examples" / "mlp.gdv").read_text(), CompileOptions(jobs=1, use_cache=False)
+    )
+    return write_evidence(comp, tmp_path_factory.mktemp("mlp") / "mlp.ev")
+
+
+def _copy_bundle(src: Path, tmp_path: Path) -> tuple[Path, dict]:
+    import shutil
+
+    ev = Path(shutil.copytree(src, tmp_path / "ev"))
+    return ev, json.loads((ev / "manifest.json").read_text())
+
+
+def _save_manifest(ev: Path, manifest: dict) -> None:
+    (ev / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def _rehash(ev: Path, entry: dict) -> None:
+    import hashlib
+
+    entry["sha256"] = hashlib.sha256((ev / entry["file"]).read_bytes()).hexdigest()
+
+
+def test_every_query_replaced_by_false_fails(mlp_bundle, tmp_path, capsys) -> None:
+    ev, manifest = _copy_bundle(mlp_bundle, tmp_path)
+    for o in manifest["obligations"]:
+        for q in o["queries"]:
+            (ev / q["file"]).write_text("(set-logic ALL)\n(assert false)")
+            _rehash(ev, q)
+    _save_manifest(ev, manifest)
+    code, out, _ = gdv(capsys, "evidence", "verify", ev)
+    assert code == 1 and "FAIL  encoding:" in out and "not the checker's own encoding" in out
+
+
+def test_no_obligations_at_all_fails(mlp_bundle, tmp_path, capsys) -> None:
+    ev, manifest = _copy_bundle(mlp_bundle, tmp_path)
+    manifest["obligations"] = []
+    _save_manifest(ev, manifest)
+    code, out, _ = gdv(capsys, "evidence", "verify", ev)
+    assert code == 1 and "FAIL  replay:" in out and "which has no pair" in out
+
+
+def test_final_stage_schedule_edited_with_its_artifact_fails(mlp_bundle, tmp_path, capsys):
+    from gdv.api import parse
+    from gdv.evidence.bundle import artifact_text
+    from gdv.ir.printer import print_module
+
+    ev, manifest = _copy_bundle(mlp_bundle, tmp_path)
+    final = manifest["stages"][-1]
+    module = parse((ev / final["file"]).read_text())
+    kernel = next(op for op in module.function("main").ops if op.name == "kernel")
+    kernel.attrs["tile"] = [max(1, t // 2) for t in kernel.attrs["tile"]]
+    kernel.attrs["parallel"] = []
+    (ev / final["file"]).write_text(print_module(module))
+    _rehash(ev, final)
+    art = manifest["artifact"]["files"][0]
+    (ev / art["file"]).write_text(artifact_text(module, "c")[0])
+    _rehash(ev, art)
+    _save_manifest(ev, manifest)
+    code, out, _ = gdv(capsys, "evidence", "verify", ev)
+    assert code == 1 and "FAIL  replay: plan-memory" in out
