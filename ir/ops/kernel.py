@@ -19,8 +19,13 @@ only under the `real` theory.
 
 `body` names a function of the module with one rank-0 parameter per operand (its dtype) and one
 rank-0 result of the kernel's dtype, made of elementwise ops and scalar constants. The schedule
-attributes (`tile`, `order`, `vector`, `parallel`, `accumulators`) say how a backend runs the
-nest; apart from `accumulators` they never change the meaning above.
+attributes (`tile`, `order`, `vector`, `parallel`, `accumulators`, and `strategy` with a
+product's `batch`, `rows`, `cols`, `row_factor`, `micro`, `blocks`, `split`) say how a backend
+runs the nest; apart from `accumulators` they never change the meaning above. `strategy =
+"product"` runs it as a packed matrix product (`gdv.ir.products`): the out dims split into
+batch, row and column dims, factor `row_factor` of the body's final `mul` is packed by rows,
+`micro = [MR, NR]` is the register tile, `blocks = [MC, KC, NC]` the cache blocks (rows,
+reduce positions, columns), `split` how threads share the output.
 
 Obligations and interpreters see functions, not modules, so the bodies a kernel names are put
 in scope with `kernel_bodies(...)` by whoever runs or encodes a program (the reference `run`
@@ -56,6 +61,13 @@ from the reductions' `combiner` trait: a kernel's combiner is named by that op."
 FOLD_KIND = {s.combiner.op: s.combiner.fold for s in REDUCTIONS.specs()}
 """The `Ctx.fold` kind of each combiner: the same fold as reduce_sum / dot / reduce_max."""
 COMBINERS = (*COMBINER_OP, "none")
+STRATEGIES = ("nest", "product")
+"""How a backend runs a kernel (`strategy`): its loop nest, or a packed, blocked matrix product
+(`gdv.ir.products`); absent means the nest."""
+SPLITS = ("none", "columns", "rows")
+"""A product's thread split (`split`; `gdv.ir.products.split` says what each means)."""
+PRODUCT_KEYS = ("batch", "rows", "cols", "row_factor", "micro", "blocks", "split")
+"""The schedule attributes that come with `strategy = "product"`."""
 BODY_OPS = names_where(lambda s: s.body_legal, "Ops a kernel body may use.")
 """Ops a body may use: scalar elementwise ops and scalar constants (the `body_legal` trait; a
 live set of names)."""
@@ -168,6 +180,48 @@ def _check_schedule(attrs: dict[str, Any], n: int, out: list[int]) -> None:
     parallel = attrs.get("parallel", [])
     if any(d not in out for d in parallel) or len(set(parallel)) != len(parallel):
         raise OpTypeError(f"parallel {parallel} must list distinct out dims {out}", attr="parallel")
+    _check_product(attrs, out)
+
+
+def _check_product(attrs: dict[str, Any], out: list[int]) -> None:
+    """`strategy = "product"` comes with its roles, micro-tile, blocks and split; they come
+    only with it."""
+    product = attrs.get("strategy") == "product"
+    for key in PRODUCT_KEYS:
+        if key in attrs and not product:
+            raise OpTypeError(f'{key} is an attribute of strategy = "product" only', attr=key)
+        if product and key not in attrs:
+            raise OpTypeError(
+                f'strategy = "product" needs {key} (and {", ".join(PRODUCT_KEYS)})',
+                attr="strategy",
+            )
+    if not product:
+        return
+    if attrs["combiner"] != "add" or not attrs["reduce"] or attrs.get("accumulators", 1) != 1:
+        raise OpTypeError(
+            'strategy = "product" needs an add fold over reduce dims with one accumulator',
+            attr="strategy",
+        )
+    roles = attrs["batch"] + attrs["rows"] + attrs["cols"]
+    if sorted(roles) != sorted(out) or not attrs["rows"] or not attrs["cols"]:
+        raise OpTypeError(
+            f"batch {attrs['batch']}, rows {attrs['rows']} and cols {attrs['cols']} must split "
+            f"the out dims {out}, rows and cols not empty",
+            attr="rows",
+        )
+    if attrs["row_factor"] not in (0, 1):
+        raise OpTypeError(
+            f"row_factor must be 0 or 1, got {attrs['row_factor']}", attr="row_factor"
+        )
+    for key, n in (("micro", 2), ("blocks", 3)):
+        if len(attrs[key]) != n or any(v < 1 for v in attrs[key]):
+            raise OpTypeError(f"{key} {attrs[key]} must give {n} sizes >= 1", attr=key)
+    lanes = attrs.get("vector", 1)
+    if attrs["micro"][1] % lanes:
+        raise OpTypeError(
+            f"micro {attrs['micro']}: NR must be a whole number of vectors of {lanes} lanes",
+            attr="micro",
+        )
 
 
 KERNEL = register(
@@ -188,6 +242,14 @@ KERNEL = register(
             AttrSpec("vector", kind_int, required=False),
             AttrSpec("parallel", kind_int_list, required=False),
             AttrSpec("accumulators", kind_int, required=False),
+            AttrSpec("strategy", kind_choice(*STRATEGIES), required=False),
+            AttrSpec("batch", kind_int_list, required=False),
+            AttrSpec("rows", kind_int_list, required=False),
+            AttrSpec("cols", kind_int_list, required=False),
+            AttrSpec("row_factor", kind_int, required=False),
+            AttrSpec("micro", kind_int_list, required=False),
+            AttrSpec("blocks", kind_int_list, required=False),
+            AttrSpec("split", kind_choice(*SPLITS), required=False),
         ),
         _infer_kernel,
         "result[i_out] = fold(combiner, body(x_k[maps[k] . i + c_k] for each operand k)) over "
