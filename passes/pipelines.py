@@ -17,6 +17,7 @@ from gdv.passes.fuse_kernels import FuseKernels
 from gdv.passes.lower_to_kernels import LowerToKernels
 from gdv.passes.plan_memory import PlanMemory
 from gdv.passes.schedule_kernels import VECTOR_BYTES, ScheduleKernels
+from gdv.passes.select_products import SelectProducts
 
 PASSES: dict[str, type[Pass]] = {
     p.name: p
@@ -32,6 +33,7 @@ PASSES: dict[str, type[Pass]] = {
         FuseKernels,
         DedupeOperands,
         ScheduleKernels,
+        SelectProducts,
         PlanMemory,
     )
 }
@@ -46,10 +48,16 @@ def pipeline(
     level: int = 2,
     fast_math: bool = False,
     vector_bytes: int | None = None,
+    vector_registers: int | None = None,
+    cache_bytes: tuple[int, int] | list[int] | None = None,
+    blocking: tuple[int, int, int] | list[int] | None = None,
 ) -> list[Pass]:
-    """The passes `gdv compile` runs for `target` at `-O{level}`; `vector_bytes`, the target's
-    vector width from its capability descriptor (default `schedule_kernels.VECTOR_BYTES`), sets
-    the schedules' `vector` lanes."""
+    """The passes `gdv compile` runs for `target` at `-O{level}`. The rest are numbers from the
+    target's capability descriptor (`Target.schedule_parameters()`): `vector_bytes`, its vector
+    width (default `schedule_kernels.VECTOR_BYTES`), sets the schedules' `vector` lanes; with
+    `vector_registers`, `cache_bytes` ((L1 data, L2) bytes) and `blocking` ((KC, MC, NC)
+    imposed) it sizes the products of `select-products`, which runs at -O2 for every target
+    that compiles what it runs (not for an interpreter, which runs the IR as written)."""
     if target not in TARGETS:
         raise IRError(f"unknown target '{target}' (available: {', '.join(TARGETS)})")
     if level not in LEVELS:
@@ -73,6 +81,15 @@ def pipeline(
             DedupeOperands(),
             ScheduleKernels(vector_bytes=vector_bytes or VECTOR_BYTES),
         ]
+        if not target_info(target).interpreter:
+            passes += [
+                SelectProducts(
+                    vector_bytes=vector_bytes or VECTOR_BYTES,
+                    vector_registers=vector_registers,
+                    cache_bytes=tuple(cache_bytes) if cache_bytes else SelectProducts.cache_bytes,
+                    blocking=tuple(blocking) if blocking else None,
+                )
+            ]
         passes += [PlanMemory()]
     elif target_info(target).planned_memory:
         # The C target takes every intermediate from the planned arena: every C program has

@@ -398,8 +398,18 @@ class Executable:
 def schedule_parameters() -> dict:
     """What the C target's pipeline takes from its capability descriptor: `vector_bytes`, the
     width of the vectors its code is written with (`execution.vectorization.vector_bytes`),
-    for `pipeline(..., vector_bytes=...)` to put into every schedule's `vector` lanes."""
-    return {"vector_bytes": simd_choice()["vector_bytes"]}
+    for `pipeline(..., vector_bytes=...)` to put into every schedule's `vector` lanes; and for
+    `select-products`, the vector registers of that width, the (L1 data, L2) cache bytes and
+    the (KC, MC, NC) blocking `GDV_C_BLOCKING` imposes (None: none)."""
+    from gdv.backends.c.simd import blocking_override, l1_l2, vector_registers
+
+    vb = simd_choice()["vector_bytes"]
+    return {
+        "vector_bytes": vb,
+        "vector_registers": vector_registers(vb),
+        "cache_bytes": l1_l2(),
+        "blocking": blocking_override(),
+    }
 
 
 def printer_choices(module: Module, allow_fallback: bool = True) -> list[dict]:

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from gdv.backends.c.toolchain import compiler, detect, isa_features
+from gdv.ir import products
 
 VECTOR_BYTES_ENV = "GDV_C_VECTOR_BYTES"
 BLOCKING_ENV = "GDV_C_BLOCKING"
@@ -71,47 +72,41 @@ def vector_bytes() -> int:
     return _native_isa()[1]
 
 
+def vector_registers(vb: int | None = None) -> int:
+    """How many vector registers of width `vb` (default: the host's width) the host has: 32
+    with AVX-512 or NEON, else 16."""
+    vb = vector_bytes() if vb is None else vb
+    return 32 if vb == 64 or _native_isa()[0] == "neon" else 16
+
+
+def blocking_override() -> tuple[int, int, int] | None:
+    """The (KC, MC, NC) `GDV_C_BLOCKING` imposes, or None."""
+    parts = os.environ.get(BLOCKING_ENV, "").split(",")
+    if len(parts) == 3 and all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        kc, mc, nc = (int(p) for p in parts)
+        return kc, mc, nc
+    return None
+
+
+def l1_l2() -> tuple[int, int]:
+    """(L1 data, L2) bytes per core."""
+    c = cache_sizes()
+    return c["l1d"], c["l2"]
+
+
 def micro_tile(
     elem_bytes: int, rows: int, cols: int, vb: int | None = None
 ) -> tuple[int, int, int]:
-    """(MR, NV, VL) of the contraction micro-kernel: MR rows by NV vectors of VL lanes.
-
-    Measured on Zen 4 with separate vmulps/vaddps: one vector per row and 16 rows (16
-    accumulators, the A element a broadcast memory operand) runs at the multiply/add peak,
-    where wide tiles (6x64, 8x32) reach only about 70-80% of it. A problem with fewer rows
-    gets as many rows as it has; below 8 rows, more vectors per row to keep about 12
-    independent add chains in flight (the add latency times the two add pipes). (Measured on
-    the mlp example's 8 x 784 x 128 product, one core, CPU time: 8x16 19.6 us, 8x32 24.5 us,
-    8x48 26.4 us.) `vb`: the vector width in bytes (default: the host's)."""
+    """(MR, NV, VL) of the product micro-kernel on this host (`gdv.ir.products.micro_tile`
+    with the host's registers); `vb`: the vector width in bytes (default: the host's)."""
     vb = vector_bytes() if vb is None else vb
-    vl = max(1, vb // elem_bytes)
-    regs = 32 if vb == 64 or _native_isa()[0] == "neon" else 16
-    mr = 16 if regs == 32 else 12
-    nv = 1
-    if 0 < rows < mr:
-        mr = rows
-        nv = 1 if rows >= 8 else max(1, min(4, -(-12 // rows), -(-cols // vl)))
-    return mr, nv, vl
+    return products.micro_tile(elem_bytes, rows, cols, vb, vector_registers(vb))
 
 
 def blocking(elem_bytes: int, mr: int, nr: int) -> tuple[int, int, int]:
-    """(KC, MC, NC): the reduce block keeps an MR x KC sliver of A in half of L1 while it meets
-    every KC x NR sliver of a KC x NC panel of B about the size of L2; the MC x KC block of A
-    takes an eighth of L2. (Measured on Zen 4, 1024^3 f32, one core: MC 96..192 and NC 1024
-    beat MC 1024 / NC 512 by about 8%.)"""
-    env = os.environ.get(BLOCKING_ENV, "")
-    parts = env.split(",")
-    if len(parts) == 3 and all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        kc, mc, nc = (int(p) for p in parts)
-        return kc, max(mr, mc - mc % mr), max(nr, nc - nc % nr)
-    c = cache_sizes()
-    kc = max(16, (c["l1d"] // 2) // (mr * elem_bytes))
-    kc = min(512, kc - kc % 8 if kc > 8 else kc)
-    nc = max(nr, c["l2"] // (kc * elem_bytes))
-    nc -= nc % nr
-    mc = max(mr, (c["l2"] // 8) // (kc * elem_bytes))
-    mc -= mc % mr
-    return kc, mc, nc
+    """(KC, MC, NC) on this host (`gdv.ir.products.blocking` with its caches, or what
+    `GDV_C_BLOCKING` imposes)."""
+    return products.blocking(elem_bytes, mr, nr, l1_l2(), blocking_override())
 
 
 def simd_choice() -> dict:

@@ -1,0 +1,283 @@
+"""Which `kernel`s are matrix products, and the sizes a packed product is blocked with.
+
+A kernel is a product when its combiner is `add` over at least one reduce dim, its dtype is f32
+or f64, it has one accumulator, and its body returns `mul(X, Y)` where the sub-body X reads
+only operands indexed by the "row" out dims I (and batch and reduce dims) and Y only operands
+indexed by the "column" out dims J (and batch and reduce dims); out dims that feed both are
+batch dims B. Then
+
+    result[b, i, j] = fold_add over k in row-major order of `reduce` of X(b, i, k) * Y(b, j, k)
+
+`find` gives the roles (`Product`); `holds` checks roles recorded on a kernel against its body.
+The `select-products` pass (passes/select_products.py) records them as the kernel's schedule
+attributes, with the micro-tile, cache blocks and thread split of `micro_tile`, `blocking` and
+`split`, computed from the numbers of the target's capability descriptor (vector width and
+registers, cache sizes); the C printer follows the attributes. The sizes live here, beside the
+analysis, because the C printer still chooses them itself for the one product it builds on its
+own (conv2d) and reports them in its capability descriptor: the same numbers either way.
+
+None of this changes a result: the roles only say which factor is packed by rows and which by
+columns; every output still folds its products in the order of `reduce`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gdv.ir.core import Function
+from gdv.ir.dtypes import DType
+from gdv.ir.ops.elementwise import TRANSCENDENTAL
+from gdv.ir.ops.kernel import BODY_OPS, SPLITS
+
+FLOATS = (DType.F32, DType.F64)
+"""The dtypes a product runs in (the micro-kernel's vectors)."""
+
+PARALLEL_MIN_MACS = 1 << 17
+"""Products with fewer multiply-adds than this run on one thread."""
+
+DEFAULT_CACHES = (32 << 10, 1 << 20)
+"""(L1 data, L2) bytes per core assumed when no descriptor gives them."""
+
+
+@dataclass(frozen=True)
+class Product:
+    """The roles of a product kernel's loop dims, and which factor of the body's final `mul`
+    (its operand 0 or 1) is the row factor X."""
+
+    row_factor: int
+    batch: list[int]
+    rows: list[int]
+    cols: list[int]
+
+    def attrs(self) -> dict[str, Any]:
+        return {
+            "batch": list(self.batch),
+            "rows": list(self.rows),
+            "cols": list(self.cols),
+            "row_factor": self.row_factor,
+        }
+
+
+def closure(body: Function, value: str) -> set[str]:
+    """The body values (params and op results) that `value` depends on, itself included."""
+    producer = {b.result: b for b in body.ops}
+    seen: set[str] = set()
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in producer:
+            todo.extend(producer[v].operands)
+    return seen
+
+
+def _final_mul(attrs: dict, dtype: DType, body: Function):
+    """The body's returned `mul` when the kernel can be a product, else None."""
+    if attrs["combiner"] != "add" or not attrs["reduce"] or attrs.get("accumulators", 1) > 1:
+        return None
+    if dtype not in FLOATS or len(body.returns) != 1:
+        return None
+    if any(b.name not in BODY_OPS or b.type.rank != 0 for b in body.ops):
+        return None  # the loop nest reports it
+    (ret,) = body.returns
+    last = next((b for b in body.ops if b.result == ret), None)
+    if last is None or last.name != "mul" or last.type.dtype != dtype or last.type.rank != 0:
+        return None
+    return last
+
+
+def _factor_dims(attrs: dict, body: Function, value: str) -> set[int]:
+    """The loop dims the body value `value` reads operands along (non-zero coefficients)."""
+    n = len(attrs["space"])
+    used = [{d for row in rows for d in range(n) if row[d]} for rows in attrs["maps"]]
+    index = {p.name: k for k, p in enumerate(body.params)}
+    out: set[int] = set()
+    for v in closure(body, value):
+        if v in index:
+            out |= used[index[v]]
+    return out
+
+
+def find(attrs: dict, dtype: DType, body: Function) -> Product | None:
+    """The product a kernel with attributes `attrs`, result dtype `dtype` and body `body` is,
+    or None when it is not one."""
+    last = _final_mul(attrs, dtype, body)
+    if last is None:
+        return None
+    x, y = last.operands
+    dx, dy = _factor_dims(attrs, body, x), _factor_dims(attrs, body, y)
+    out = list(attrs["out"])
+    batch = [d for d in out if d in dx and d in dy]
+    rows = [d for d in out if d not in dy]  # out dims in neither factor ride with the rows
+    cols = [d for d in out if d in dy and d not in dx]
+    if not rows or not cols:
+        return None  # a matrix-vector product or a plain reduction: no tile to reuse
+    pos = {d: p for p, d in enumerate(out)}
+
+    def direct(r: list[int], c: list[int]) -> bool:
+        return [pos[d] for d in batch + r + c] == list(range(len(out)))
+
+    if direct(rows, cols):
+        return Product(0, batch, rows, cols)
+    if direct(cols, rows) and not any(d not in dx and d not in dy for d in out):
+        return Product(1, batch, cols, rows)
+    # Leading out dims of one factor only (a convolution's images) may run as batch dims too:
+    # the tiles of the rest are then stored in place instead of through a workspace.
+    for p in range(1, len(out) - 1):
+        outer = out[:p]
+        if not set(batch) <= set(outer):
+            continue
+        rows_p = [d for d in rows if d not in outer]
+        cols_p = [d for d in cols if d not in outer]
+        if not rows_p or not cols_p:
+            break
+        if [pos[d] for d in outer + rows_p + cols_p] == list(range(len(out))):
+            return Product(0, outer, rows_p, cols_p)
+        if [pos[d] for d in outer + cols_p + rows_p] == list(range(len(out))) and not any(
+            d not in dx and d not in dy for d in rows_p + cols_p
+        ):
+            return Product(1, outer, cols_p, rows_p)
+    return Product(0, batch, rows, cols)
+
+
+def recorded(attrs: dict) -> Product:
+    """The roles recorded on a kernel (`strategy = "product"`)."""
+    return Product(
+        int(attrs["row_factor"]), list(attrs["batch"]), list(attrs["rows"]), list(attrs["cols"])
+    )
+
+
+def holds(attrs: dict, dtype: DType, body: Function) -> str | None:
+    """Why the roles recorded on a product kernel do not fit its body (None: they do): the row
+    factor must read nothing along the column dims, the column factor nothing along the rows,
+    and batch, rows and columns must split the out dims."""
+    last = _final_mul(attrs, dtype, body)
+    if last is None:
+        return "its body is not a sum of one product of two factors"
+    p = recorded(attrs)
+    if sorted(p.batch + p.rows + p.cols) != sorted(attrs["out"]) or not p.rows or not p.cols:
+        return f"batch {p.batch}, rows {p.rows} and cols {p.cols} do not split out {attrs['out']}"
+    x = last.operands[p.row_factor]
+    y = last.operands[1 - p.row_factor]
+    if _factor_dims(attrs, body, x) & set(p.cols):
+        return f"the row factor reads along column dims {p.cols}"
+    if _factor_dims(attrs, body, y) & set(p.rows):
+        return f"the column factor reads along row dims {p.rows}"
+    return None
+
+
+def factors(attrs: dict, body: Function) -> tuple[str, str]:
+    """The body values of the row factor X and the column factor Y of a product kernel."""
+    (ret,) = body.returns
+    last = next(b for b in body.ops if b.result == ret)
+    k = int(attrs["row_factor"])
+    return last.operands[k], last.operands[1 - k]
+
+
+def sizes(attrs: dict, p: Product) -> tuple[int, int, int, int]:
+    """(B, M, N, K): the flattened extents of the batch, row, column and reduce dims."""
+
+    def size(dims: list[int]) -> int:
+        out = 1
+        for d in dims:
+            out *= attrs["space"][d]
+        return out
+
+    return size(p.batch), size(p.rows), size(p.cols), size(attrs["reduce"])
+
+
+def costly(body: Function, value: str) -> bool:
+    """Whether computing the factor `value` involves a transcendental function."""
+    need = closure(body, value)
+    return any(b.name in TRANSCENDENTAL for b in body.ops if b.result in need)
+
+
+def micro_tile(
+    elem_bytes: int, rows: int, cols: int, vector_bytes: int, registers: int
+) -> tuple[int, int, int]:
+    """(MR, NV, VL) of the micro-kernel: MR rows by NV vectors of VL lanes, for vectors of
+    `vector_bytes` bytes of which the target has `registers`.
+
+    Measured on Zen 4 with separate vmulps/vaddps: one vector per row and 16 rows (16
+    accumulators, the A element a broadcast memory operand) runs at the multiply/add peak,
+    where wide tiles (6x64, 8x32) reach only about 70-80% of it. A problem with fewer rows
+    gets as many rows as it has; below 8 rows, more vectors per row to keep about 12
+    independent add chains in flight (the add latency times the two add pipes). (Measured on
+    the mlp example's 8 x 784 x 128 product, one core, CPU time: 8x16 19.6 us, 8x32 24.5 us,
+    8x48 26.4 us.)"""
+    vl = max(1, vector_bytes // elem_bytes)
+    mr = 16 if registers >= 32 else 12
+    nv = 1
+    if 0 < rows < mr:
+        mr = rows
+        nv = 1 if rows >= 8 else max(1, min(4, -(-12 // rows), -(-cols // vl)))
+    return mr, nv, vl
+
+
+def blocking(
+    elem_bytes: int,
+    mr: int,
+    nr: int,
+    caches: tuple[int, int] = DEFAULT_CACHES,
+    override: tuple[int, int, int] | None = None,
+) -> tuple[int, int, int]:
+    """(KC, MC, NC): the reduce block keeps an MR x KC sliver of A in half of L1 while it meets
+    every KC x NR sliver of a KC x NC panel of B about the size of L2; the MC x KC block of A
+    takes an eighth of L2. (Measured on Zen 4, 1024^3 f32, one core: MC 96..192 and NC 1024
+    beat MC 1024 / NC 512 by about 8%.) `caches`: (L1 data, L2) bytes; `override`: (KC, MC, NC)
+    wanted instead (MC and NC rounded down to whole slivers)."""
+    if override is not None:
+        kc, mc, nc = override
+        return kc, max(mr, mc - mc % mr), max(nr, nc - nc % nr)
+    l1d, l2 = caches
+    kc = max(16, (l1d // 2) // (mr * elem_bytes))
+    kc = min(512, kc - kc % 8 if kc > 8 else kc)
+    nc = max(nr, l2 // (kc * elem_bytes))
+    nc -= nc % nr
+    mc = max(mr, (l2 // 8) // (kc * elem_bytes))
+    mc -= mc % mr
+    return kc, mc, nc
+
+
+def split(attrs: dict, p: Product, body: Function) -> str:
+    """The thread split of a product, one of `SPLITS`: `none`, one thread; `columns`, column
+    slivers when there are at least as many as threads, else row slivers; `rows`, row slivers
+    when there are at least as many as threads, else column slivers when there are enough of
+    those, else row slivers. One thread below `PARALLEL_MIN_MACS` multiply-adds; rows first when
+    only the row factor has a costly prologue (threads given columns would each compute all of
+    it); else columns first."""
+    _, m, n, k = sizes(attrs, p)
+    if m * n * k < PARALLEL_MIN_MACS:
+        return "none"
+    x, y = factors(attrs, body)
+    choice = "rows" if costly(body, x) and not costly(body, y) else "columns"
+    assert choice in SPLITS
+    return choice
+
+
+def plan(
+    attrs: dict,
+    dtype: DType,
+    body: Function,
+    p: Product,
+    vector_bytes: int,
+    registers: int,
+    caches: tuple[int, int] = DEFAULT_CACHES,
+    override: tuple[int, int, int] | None = None,
+) -> dict[str, Any]:
+    """The schedule attributes of product `p`: strategy, roles, `micro = [MR, NR]`,
+    `blocks = [MC, KC, NC]` and `split`."""
+    size = dtype.itemsize
+    _, m, n, _ = sizes(attrs, p)
+    mr, nv, vl = micro_tile(size, m, n, vector_bytes, registers)
+    kc, mc, nc = blocking(size, mr, nv * vl, caches, override)
+    return {
+        "strategy": "product",
+        **p.attrs(),
+        "micro": [mr, nv * vl],
+        "blocks": [mc, kc, nc],
+        "split": split({**attrs, **p.attrs()}, p, body),
+    }

@@ -1,0 +1,128 @@
+"""`select-products`: run each scheduled kernel that is a matrix product as a packed, blocked
+product, and claim that the blocked nest covers the iteration space exactly once, with every
+output's reduced positions in increasing order.
+
+A kernel is a product when `gdv.ir.products.find` says so (an `add` fold of `mul(X, Y)` whose
+factors each depend on one side of the output). The pass records, as schedule attributes
+(IR_SPEC.md, the loop stage), `strategy = "product"`, the roles of its dims (`batch`, `rows`,
+`cols`, `row_factor`), the register tile `micro = [MR, NR]`, the cache blocks `blocks = [MC,
+KC, NC]` and the thread split `split`, sized from the target's capability descriptor: its
+vector width (the kernel's `vector` lanes, set by `schedule-kernels`), its vector registers,
+its L1 data and L2 sizes, and a blocking the descriptor may impose (`GDV_C_BLOCKING` on the C
+target). A target's printer then follows these attributes and chooses none of them.
+
+The attributes change how the nest runs, never its meaning: each output folds its products in
+the order of `reduce`, so the change is one op replaced by itself with new attributes (a
+certificate `rewrite` step without an obligation, whose fp pair the checker builds and proves).
+The `coverage` obligation's formula is derived from the new attributes by
+`gdv.validate.schedules.coverage_text` (`product_nest`): per role a blocked loop, the reduce
+positions also in increasing order. Unsat proves it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gdv.ir import products
+from gdv.ir.core import Module, Op
+from gdv.ir.obligation import Obligation
+from gdv.ir.ops.kernel import bodies_used
+from gdv.passes.base import Pass, PassResult, Step
+from gdv.passes.schedule_kernels import VECTOR_BYTES, kernel_function
+
+
+def registers_for(vector_bytes: int) -> int:
+    """The vector registers assumed for a width when the descriptor gives none: 32 for 64-byte
+    vectors (AVX-512), else 16."""
+    return 32 if vector_bytes >= 64 else 16
+
+
+@dataclass(frozen=True)
+class SelectProducts(Pass):
+    """Products get `strategy = "product"` and their sizes; other kernels are left as they
+    are (their nest). Only scheduled kernels (with `tile`) not yet given a strategy."""
+
+    name = "select-products"
+    stage_in = "loop"
+    vector_bytes: int = VECTOR_BYTES
+    """The width a kernel without a `vector` attribute is blocked for (else its lanes)."""
+    vector_registers: int | None = None
+    """How many vector registers the target has (None: `registers_for(width)`)."""
+    cache_bytes: tuple[int, int] = products.DEFAULT_CACHES
+    """(L1 data, L2) bytes per core, from the descriptor."""
+    blocking: tuple[int, int, int] | None = None
+    """(KC, MC, NC) the descriptor imposes (None: sized from the caches)."""
+
+    def plan(self, op: Op, module: Module) -> dict | None:
+        """The new attributes of `op`, or None when it is not a product."""
+        body = module.function(op.attrs["body"])
+        if body is None:
+            return None
+        found = products.find(op.attrs, op.type.dtype, body)
+        if found is None:
+            return None
+        size = op.type.dtype.itemsize
+        lanes = op.attrs.get("vector") or max(1, self.vector_bytes // size)
+        width = lanes * size
+        registers = self.vector_registers or registers_for(width)
+        cache = (int(self.cache_bytes[0]), int(self.cache_bytes[1]))
+        block = tuple(int(b) for b in self.blocking) if self.blocking else None
+        plan = products.plan(op.attrs, op.type.dtype, body, found, width, registers, cache, block)
+        return {**op.attrs, "vector": lanes, **plan}
+
+    def run(self, module: Module) -> PassResult:
+        bodies = bodies_used(module.functions)
+        obligations: list[Obligation] = []
+        steps: list[Step] = []
+        functions = []
+        for fn in module.functions:
+            types = fn.types()
+            ops = []
+            for op in fn.ops:
+                attrs = None
+                if (
+                    op.name == "kernel"
+                    and fn.name not in bodies
+                    and "tile" in op.attrs
+                    and "strategy" not in op.attrs
+                ):
+                    attrs = self.plan(op, module)
+                if attrs is None:
+                    ops.append(op)
+                    continue
+                new = Op(op.result, op.name, list(op.operands), attrs, op.type, op.loc)
+                new.name_loc = op.name_loc
+                ops.append(new)
+                steps.append(
+                    Step(
+                        "rewrite",
+                        fn.name,
+                        len(ops) - 1,
+                        op.result,
+                        op.result,
+                        [op.result],
+                        None,
+                        attrs=new.attrs,
+                    )
+                )
+                index = len(obligations)
+                where = kernel_function(new, types)
+                body = module.function(new.attrs["body"])
+                mr, nr = attrs["micro"]
+                mc, kc, nc = attrs["blocks"]
+                obligations.append(
+                    Obligation(
+                        id=f"{self.name}/product-nest/coverage" + (f"#{index}" if index else ""),
+                        kind="coverage",
+                        theory="int",
+                        src=where,
+                        tgt=where,
+                        claim=f"the {mr}x{nr} product nest of %{op.result} in blocks "
+                        f"[{mc}, {kc}, {nc}] visits each of its {attrs['space']} points exactly "
+                        "once, the reduced positions in increasing order",
+                        loc=op.loc,
+                        functions=[body] if body is not None else [],
+                    )
+                )
+            functions.append(replace(fn, ops=ops))
+        return PassResult(Module(functions, module.filename), obligations, bool(obligations), steps)
