@@ -11,6 +11,8 @@ from gdv.backends.c import matmul
 from gdv.backends.c.elementwise import scalar
 from gdv.backends.c.emit import CTYPE, Program, comment, ctype, strides, value_literal
 from gdv.backends.c.registry import lowering
+from gdv.backends.c.simd import blocking_override, l1_l2, vector_bytes, vector_registers
+from gdv.ir import products
 from gdv.ir.core import Function, Op, Param
 from gdv.ir.dtypes import DType
 from gdv.ir.ops import REGISTRY as OPS
@@ -85,13 +87,26 @@ def _as_product(prog: Program, op: Op) -> bool:
         "reduce": [4, 5, 6],
         "combiner": "add",
     }
+    found = products.find(attrs, dtype, body)
+    if found is None:
+        return False
+    # This product is the printer's own (no pass scheduled it): it sizes it for the host, with
+    # the numbers select-products gets from the descriptor, and records every choice.
+    vb = vector_bytes()
+    plan = products.plan(
+        attrs, dtype, body, found, vb, vector_registers(vb), l1_l2(), blocking_override()
+    )
+    attrs = {**attrs, "vector": max(1, vb // dtype.itemsize), **plan}
+    prog.record(op, "strategy", "convolution as packed product", "conv.py: f32/f64 conv2d")
+    prog.record(op, "vector-bytes", vb, "the host's width (a conv2d has no vector attribute)")
+    prog.record(op, "micro-tile", plan["micro"], "gdv.ir.products.micro_tile for the host")
+    prog.record(
+        op, "blocking", plan["blocks"], "gdv.ir.products.blocking: [MC, KC, NC] from the caches"
+    )
+    prog.record(op, "threads", plan["split"], "gdv.ir.products.split")
     kernel = Op(op.result, "kernel", [source, op.operands[1]], attrs, op.type, op.loc)
     kernel.name_loc = op.name_loc
-    con = matmul.find(kernel, body)
-    if con is None:
-        return False
-    prog.record(op, "strategy", "convolution as packed product", "conv.py: f32/f64 conv2d")
-    matmul.emit(prog, kernel, con, [padded, wt], body)
+    matmul.emit(prog, kernel, [padded, wt], body)
     return True
 
 

@@ -1,8 +1,9 @@
 """C for the loop stage's `kernel` op: one C function per kernel, its scalar body inlined op by
-op with the C code of `backends/c/elementwise.py`. Contractions (a sum of products whose
-factors each depend on one side of the output) become packed, register-blocked matrix products
-(`backends/c/matmul.py`); every other kernel is a loop nest (`backends/c/nest.py`). Both keep
-the IR's fold order exactly."""
+op with the C code of `backends/c/elementwise.py`. A kernel with `strategy = "product"` (set
+by the `select-products` pass, with its roles, micro-tile, blocks and thread split) becomes a
+packed, register-blocked matrix product (`backends/c/matmul.py`); every other kernel is a loop
+nest (`backends/c/nest.py`). Both keep the IR's fold order exactly; the printer chooses
+neither."""
 
 from __future__ import annotations
 
@@ -56,10 +57,8 @@ def _kernel(prog: Program, op: Op) -> None:
         op.attrs["combiner"],
         {k: op.attrs[k] for k in SCHEDULE_KEYS if k in op.attrs},
     )
-    contraction = matmul.find(op, body)
-    if contraction is not None:
-        prog.record(op, "strategy", "packed product", "matmul.find: a sum of row x column factors")
-        matmul.emit(prog, op, contraction, operand_types, body)
+    if op.attrs.get("strategy") == "product":
+        matmul.emit(prog, op, operand_types, body)
         return
     note = f"kernel %{comment(op.result)} body @{comment(op.attrs['body'])}"
     emit_nest(prog, op, nest, operand_types, body_code(prog, body), note, function=body)

@@ -35,26 +35,20 @@ from dataclasses import dataclass
 
 from gdv.backends.c.elementwise import scalar
 from gdv.backends.c.emit import CTYPE, SUFFIX, Program, comment, ctype, strides
-from gdv.backends.c.simd import blocking, micro_tile, vector_bytes
+from gdv.ir import products
 from gdv.ir.core import Function, Op
 from gdv.ir.dtypes import DType
-from gdv.ir.ops.elementwise import TRANSCENDENTAL
-from gdv.ir.ops.kernel import BODY_OPS
 from gdv.ir.types import TensorType
 
 DIRECT_MAX_ROWS = 16
 """Products with at most this many rows read their column factor in place when they can
 (measured on the mlp example, M = 8: packing B cost more than the product)."""
 
-PARALLEL_MIN_MACS = 1 << 17
-"""Contractions with fewer multiply-adds than this run on one thread."""
-
-_FLOATS = (DType.F32, DType.F64)
-
 
 @dataclass
 class Contraction:
-    """How a contraction kernel splits: the factors and the loop dims of each role."""
+    """How a product kernel splits (its recorded roles): the factors and the loop dims of
+    each role."""
 
     left: str
     """Body value of the row factor X."""
@@ -69,86 +63,18 @@ class Contraction:
     (else into a workspace, scattered afterwards)."""
 
 
-def _closure(body: Function, value: str) -> set[str]:
-    """The body values (params and op results) that `value` depends on, itself included."""
-    producer = {b.result: b for b in body.ops}
-    seen: set[str] = set()
-    todo = [value]
-    while todo:
-        v = todo.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        if v in producer:
-            todo.extend(producer[v].operands)
-    return seen
+_closure = products.closure
 
 
-def _operand_dims(maps: list[list[list[int]]], n: int) -> list[set[int]]:
-    """Per operand, the loop dims its map reads with a non-zero coefficient."""
-    return [{d for row in rows for d in range(n) if row[d]} for rows in maps]
-
-
-def find(op: Op, body: Function) -> Contraction | None:
-    """The contraction `op` is, or None when it is not one this file lowers."""
+def contraction(op: Op, body: Function) -> Contraction:
+    """The contraction a kernel with `strategy = "product"` records (its roles read off its
+    attributes; nothing is chosen here)."""
     a = op.attrs
-    dtype = op.type.dtype
-    if a["combiner"] != "add" or not a["reduce"] or a.get("accumulators", 1) > 1:
-        return None
-    if dtype not in _FLOATS or len(body.returns) != 1:
-        return None
-    if any(b.name not in BODY_OPS or b.type.rank != 0 for b in body.ops):
-        return None  # the loop nest reports it
-    (ret,) = body.returns
-    last = next((b for b in body.ops if b.result == ret), None)
-    if last is None or last.name != "mul" or last.type.dtype != dtype or last.type.rank != 0:
-        return None
-    n = len(a["space"])
-    used = _operand_dims(a["maps"], n)
-    param_index = {p.name: k for k, p in enumerate(body.params)}
-
-    def dims(value: str) -> set[int]:
-        out: set[int] = set()
-        for v in _closure(body, value):
-            if v in param_index:
-                out |= used[param_index[v]]
-        return out
-
-    x, y = last.operands
-    dx, dy = dims(x), dims(y)
-    out = list(a["out"])
-    batch = [d for d in out if d in dx and d in dy]
-    rows = [d for d in out if d not in dy]  # out dims in neither factor ride with the rows
-    cols = [d for d in out if d in dy and d not in dx]
-    if not rows or not cols:
-        return None  # a matrix-vector product or a plain reduction: no tile to reuse
-    red = list(a["reduce"])
-    pos = {d: p for p, d in enumerate(out)}
-
-    def direct(r: list[int], c: list[int]) -> bool:
-        return [pos[d] for d in batch + r + c] == list(range(len(out)))
-
-    if direct(rows, cols):
-        return Contraction(x, y, batch, rows, cols, red, True)
-    if direct(cols, rows) and not any(d not in dx and d not in dy for d in out):
-        return Contraction(y, x, batch, cols, rows, red, True)
-    # Leading out dims of one factor only (a convolution's images) may run as batch dims too:
-    # the tiles of the rest are then stored in place instead of through a workspace.
-    for p in range(1, len(out) - 1):
-        outer = out[:p]
-        if not set(batch) <= set(outer):
-            continue
-        rows_p = [d for d in rows if d not in outer]
-        cols_p = [d for d in cols if d not in outer]
-        if not rows_p or not cols_p:
-            break
-        if [pos[d] for d in outer + rows_p + cols_p] == list(range(len(out))):
-            return Contraction(x, y, outer, rows_p, cols_p, red, True)
-        if [pos[d] for d in outer + cols_p + rows_p] == list(range(len(out))) and not any(
-            d not in dx and d not in dy for d in rows_p + cols_p
-        ):
-            return Contraction(y, x, outer, cols_p, rows_p, red, True)
-    return Contraction(x, y, batch, rows, cols, red, False)
+    x, y = products.factors(a, body)
+    p = products.recorded(a)
+    pos = {d: k for k, d in enumerate(a["out"])}
+    direct = [pos[d] for d in p.batch + p.rows + p.cols] == list(range(len(a["out"])))
+    return Contraction(x, y, p.batch, p.rows, p.cols, list(a["reduce"]), direct)
 
 
 # --- C emission -------------------------------------------------------------------------------
@@ -304,10 +230,14 @@ def _coefficients(rows: list[list[int]], t: TensorType, n: int) -> tuple[list[in
     return coef, sum(st[r] * row[-1] for r, row in enumerate(rows))
 
 
-def emit(
-    prog: Program, op: Op, con: Contraction, operand_types: list[TensorType], body: Function
-) -> None:
-    """Emit the C function computing contraction `op` into a new buffer, and its call."""
+def emit(prog: Program, op: Op, operand_types: list[TensorType], body: Function) -> None:
+    """Emit the C function computing product kernel `op` (`strategy = "product"`) into a new
+    buffer, and its call: its roles, `micro`, `blocks`, `split` and `vector` lanes (absent:
+    one) as its attributes give them."""
+    why = products.holds(op.attrs, op.type.dtype, body)
+    if why is not None:
+        raise prog.error(op, f'its strategy = "product" does not fit it: {why}')
+    con = contraction(op, body)
     dtype = op.type.dtype
     t = ctype(dtype, op, prog.module)
     space = list(op.attrs["space"])
@@ -319,24 +249,11 @@ def emit(
     gb, gi, gj = group(con.batch, "b"), group(con.rows, "i"), group(con.cols, "j")
     gk = group(con.red, "k")
     m_, n_, k_, nb = gi.size, gj.size, gk.size, gb.size
-    if "vector" in op.attrs:
-        vb = int(op.attrs["vector"]) * size
-    else:
-        vb = vector_bytes()
-        prog.record(
-            op, "vector-bytes", vb, "no vector attribute (unscheduled op): the host's width"
-        )
-    mr, nv, vl = micro_tile(size, m_, n_, vb)
-    nr = nv * vl
-    kc_max, mc_max, nc_max = blocking(size, mr, nr)
-    prog.record(op, "micro-tile", [mr, nr], "simd.micro_tile: register blocking for the width")
-    prog.record(op, "blocking", [kc_max, mc_max, nc_max], "simd.blocking: [KC, MC, NC] from caches")
-    prog.record(
-        op,
-        "threads",
-        "columns, else rows" if m_ * n_ * k_ >= PARALLEL_MIN_MACS else "one",
-        f"a product of at least {PARALLEL_MIN_MACS} multiply-adds splits its output by threads",
-    )
+    vl = int(op.attrs.get("vector", 1))
+    vb = vl * size
+    mr, nr = (int(v) for v in op.attrs["micro"])
+    nv = nr // vl
+    mc_max, kc_max, nc_max = (int(v) for v in op.attrs["blocks"])
     name = prog.new_function()
     params = [f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)]
     params.append(f"{t} *restrict r")
@@ -382,7 +299,7 @@ def _blocked(
     n = len(op.attrs["space"])
     gb, gi, gj, gk = groups
     m_, n_, k_, nb = gi.size, gj.size, gk.size, gb.size
-    kc_max, mc_max, nc_max = blocking(dtype.itemsize, mr, nr)
+    mc_max, kc_max, nc_max = (int(v) for v in op.attrs["blocks"])
     coefs = [_coefficients(op.attrs["maps"][k], ot, n) for k, ot in enumerate(operand_types)]
     out_coef = [0] * n
     for p, d in enumerate(op.attrs["out"]):
@@ -421,6 +338,14 @@ def _blocked(
     # Full column slivers of Y (one column per step of j) and full row slivers of X
     # (contiguous in k, row r at r * lda) go to the micro-kernel in place.
     y_in, x_in = in_place(con.right, gj, gk), in_place(con.left, gk, gi)
+    if y_in or x_in:
+        prog.record(
+            op,
+            "in-place factors",
+            [side for side, used in (("rows", x_in), ("columns", y_in)) if used],
+            f"a product of at most {DIRECT_MAX_ROWS} rows reads full slivers of an operand "
+            "in place instead of packing them",
+        )
     skip_full = in_place_b = note = ""
     if y_in:
         ky, ks = y_in
@@ -544,11 +469,10 @@ def _blocked(
     else:
         pack_y = both(nr, "nr", ind_y, pack_y_as, edge_y(ind_y + "  ") if masked_y else "")
     pack_x = pack_x_as("mr", ind_x) if x_in else both(mr, "mr", ind_x, pack_x_as)
-    parallel = int(m_ * n_ * k_ >= PARALLEL_MIN_MACS)
-    # Threads given columns each pack all of X: with a costly prologue on X only, give rows.
-    by_columns = "nsl >= nt"
-    if _costly(body, con.left) and not _costly(body, con.right):
-        by_columns += " && msl < nt"
+    # The thread split the kernel's `split` gives (gdv.ir.products.split says what each means).
+    split = op.attrs["split"]
+    parallel = int(split != "none")
+    by_columns = "nsl >= nt" if split != "rows" else "nsl >= nt && msl < nt"
     return f"""{{
 {note}  int nthreads = 1;
 #ifdef _OPENMP
@@ -643,10 +567,7 @@ def _round64(elems: int, size: int) -> int:
     return max(per, -(-elems // per) * per)
 
 
-def _costly(body: Function, value: str) -> bool:
-    """Whether computing the factor `value` involves a transcendental function."""
-    need = _closure(body, value)
-    return any(b.name in TRANSCENDENTAL for b in body.ops if b.result in need)
+_costly = products.costly
 
 
 def _pack(

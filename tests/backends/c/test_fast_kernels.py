@@ -13,6 +13,7 @@ magnitudes whose sums cancel (so any reordered or identity-started fold shows).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 
 import numpy as np
@@ -25,6 +26,11 @@ from gdv.backends import c, reference
 from gdv.backends.c import matmul
 from gdv.backends.c.nest import SIMD_MAX_STRIDE
 from gdv.backends.c.simd import BLOCKING_ENV, VECTOR_BYTES_ENV
+from gdv.ir import products
+from gdv.ir.core import Module
+from gdv.passes.manager import PassManager
+from gdv.passes.schedule_kernels import ScheduleKernels
+from gdv.passes.select_products import SelectProducts
 
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 5e-324, -1e-45, 3.4e38, 0.5]
 NP = {"f32": np.float32, "f64": np.float64}
@@ -59,10 +65,28 @@ def _env(**values: str | None):
                 os.environ[k] = v
 
 
+def scheduled(module: Module) -> Module:
+    """`module` scheduled as the C pipeline schedules it, with the numbers of the capability
+    descriptor in the current environment (`GDV_C_VECTOR_BYTES`, `GDV_C_BLOCKING`): products
+    get their `strategy = "product"` attributes from select-products, which the printer
+    follows. Other kernels keep their (unscheduled) nests, as the tests wrote them."""
+    params = c.schedule_parameters()
+    passes = [ScheduleKernels(vector_bytes=params["vector_bytes"]), SelectProducts(**params)]
+    done = PassManager(passes).run(module).module
+    fns = []
+    for before, after in zip(module.functions, done.functions, strict=True):
+        pairs = zip(before.ops, after.ops, strict=True)
+        ops = [b if "strategy" not in a.attrs else a for b, a in pairs]
+        fns.append(dataclasses.replace(before, ops=ops))
+    return Module(fns, module.filename)
+
+
 def _check(text: str, inputs: dict[str, np.ndarray], **env: str | None) -> str:
-    """Run `text` on both backends and compare bit for bit; the C source."""
+    """Run `text` (scheduled: `scheduled`) on both backends and compare bit for bit; the C
+    source."""
     module = parse(text)
     with _env(**env):
+        module = scheduled(module)
         source = c.lower(module)
         got = c.run(module, inputs)
     want = reference.run(module, inputs)
@@ -160,7 +184,7 @@ def contractions(draw, big: bool = False):
 def _is_contraction(text: str) -> bool:
     module = parse(text)
     op = module.entry.ops[0]
-    return matmul.find(op, module.function(op.attrs["body"])) is not None
+    return products.find(op.attrs, op.type.dtype, module.function(op.attrs["body"])) is not None
 
 
 @settings(max_examples=45)
@@ -250,10 +274,10 @@ def test_fold_starts_from_the_first_product_not_plus_zero() -> None:
     b = np.full((3, 33), 0.0, np.float32)
     b[:, 5] = -0.0
     _check(_matmul_text("f32", 17, 33, 3), {"a": a, "b": b})
-    got = c.run(parse(_matmul_text("f32", 17, 33, 3)), {"a": a, "b": b})[0]
+    got = c.run(scheduled(parse(_matmul_text("f32", 17, 33, 3))), {"a": a, "b": b})[0]
     assert np.signbit(got[1, 0]) and not np.signbit(got[0, 0])
     empty = c.run(
-        parse(_matmul_text("f32", 3, 4, 0)),
+        scheduled(parse(_matmul_text("f32", 3, 4, 0))),
         {"a": np.zeros((3, 0), np.float32), "b": np.zeros((0, 4), np.float32)},
     )[0]
     assert not np.signbit(empty).any() and (empty == 0).all()
@@ -265,7 +289,7 @@ def test_sequential_order_is_kept_where_reassociation_would_differ() -> None:
     k = 600
     a = np.ones((1, k), np.float32)
     b = np.tile(np.array([[1e8], [1.0], [1.0], [-1e8]], np.float32), (k // 4, 40))
-    module = parse(_matmul_text("f32", 1, 40, k))
+    module = scheduled(parse(_matmul_text("f32", 1, 40, k)))
     got = c.run(module, {"a": a, "b": b})[0]
     want = np.float32(0.0)
     for v in b[:, 0]:

@@ -14,6 +14,7 @@ import pytest
 
 from gdv.backends import c, reference
 from gdv.ir.core import Module, Op
+from gdv.ir.diagnostics import IRError
 from gdv.ir.parser import parse
 from gdv.passes.manager import PassManager
 from gdv.passes.pipelines import pipeline
@@ -160,12 +161,78 @@ def test_tile_and_parallel_are_followed() -> None:
     _agrees(serial)
 
 
+PRODUCT_CHOICES = ("strategy", "micro-tile", "blocking", "threads")
+
+
+def _product(module: Module) -> Op:
+    (kernel,) = [op for op in module.entry.ops if op.name == "kernel"]
+    return kernel
+
+
+def _head(source: str) -> str:
+    return next(line for line in source.splitlines() if ": contraction M=" in line)
+
+
 def test_what_the_printer_still_chooses_is_reported() -> None:
     module = _compiled(MATMUL, 64)
+    kernel = _product(module)
+    assert kernel.attrs["strategy"] == "product"  # select-products decided it
     choices = c.printer_choices(module)
     kinds = {(ch["kernel"], ch["choice"]) for ch in choices}
-    (kernel,) = [op for op in module.entry.ops if op.name == "kernel"]
-    for choice in ("strategy", "micro-tile", "blocking", "threads"):
-        assert (kernel.result, choice) in kinds
+    assert not {(kernel.result, choice) for choice in PRODUCT_CHOICES} & kinds
     assert all(set(ch) == {"kernel", "op", "choice", "value", "why"} for ch in choices)
     assert c.lower_module(module).choices == choices
+    # conv2d as a product is still the printer's own: every choice of it is recorded.
+    conv = parse(
+        "func @main(%x: f32[2,3,32,32], %w: f32[16,3,3,3]) -> f32[2,16,30,30] {\n"
+        "  %y = conv2d(%x, %w) {stride = [1, 1], padding = [[0, 0], [0, 0]], "
+        "dilation = [1, 1], groups = 1} : f32[2,16,30,30]\n  return %y\n}\n"
+    )
+    kinds = {(ch["kernel"], ch["choice"]) for ch in c.printer_choices(conv)}
+    assert {("y", choice) for choice in PRODUCT_CHOICES} <= kinds
+
+
+def test_the_product_attributes_are_followed() -> None:
+    """micro, blocks and split set on the kernel are the C code's; strategy removed gives the
+    plain nest. Every variant computes the reference's bits."""
+    module = _compiled(MATMUL, 64)
+    kernel = _product(module)
+    source = c.lower(module)
+    mr, nr = kernel.attrs["micro"]
+    mc, kc, nc = kernel.attrs["blocks"]
+    assert f"packed {mr}x{nr} micro-kernel" in _head(source)
+    assert f"KC={kc} MC={mc} NC={nc}" in _head(source)
+    assert kernel.attrs["split"] == "columns"  # 40 x 72 x 48 multiply-adds: threads
+    assert "#pragma omp parallel if (1)" in source
+
+    small = _with_attrs(module, kernel.result, micro=[4, 32], blocks=[8, 5, 32])
+    text = c.lower(small)
+    assert "packed 4x32 micro-kernel" in _head(text) and "KC=5 MC=8 NC=32" in _head(text)
+    assert "gdv_mk_f32_4x32_v64" in text and "gdv_mk_f32_4x32_v64" not in source
+    _agrees(small)
+
+    for split, test in (
+        ("none", "#pragma omp parallel if (0)"),
+        ("columns", "if (nsl >= nt) {"),
+        ("rows", "if (nsl >= nt && msl < nt)"),
+    ):
+        threaded = _with_attrs(module, kernel.result, split=split)
+        text = c.lower(threaded)
+        assert test in text and (split == "none") == ("parallel if (0)" in text)
+        _agrees(threaded)
+
+    keys = ("strategy", "batch", "rows", "cols", "row_factor", "micro", "blocks", "split")
+    nest = _with_attrs(module, kernel.result, **dict.fromkeys(keys))
+    text = c.lower(nest)
+    assert ": contraction" not in text and "micro-kernel" not in text
+    _agrees(nest)
+
+
+def test_roles_that_do_not_fit_the_body_are_refused() -> None:
+    module = _compiled(MATMUL, 64)
+    kernel = _product(module)
+    swapped = _with_attrs(
+        module, kernel.result, rows=kernel.attrs["cols"], cols=kernel.attrs["rows"]
+    )
+    with pytest.raises(IRError, match="does not fit it"):
+        c.lower(swapped)
