@@ -332,10 +332,9 @@ class _Prepared:
 
 
 def _prepare(root: str, entries: list[dict]) -> list[_Prepared]:
-    """Read and encode `entries` (a worker's share of the obligations)."""
+    """Read `entries` (a worker's share of the obligations): each pair and its claim."""
     from gdv.evidence.replay import ReplayError, read_pair
-    from gdv.ir.obligation import Obligation
-    from gdv.validate.discharge import canonical_claim, obligation_queries
+    from gdv.validate.discharge import canonical_claim
 
     out = []
     for o in entries:
@@ -349,33 +348,60 @@ def _prepare(root: str, entries: list[dict]) -> list[_Prepared]:
         except (ReplayError, UnicodeDecodeError) as e:
             p.pair_error = f"its pair is not a valid module: {e}"
             continue
-        ob = Obligation(
-            o["id"],
-            o["kind"],
-            o["theory"],
-            pair.src,
-            pair.tgt,
-            o["claim"],
-            list(o["assumptions"]),
-            None,
-            list(pair.functions.values()),
-        )
         try:
-            p.texts = obligation_queries(ob)
-            p.claim = canonical_claim(ob)
+            p.claim = canonical_claim(_obligation(o, pair))
         except (IRError, ValueError, KeyError, AssertionError, z3_error()) as e:
             p.encode_error = f"its pair does not encode: {e}"
+    return out
+
+
+def _obligation(o: dict, pair):
+    """The checker's own `Obligation` for manifest entry `o` with its pair."""
+    from gdv.ir.obligation import Obligation
+
+    return Obligation(
+        o["id"],
+        o["kind"],
+        o["theory"],
+        pair.src,
+        pair.tgt,
+        o["claim"],
+        list(o["assumptions"]),
+        None,
+        list(pair.functions.values()),
+    )
+
+
+def _encode(root: Path, manifest: dict, prepared: dict[str, _Prepared]) -> None:
+    """Each distinct claim encoded once (the query text is a function of the canonical claim,
+    `gdv.validate.discharge.obligation_queries`), and every obligation's stored queries
+    compared with its claim's encoding."""
+    from gdv.validate.discharge import obligation_queries
+
+    encoded: dict[str, list[str] | str] = {}
+    for o in manifest["obligations"]:
+        p = prepared.get(o["id"])
+        if p is None or p.encode_error:
             continue
-        if len(p.texts) != len(o["queries"]):
+        if p.claim not in encoded:
+            try:
+                encoded[p.claim] = obligation_queries(_obligation(o, p.pair))
+            except (IRError, ValueError, KeyError, AssertionError, z3_error()) as e:
+                encoded[p.claim] = f"its pair does not encode: {e}"
+        texts = encoded[p.claim]
+        if isinstance(texts, str):
+            p.encode_error = texts
+            continue
+        p.texts = texts
+        if len(texts) != len(o["queries"]):
             p.encode_error = (
-                f"it stores {len(o['queries'])} queries, not the {len(p.texts)} its pair gives"
+                f"it stores {len(o['queries'])} queries, not the {len(texts)} its pair gives"
             )
             continue
-        for q, t in zip(o["queries"], p.texts, strict=True):
-            if not same_query(Path(root, q["file"]).read_text(), t):
+        for q, t in zip(o["queries"], texts, strict=True):
+            if not same_query((root / q["file"]).read_text(), t):
                 p.mismatch = q["file"]
                 break
-    return out
 
 
 def same_query(stored: str, own: str) -> bool:
@@ -528,6 +554,7 @@ def _encoding(root: Path, manifest, stages, pairs, claims: list[_Claim], passed,
 
     distinct: dict[str, tuple[str, list[str]]] = {}
     stored = 0
+    _encode(root, manifest, pairs)
     for o in manifest["obligations"]:
         p = pairs.get(o["id"])
         if p is None:

@@ -74,16 +74,42 @@ def stable_smt2(text: str) -> str:
 
 
 def obligation_queries(ob: Obligation) -> list[str]:
-    """The obligation's queries as SMT-LIB 2 text, one per output (a formula claim: its own)."""
+    """The obligation's queries as SMT-LIB 2 text, one per output (a formula claim: its own).
+
+    What is encoded is the claim in its canonical form (`canonical_form`: values renamed by
+    position, bodies by the hash of their text), so the text is a function of
+    `canonical_claim(ob)` alone: obligations making one claim (twelve identical layers) have
+    one query text, encoded once by the compile and once by the checker (issue 15)."""
     formula = claim_formula(ob)
     if formula is not None:
         return [stable_smt2(formula)]
-    with kernel_bodies(ob.functions):
-        return [_query_text(ob, o) for o in range(len(ob.src.results))]
+    src, tgt, bodies = canonical_form(ob)
+    with kernel_bodies(bodies):
+        return [_query_text(src, tgt, ob.theory, o) for o in range(len(src.results))]
 
 
-def _query_text(ob: Obligation, output: int) -> str:
-    query = build_query(ob.src, ob.tgt, output, ob.theory)
+def canonical_form(ob: Obligation) -> tuple[Function, Function, list[Function]]:
+    """`src` and `tgt` renamed as `canonical_claim` prints them, and the kernel bodies they
+    call, each named as the renamed kernels call it."""
+    bodies = {f.name: f for f in ob.functions}
+    renamed: dict[str, Function] = {}
+    for fn in (ob.src, ob.tgt):
+        for op in fn.ops:
+            name = op.attrs.get("body") if op.name == "kernel" else None
+            if name in bodies and name not in renamed:
+                body = _renamed(bodies[name])
+                renamed[name] = replace(body, name=_body_name(body))
+    src = replace(_renamed(ob.src, bodies), name="src")
+    tgt = replace(_renamed(ob.tgt, bodies), name="tgt")
+    return src, tgt, list(renamed.values())
+
+
+def _body_name(renamed_body: Function) -> str:
+    return "b" + hashlib.sha256(print_function(renamed_body).encode()).hexdigest()
+
+
+def _query_text(src: Function, tgt: Function, theory: str, output: int) -> str:
+    query = build_query(src, tgt, output, theory)
     if query.trivial:
         # Both sides are one term, so "they differ" is `false`. Z3 would print that term with
         # `let`s chosen by reference counts that vary from run to run; the evidence must not.
@@ -116,8 +142,7 @@ def _renamed(fn: Function, bodies: dict[str, Function] | None = None) -> Functio
     for k, op in enumerate(fn.ops):
         attrs = dict(op.attrs)
         if op.name == "kernel" and bodies and attrs["body"] in bodies:
-            body = print_function(_renamed(bodies[attrs["body"]]))
-            attrs["body"] = "b" + hashlib.sha256(body.encode()).hexdigest()
+            attrs["body"] = _body_name(_renamed(bodies[attrs["body"]]))
         ops.append(Op(f"v{k}", op.name, [names[o] for o in op.operands], attrs, op.type))
         names[op.result] = f"v{k}"
     params = [Param(names[p.name], p.type) for p in fn.params]
@@ -299,9 +324,12 @@ def discharge(
     seen_claims: dict[str, int] = {}
     claims: list[str] = []
     duplicates: list[tuple[int, int]] = []
+    texts: dict[str, list[str]] = {}
     for i, ob in enumerate(obligations):
-        queries = obligation_queries(ob)
         claim = canonical_claim(ob)
+        if claim not in texts:  # the query text is a function of the claim
+            texts[claim] = obligation_queries(ob)
+        queries = texts[claim]
         claims.append(claim)
         key = claim_key(claim)
         if cache.proved(claim):
