@@ -485,16 +485,20 @@ def capabilities(measure: bool = True, refresh: bool = False) -> dict:
                     "parallel (outermost loop)",
                     "accumulators",
                     "vector (lanes x element bytes is the width of the generated vectors)",
+                    "strategy = product, with batch/rows/cols/row_factor, micro, blocks and "
+                    "split (select-products): the packed product as recorded",
                 ],
                 "vector_bytes": vectors["vector_bytes"],
                 "printer_choices": "gdv.backends.c.printer_choices(module): what the printer "
-                "still chooses itself (product selection, blocking, micro-tile, thread split, "
-                "loop forms, scratch buffers), each with its reason",
+                "still chooses itself (conv2d as a product with its sizes and padded scratch "
+                "buffer, factors read in place, loop forms, widths of unscheduled ops), each "
+                "with its reason",
             },
             "kernels": {
-                "contraction": "a kernel folding mul(X, Y) with add (f32, f64) runs as a packed, "
-                "cache-blocked product with a register-blocked vector micro-kernel; each output "
-                "still folds in the spec's order (separate multiply and add, no FMA)",
+                "contraction": "a kernel with strategy = product (select-products: a fold of "
+                "mul(X, Y) with add, f32 or f64) runs as a packed, cache-blocked product with a "
+                "register-blocked vector micro-kernel; each output still folds in the spec's "
+                "order (separate multiply and add, no FMA)",
                 "reduction": "blocks of outputs fold together in independent chains (vector "
                 "lanes across contiguous outputs), each output alone and in order",
                 "elementwise": "omp simd on a contiguous innermost loop; ops that do not depend "

@@ -1,9 +1,10 @@
 """Contraction kernels as packed, cache-blocked, register-blocked C (issue 5, item 3).
 
-A `kernel` is a contraction when its combiner is `add` over at least one reduce dim, its dtype
-is f32 or f64, and its body returns `mul(X, Y)` where the sub-body X reads only operands indexed
-by the "row" out dims I (and batch and reduce dims) and Y only operands indexed by the "column"
-out dims J (and batch and reduce dims); out dims that feed both are batch dims B. Then
+A `kernel` with `strategy = "product"` (set by the `select-products` pass; `gdv.ir.products`
+says which kernels are products) records its roles: batch dims B, "row" out dims I read only by
+the sub-body X (factor `row_factor` of the body's final `mul`), "column" out dims J read only by
+the other factor Y, and the sizes it runs with (`micro`, `blocks`, `split`), which this file
+follows without choosing any (it checks the roles against the body). Then
 
     result[b, i, j] = fold_add over k in row-major order of `reduce` of X(b, i, k) * Y(b, j, k)
 
@@ -19,9 +20,10 @@ and it is computed as BLAS computes a matrix product, but keeping the IR's order
   Accumulators start at -0.0, which changes nothing: -0.0 + p == p for every p, NaN included.
 - Blocking over k stores the partial sums in the result between blocks (in the result dtype,
   so exactly) and reloads them for the next block, in order. An empty reduction writes +0.0.
-- Threads (OpenMP) split the output's columns (or, with too few column slivers, its rows):
-  each thread packs and computes its own rectangle, so there is no barrier, and an output
-  element is always computed by one thread, in order.
+- Threads (OpenMP, as `split` says) split the output's columns (or, with too few column
+  slivers, its rows; `split = "rows"` prefers rows): each thread packs and computes its own
+  rectangle, so there is no barrier, and an output element is always computed by one thread,
+  in order.
 
 So the result is bit-identical to the reference backend's. Multiplication is commutative in
 IEEE arithmetic, so which factor is the row operand never matters.

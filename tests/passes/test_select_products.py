@@ -1,0 +1,128 @@
+"""`select-products` (passes/select_products.py): products get their strategy and sizes as
+schedule attributes, the ones the C printer chose itself before (the host's numbers from the
+capability descriptor), with a coverage claim per product that proves, and that a blocking
+skipping a remainder would refute; and a compiled
+example's bundle, select-products' stage included, passes `gdv evidence verify`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import z3
+
+from gdv.api import parse
+from gdv.backends import c
+from gdv.backends.c import simd
+from gdv.cli import main
+from gdv.driver import CompileOptions, compile_module, write_evidence
+from gdv.ir import products
+from gdv.ir.core import Op
+from gdv.passes.manager import PassManager
+from gdv.passes.pipelines import pass_names, pipeline
+from gdv.validate.discharge import discharge
+from gdv.validate.schedules import DimLoop, coverage_violation, nest_of, product_nest
+
+REPO = Path(__file__).resolve().parents[2]
+
+MLP = REPO / "examples" / "mlp.gdv"
+
+
+def _products(module) -> list[Op]:
+    return [op for op in module.entry.ops if op.attrs.get("strategy") == "product"]
+
+
+def test_it_runs_for_compiled_targets_at_o2_only() -> None:
+    assert "select-products" in pass_names("c", 2)
+    assert "select-products" not in pass_names("c", 1)
+    assert "select-products" not in pass_names("reference", 2)
+    names = pass_names("c", 2)
+    assert names.index("select-products") == names.index("schedule-kernels") + 1
+
+
+def test_the_sizes_are_the_hosts() -> None:
+    """With the descriptor's numbers, each product's micro-tile and blocks are what
+    `simd.micro_tile` and `simd.blocking` give on this host (the printer's choices before)."""
+    params = c.schedule_parameters()
+    module = PassManager(pipeline("c", 2, **params)).run(parse(MLP.read_text())).module
+    found = _products(module)
+    assert len(found) == 2
+    for op in found:
+        size = op.type.dtype.itemsize
+        _, m, n, _ = products.sizes(op.attrs, products.recorded(op.attrs))
+        mr, nv, vl = simd.micro_tile(size, m, n, op.attrs["vector"] * size)
+        kc, mc, nc = simd.blocking(size, mr, nv * vl)
+        assert op.attrs["micro"] == [mr, nv * vl]
+        assert op.attrs["blocks"] == [mc, kc, nc]
+
+
+def test_the_coverage_claims_prove(tmp_path: Path) -> None:
+    result = PassManager(pipeline("c", 2, vector_bytes=32)).run(parse(MLP.read_text()))
+    ours = [o for o in result.obligations if o.id.startswith("select-products/")]
+    assert len(ours) == 2 and all(o.kind == "coverage" for o in ours)
+    outcomes = discharge(ours, jobs=1, cache_dir=tmp_path)
+    assert [o.status for o in outcomes] == ["proved", "proved"]
+
+
+def _violated(loops: list[DimLoop]) -> bool:
+    s = z3.Solver()
+    s.add(coverage_violation(loops))
+    return s.check() == z3.sat
+
+
+def test_a_wrong_blocking_is_refuted() -> None:
+    attrs = {
+        "space": [37, 45, 300],
+        "out": [0, 1],
+        "reduce": [2],
+        "batch": [],
+        "rows": [0],
+        "cols": [1],
+        "micro": [12, 8],
+        "blocks": [24, 128, 40],
+        "strategy": "product",
+    }
+    loops = nest_of(attrs)
+    assert loops == product_nest(attrs) and not _violated(loops)
+    for k, loop in enumerate(loops):
+        if loop.extent % loop.tile == 0:
+            continue
+        # blocks that skip the remainder: floor(extent / block) blocks
+        skipped = [*loops]
+        skipped[k] = dataclasses.replace(loop, count=loop.extent // loop.tile)
+        assert _violated(skipped), loop
+    # a reduce loop one block short misses the last positions of every fold
+    late = [*loops]
+    late[3] = dataclasses.replace(loops[3], count=loops[3].tiles - 1)
+    assert _violated(late)
+
+
+def test_attributes_set_without_a_product_are_rejected() -> None:
+    text = (
+        "func @main(%a: f32[4,6], %b: f32[6,5]) -> f32[4,5] {\n"
+        '  %r = kernel(%a, %b) {body = "f", space = [4, 5, 6], maps = [[[1, 0, 0, 0], '
+        "[0, 0, 1, 0]], [[0, 0, 1, 0], [0, 1, 0, 0]]], out = [0, 1], reduce = [2], "
+        'combiner = "add", micro = [4, 8]} : f32[4,5]\n  return %r\n}\n'
+        "func @f(%x: f32[], %y: f32[]) -> f32[] {\n  %q = mul(%x, %y) : f32[]\n  return %q\n}\n"
+    )
+    with pytest.raises(Exception, match='strategy = "product" only'):
+        parse(text)
+
+
+def test_the_mlp_bundle_verifies(tmp_path: Path, capsys) -> None:
+    comp = compile_module(str(MLP), CompileOptions(jobs=1, use_cache=False))
+    assert comp.verdict == "proved"
+    mlp_bundle = write_evidence(comp, str(tmp_path / "mlp.evidence"))
+    m = json.loads((mlp_bundle / "manifest.json").read_text())
+    stage = next(s for s in m["stages"] if s["pass"] == "select-products")
+    assert stage["certificate"] is not None
+    steps = json.loads((mlp_bundle / stage["certificate"]["file"]).read_text())["steps"]
+    assert len(steps) == 2 and all(s["attrs"]["strategy"] == "product" for s in steps)
+    assert len(_products(comp.module)) == 2
+    choices = {(ch["kernel"], ch["choice"]) for ch in c.printer_choices(comp.module)}
+    assert not any(choice in ("strategy", "micro-tile", "blocking") for _, choice in choices)
+    rc = main(["evidence", "verify", str(mlp_bundle), "--jobs", "1"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.out + captured.err
