@@ -340,6 +340,8 @@ def _prepare(root: str, entries: list[dict]) -> list[_Prepared]:
     for o in entries:
         p = _Prepared(o["id"])
         out.append(p)
+        if o["kind"] in FORMULA_KINDS:
+            continue  # derived from its stage's IR (`_formula_claims`), not from its pair
         if not o.get("pair"):
             p.pair_error = "it has no pair"
             continue
@@ -352,6 +354,28 @@ def _prepare(root: str, entries: list[dict]) -> list[_Prepared]:
             p.claim = canonical_claim(_obligation(o, pair))
         except (IRError, ValueError, KeyError, AssertionError, z3_error()) as e:
             p.encode_error = f"its pair does not encode: {e}"
+    return out
+
+
+FORMULA_KINDS = ("coverage", "memory-safety")
+"""Claims the checker derives from a stage's IR: each scheduled kernel's nest and each planned
+function's arena. Their pair files say where the claim was made, for review only."""
+
+
+def _formula_claims(module: Module) -> dict[str, tuple[str, str]]:
+    """{query text: (kind, what)} for every scheduled kernel and planned function of `module`,
+    derived here from its IR."""
+    from gdv.validate.discharge import stable_smt2
+    from gdv.validate.schedules import coverage_text, formula_text, memory_violation
+
+    out: dict[str, tuple[str, str]] = {}
+    for fn in module.functions:
+        if "buffers" in fn.attrs:
+            text = stable_smt2(formula_text(memory_violation(fn)))
+            out.setdefault(text, ("memory-safety", f"the arena of @{fn.name}"))
+        for op in fn.ops:
+            if op.name == "kernel" and "tile" in op.attrs:
+                out.setdefault(stable_smt2(coverage_text(op.attrs)), ("coverage", f"%{op.result}"))
     return out
 
 
@@ -372,16 +396,45 @@ def _obligation(o: dict, pair):
     )
 
 
-def _encode(root: Path, manifest: dict, prepared: dict[str, _Prepared]) -> None:
+def _encode(root: Path, manifest: dict, prepared: dict[str, _Prepared], stages) -> None:
     """Each distinct claim encoded once (the query text is a function of the canonical claim,
     `gdv.validate.discharge.obligation_queries`), and every obligation's stored queries
-    compared with its claim's encoding."""
+    compared with its claim's encoding; a coverage or memory-safety claim's stored query must
+    be one the checker derives from the IR of the stage its pass produced."""
     from gdv.validate.discharge import obligation_queries
 
+    where = {s["pass"]: k for k, s in enumerate(manifest["stages"])}
+    derived: dict[int, dict[str, tuple[str, str]]] = {}
     encoded: dict[str, list[str] | str] = {}
     for o in manifest["obligations"]:
         p = prepared.get(o["id"])
         if p is None or p.encode_error:
+            continue
+        if o["kind"] in FORMULA_KINDS:
+            k = where.get(o["pass"])
+            if k is None:
+                p.encode_error = f"no stage was made by its pass {o['pass']!r}"
+                continue
+            if k not in derived:
+                derived[k] = _formula_claims(stages.module(k))
+            texts = [(root / q["file"]).read_text() for q in o["queries"]]
+            ours = derived[k]
+            if len(texts) == 1 and texts[0] not in ours:  # other lets (see `same_query`)?
+                texts = [
+                    next(
+                        (
+                            t
+                            for t, (kind, _) in ours.items()
+                            if kind == o["kind"] and same_query(texts[0], t)
+                        ),
+                        texts[0],
+                    )
+                ]
+            if len(texts) != 1 or ours.get(texts[0], ("",))[0] != o["kind"]:
+                p.mismatch = o["queries"][0]["file"] if o["queries"] else "(no query)"
+                continue
+            p.texts = texts
+            p.claim = f"gdv-obligation kind={o['kind']} theory={o['theory']}\n{texts[0]}"
             continue
         if p.claim not in encoded:
             try:
@@ -549,12 +602,11 @@ def _encoding(root: Path, manifest, stages, pairs, claims: list[_Claim], passed,
     the claims built during replay and the final stage's coverage and memory claims derived
     from its IR. Returns {canonical claim: (what, query texts)}, one entry per distinct
     claim."""
-    from gdv.validate.discharge import canonical_claim, obligation_queries, stable_smt2
-    from gdv.validate.schedules import coverage_text, formula_text, memory_violation
+    from gdv.validate.discharge import canonical_claim, obligation_queries
 
     distinct: dict[str, tuple[str, list[str]]] = {}
     stored = 0
-    _encode(root, manifest, pairs)
+    _encode(root, manifest, pairs, stages)
     for o in manifest["obligations"]:
         p = pairs.get(o["id"])
         if p is None:
@@ -569,21 +621,17 @@ def _encoding(root: Path, manifest, stages, pairs, claims: list[_Claim], passed,
         stored += len(p.texts)
         distinct.setdefault(p.claim, (o["id"], p.texts))
     for c in claims:
+        claim = canonical_claim(c.obligation)
+        if claim not in distinct:
+            distinct[claim] = (c.what, obligation_queries(c.obligation))
+    final = _formula_claims(stages.module(len(stages) - 1))
+    for text, (kind, what) in final.items():
+        # Keyed as `canonical_claim` keys a formula claim, so a proved obligation's twin is
+        # solved once.
         distinct.setdefault(
-            canonical_claim(c.obligation), (c.what, obligation_queries(c.obligation))
+            f"gdv-obligation kind={kind} theory=int\n{text}", (f"the {kind} of {what}", [text])
         )
-    final = stages.module(len(stages) - 1)
-    derived = 0
-    for fn in final.functions:
-        if "buffers" in fn.attrs:
-            derived += 1
-            text = stable_smt2(formula_text(memory_violation(fn)))
-            distinct.setdefault(text, (f"the arena of @{fn.name}", [text]))
-        for op in fn.ops:
-            if op.name == "kernel" and "tile" in op.attrs:
-                derived += 1
-                text = stable_smt2(coverage_text(op.attrs))
-                distinct.setdefault(text, (f"the nest of %{op.result}", [text]))
+    derived = len(final)
     passed(
         "encoding",
         f"{stored} stored quer(ies) equal the checker's own encoding of their pairs; "

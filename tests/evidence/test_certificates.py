@@ -186,8 +186,19 @@ def test_an_edited_plan_is_caught_by_replay_then_by_its_proof(tmp_path, capsys) 
     _write_certificate(bundle, stage, data)
     _save(bundle, m)
     rc, _, err = _verify(capsys, str(bundle))
+    assert rc == 1 and "not verified: encoding:" in err and "memory-safety" in err
+    # ... and its stored query rewritten to match: the claim itself is refuted.
+    from gdv.validate.discharge import stable_smt2
+    from gdv.validate.schedules import formula_text, memory_violation
+
+    (ob,) = [o for o in m["obligations"] if o["kind"] == "memory-safety"]
+    query = ob["queries"][0]
+    (bundle / query["file"]).write_text(stable_smt2(formula_text(memory_violation(main_fn))))
+    _rehash(bundle, query)
+    _save(bundle, m)
+    rc, _, err = _verify(capsys, str(bundle))
     assert rc == 1
-    assert "not verified: solvers: z3 finds the query of the arena of @main satisfiable" in err
+    assert "not verified: solvers: z3 finds the query of plan-memory/arena/memory-safety sat" in err
 
 
 def test_a_forged_stage_with_a_matching_pair_and_query_is_refuted(tmp_path, capsys) -> None:
