@@ -139,6 +139,7 @@ def verify_bundle(
             failed("schema", str(e))
         passed("schema", f"manifest.json follows schema {manifest['schema_version']}")
         stages = _files(root, manifest, passed, failed)
+        rerun = _Rerun(manifest, stages, jobs)
         _source(manifest, source, source_bytes, stages, passed, failed)
         _verdict(manifest, passed, failed)
         _theories(manifest, passed, failed)
@@ -149,8 +150,8 @@ def verify_bundle(
         queries = _encoding(root, manifest, stages, pairs, claims, passed, failed)
         use = tuple(s for s in SOLVERS if s in set(solvers) | set(policy.required_solvers))
         _resolve(queries, use, policy, timeout, jobs, passed, failed)
-        _conformance(manifest, stages, passed, failed)
-        _bounds(manifest, stages, passed, failed)
+        _conformance(manifest, rerun.conformance(), passed, failed)
+        _bounds(manifest, rerun.bounds(), passed, failed)
         _artifact(root, manifest, stages, passed, failed)
         violations = check_policy(policy, manifest)
         if violations:
@@ -158,6 +159,9 @@ def verify_bundle(
         passed("policy", f"every rule holds (policy from {policy.origin})")
     except _Failed:
         pass
+    finally:
+        if "rerun" in locals():
+            rerun.close()
     return report
 
 
@@ -680,13 +684,65 @@ def _solve_one(name: str, text: str, timeout: float):
     return solve(name, text, timeout)  # `solve` looked up in the worker (tests replace it)
 
 
-def _conformance(manifest: dict, stages, passed, failed) -> None:
+class _Rerun:
+    """Conformance and bounds, recomputed from stage 0 and the final stage's text in a worker
+    process while the proofs are checked (they need only those two files; their results are
+    used only once replay has shown the final stage is what the certificates make)."""
+
+    def __init__(self, manifest: dict, stages, jobs: int | None) -> None:
+        recorded = manifest["conformance"]
+        self.seeds = tuple(r["seed"] for r in recorded["results"]) or (0, 1, 2)
+        args = (
+            stages[0][2],
+            stages[0][3],
+            stages[-1][2],
+            stages[-1][3],
+            self.seeds,
+            all(s["theory"] == "fp" for s in manifest["stages"]),
+            manifest["target"]["name"],
+            bool(manifest["artifact"].get("fallbacks")),
+        )
+        self.pool = None
+        if (jobs or os.cpu_count() or 1) > 1:
+            import concurrent.futures
+            import multiprocessing
+
+            # Spawned, not forked: the conformance run executes the OpenMP C code, and libgomp
+            # hangs in a child forked from a process that has used it (a test run, the API).
+            self.pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn")
+            )
+            self.future = self.pool.submit(_rerun, *args)
+        else:
+            self.args = args
+        self.result: tuple[dict, dict] | None = None
+
+    def _get(self) -> tuple[dict, dict]:
+        if self.result is None:
+            self.result = self.future.result() if self.pool else _rerun(*self.args)
+        return self.result
+
+    def conformance(self) -> tuple[dict, tuple[int, ...]]:
+        return self._get()[0], self.seeds
+
+    def bounds(self) -> dict:
+        return self._get()[1]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _rerun(source: bytes, source_file, final: bytes, final_file, seeds, exact, target, fallback):
+    first = parse(source.decode(), source_file)
+    last = first if final == source else parse(final.decode(), final_file)
+    again = conformance(first, last, seeds, exact, target, fallback)
+    return again, error_bounds(first, target)
+
+
+def _conformance(manifest: dict, rerun: tuple[dict, tuple[int, ...]], passed, failed) -> None:
     recorded = manifest["conformance"]
-    seeds = tuple(r["seed"] for r in recorded["results"]) or (0, 1, 2)
-    exact = all(s["theory"] == "fp" for s in manifest["stages"])
-    target = manifest["target"]["name"]
-    fallback = bool(manifest["artifact"].get("fallbacks"))
-    again = conformance(stages.module(0), stages.module(-1), seeds, exact, target, fallback)
+    again, seeds = rerun
     if recorded["status"] == "disagree" or again["status"] == "disagree":
         failed("conformance", "the final stage and the source disagree on seeded inputs")
     if again != recorded:
@@ -694,8 +750,7 @@ def _conformance(manifest: dict, stages, passed, failed) -> None:
     passed("conformance", f"{again['status']} on seeds {list(seeds)}")
 
 
-def _bounds(manifest: dict, stages, passed, failed) -> None:
-    again = error_bounds(stages.module(0), manifest["target"]["name"])
+def _bounds(manifest: dict, again: dict, passed, failed) -> None:
     if again != manifest["bounds"]:
         failed("bounds", "the error bounds recomputed from stage 0 differ from the recorded")
     passed("bounds", f"{again['status']}, recomputed from stage 0")
