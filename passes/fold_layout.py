@@ -12,7 +12,12 @@ from gdv.passes.base import Pass, PassResult, Rewrite, Site, rewrite_module
 ELEMENTWISE_UNARY = frozenset(
     s.name for s in ops.by_family("elementwise") if s.min_operands == s.max_operands == 1
 ) - {"convert"}
-ELEMENTWISE_BINARY = frozenset(("add", "sub", "mul", "div", "max", "min", "pow"))
+ELEMENTWISE_BINARY = frozenset(
+    s.name
+    for s in ops.by_family("elementwise")
+    if s.min_operands == s.max_operands == 2 and not s.attr_names
+)
+"""Binary elementwise ops without attributes (`cmp`'s direction is left alone)."""
 
 
 def _identity_layout(site: Site) -> Rewrite | None:

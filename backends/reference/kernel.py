@@ -17,12 +17,14 @@ from gdv.backends.reference.registry import KERNELS, Context, kernel
 from gdv.ir.core import Function, Op
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.kernel import body_of
+from gdv.ir.ops.reduce import REDUCTIONS
 from gdv.ir.types import TensorType
 
 CHUNK_ELEMENTS = 1 << 22
 """About how many points of the space one body evaluation covers (bounds scratch memory)."""
 
-_FOLD = {"add": "reduce_sum", "max": "reduce_max", "min": "reduce_min"}
+_FOLD = {s.combiner.op: s.name for s in REDUCTIONS.specs()}
+"""The reduction whose fold a kernel's combiner is (the op traits, `OpSpec.combiner`)."""
 
 
 def _gather(x: np.ndarray, rows: list[list[int]], loop: list[np.ndarray], shape) -> np.ndarray:
