@@ -72,8 +72,13 @@ def pipeline(
         passes += [FastMath()]
     if level >= 2:
         passes += [FoldLayout()]
+    compiled = not target_info(target).interpreter
     if level == 1:
         passes += [LowerToKernels(), DedupeOperands()]
+        if compiled:
+            # The printer decides nothing: a compiled target's kernels get their schedule and
+            # products from passes at -O1 too (without fusion), as at -O2.
+            passes += [ScheduleKernels(vector_bytes=vector_bytes or VECTOR_BYTES)]
     if level >= 2:
         passes += [
             LowerToKernels(),
@@ -81,15 +86,16 @@ def pipeline(
             DedupeOperands(),
             ScheduleKernels(vector_bytes=vector_bytes or VECTOR_BYTES),
         ]
-        if not target_info(target).interpreter:
-            passes += [
-                SelectProducts(
-                    vector_bytes=vector_bytes or VECTOR_BYTES,
-                    vector_registers=vector_registers,
-                    cache_bytes=tuple(cache_bytes) if cache_bytes else SelectProducts.cache_bytes,
-                    blocking=tuple(blocking) if blocking else None,
-                )
-            ]
+    if level >= 1 and compiled:
+        passes += [
+            SelectProducts(
+                vector_bytes=vector_bytes or VECTOR_BYTES,
+                vector_registers=vector_registers,
+                cache_bytes=tuple(cache_bytes) if cache_bytes else SelectProducts.cache_bytes,
+                blocking=tuple(blocking) if blocking else None,
+            )
+        ]
+    if level >= 2:
         passes += [PlanMemory()]
     elif target_info(target).planned_memory:
         # The C target takes every intermediate from the planned arena: every C program has
