@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from gdv.ir.core import Function, Module, Op
 from gdv.ir.diagnostics import IRError
 from gdv.ir.printer import print_function, print_module
-from gdv.ir.verifier import verify_function
+from gdv.ir.verifier import verify, verify_function
 
 PLAN_ATTRS = frozenset({"arena_bytes", "buffers"})
 """Function attributes that only say where values live (plan-memory's arena), never what a
@@ -286,7 +286,7 @@ class _Replayer:
                 scope.add(o.result)
             elif s.current(o.result) != o:
                 raise self.fail(n, step, f"tgt op %{o.result} is neither emitted nor the program's")
-            else:
+            elif s.key[o.result] < k:  # emitted ops may read it: it is defined before them
                 scope.add(o.result)
         if repl not in emitted and (repl not in s.key or s.key[repl] >= k):
             raise self.fail(n, step, f"%{repl} is not defined before %{root}")
@@ -370,6 +370,10 @@ def replay(
     if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
         raise ReplayError(f"{pass_name}: the certificate's steps are not a list of steps")
     out = _Replayer(before, filename, pass_name, pairs).run(steps)
+    try:  # each step keeps the function well formed; this is the belt to those braces
+        verify(out.module)
+    except IRError as e:
+        raise ReplayError(f"{pass_name}: the replayed stage is not a valid module: {e}") from None
     if print_module(out.module).encode() != after_text:
         raise ReplayError(
             f"{pass_name}: replaying its {len(steps)} step(s) does not give the next stage "

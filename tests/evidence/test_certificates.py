@@ -397,3 +397,31 @@ def test_a_stored_query_may_differ_from_the_checkers_only_in_lets() -> None:
     assert not same_query(lets, other)
     assert not same_query(more, flat) and not same_query(flat, more)
     assert not same_query(decl, flat)
+
+
+def test_an_emitted_op_may_not_read_a_program_value_defined_later() -> None:
+    """A tgt op that is the program's own but comes after the root is no scope for the ops
+    the step places at the root's position (they would read it before it is computed)."""
+    before = """func @main(%x: f32[4], %y: f32[4]) -> f32[4] {
+  %a = add(%x, %y) : f32[4]
+  %c = mul(%x, %x) : f32[4]
+  %b = mul(%a, %c) : f32[4]
+  return %b
+}
+"""
+    pair = """func @src(%x: f32[4], %y: f32[4]) -> f32[4] {
+  %a = add(%x, %y) : f32[4]
+  return %a
+}
+func @tgt(%x: f32[4], %y: f32[4]) -> f32[4] {
+  %c = mul(%x, %x) : f32[4]
+  %a.1 = sub(%c, %c) : f32[4]
+  return %a.1
+}
+"""
+    after = before.replace("%a = add(%x, %y)", "%a.1 = sub(%c, %c)").replace(
+        "mul(%a, %c)", "mul(%a.1, %c)"
+    )
+    p = read_pair(pair, "pair")
+    with pytest.raises(ReplayError, match="reads %c too late"):
+        replay(parse(before), after.encode(), [STEP], "p", lambda i: p)
