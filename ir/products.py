@@ -12,9 +12,10 @@ batch dims B. Then
 The `select-products` pass (passes/select_products.py) records them as the kernel's schedule
 attributes, with the micro-tile, cache blocks and thread split of `micro_tile`, `blocking` and
 `split`, computed from the numbers of the target's capability descriptor (vector width and
-registers, cache sizes); the C printer follows the attributes. The sizes live here, beside the
-analysis, because the C printer still chooses them itself for the one product it builds on its
-own (conv2d) and reports them in its capability descriptor: the same numbers either way.
+registers, cache sizes); the C printer follows the attributes and builds no product of its
+own (a conv2d is one once `lower-to-kernels` has made it a `pad` and a contraction kernel; its
+leading image dim may then run as a batch dim, see `find`). The C target's capability
+descriptor reports the same sizes for its host (backends/c/simd.py).
 
 None of this changes a result: the roles only say which factor is packed by rows and which by
 columns; every output still folds its products in the order of `reduce`.

@@ -7,12 +7,18 @@ body is a new scalar function of the module:
     dot(a, b)               -> kernel over (batch, a free, b free, contract), body
                                convert(a) * convert(b) in acc, then a convert kernel to the
                                result dtype when acc differs
+    conv2d(x, w)            -> pad(x) with +0.0 (when padded), then a kernel over (N, O, OH,
+                               OW, C, KH, KW) reading the padded input at stride*o + dilation*k,
+                               body x * w, an add fold over (C, KH, KW): f32/f64, one group,
+                               at least CONV_MIN_MACS multiply-adds (smaller ones, other dtypes
+                               and grouped convs stay ops); select-products runs it as a product
 
 A splat constant (one value) becomes a kernel with no operands whose body is that value.
 Ops that are not affine in their indices (reshape, slice, concat, pad, take, iota, other
-constants, conv2d) stay ops at the loop stage. Each rewrite carries an exact (`fp`) equivalence
-obligation between the op and its kernels, with the new bodies in scope; the kernel's SMT
-meaning folds exactly as reduce_* and dot do, so these prove by congruence.
+constants, the conv2d not lowered) stay ops at the loop stage. Each rewrite carries an exact
+(`fp`) equivalence obligation between the op and its kernels (and a conv2d's pad), with the new
+bodies in scope; the kernel's SMT meaning folds exactly as reduce_*, dot and conv2d do, so
+these prove by congruence.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import itertools
 from dataclasses import dataclass, replace
 
 from gdv.ir.core import Function, Module, Op, Param
+from gdv.ir.dtypes import DType
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops import names_where
 from gdv.ir.ops.contract import dot_dims
@@ -28,6 +35,10 @@ from gdv.ir.ops.kernel import bodies_used
 from gdv.ir.ops.reduce import REDUCTIONS
 from gdv.ir.types import TensorType
 from gdv.passes.base import Names, Pass, PassResult, Step
+
+CONV_MIN_MACS = 1 << 12
+"""Smaller convolutions stay conv2d ops (their plain loop nest: a packed product would cost
+more than it saves)."""
 
 ELEMENTWISE = names_where(lambda s: s.body_legal and s.min_operands > 0)
 _COMBINER = {s.name: s.combiner.op for s in REDUCTIONS.specs()}
@@ -166,7 +177,72 @@ def lower_op(
         return op.name, [k]
     if op.name == "dot":
         return "dot", _lower_dot(op, ts, names, bodies, owner)
+    if op.name == "conv2d" and _conv_lowers(op, ts):
+        return "conv2d", _lower_conv2d(op, ts, names, bodies, owner)
     return None
+
+
+def _conv_lowers(op: Op, ts: list[TensorType]) -> bool:
+    """Whether a conv2d becomes a kernel: f32/f64 throughout, one group, not empty and at
+    least CONV_MIN_MACS multiply-adds."""
+    x, w = ts
+    dtype = op.type.dtype
+    if dtype not in (DType.F32, DType.F64) or x.dtype != dtype or w.dtype != dtype:
+        return False
+    if op.attrs["groups"] != 1 or op.type.num_elements == 0 or x.num_elements == 0:
+        return False
+    return op.type.num_elements * w.shape[1] * w.shape[2] * w.shape[3] >= CONV_MIN_MACS
+
+
+def _lower_conv2d(
+    op: Op, ts: list[TensorType], names: Names, bodies: Bodies, owner: str
+) -> list[Op]:
+    """pad (when padded) and the contraction kernel
+
+        r[n, o, y, x] = fold_add over (c, i, j) in row-major order of
+                        xp[n, c, y*sh + i*dh, x*sw + j*dw] * w[o, c, i, j]
+
+    xp being the input padded with +0.0, so padded positions take part as 0.0 * w, as in the
+    conv2d's meaning (IR_SPEC.md section 7)."""
+    x, w = ts
+    dtype = op.type.dtype
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    _, _, oh, ow = op.type.shape
+    (pt, pb), (pl, pr) = op.attrs["padding"]
+    sh, sw = op.attrs["stride"]
+    dh, dw = op.attrs["dilation"]
+    out: list[Op] = []
+    source = op.operands[0]
+    padded = x
+    if (pt, pb, pl, pr) != (0, 0, 0, 0):
+        padded = TensorType(dtype, (n, c, h + pt + pb, wd + pl + pr))
+        source = names.fresh(f"{op.result}.pad")
+        attrs = {"low": [0, 0, pt, pl], "high": [0, 0, pb, pr], "value": 0.0}
+        out.append(Op(source, "pad", [op.operands[0]], attrs, padded, op.loc))
+    # Loop dims: 0 n, 1 o, 2 y, 3 x | 4 c, 5 i, 6 j; a map row: coefficients, then the constant.
+    maps = [
+        [
+            [1, 0, 0, 0, 0, 0, 0, 0],
+            [0, 0, 0, 0, 1, 0, 0, 0],
+            [0, 0, sh, 0, 0, dh, 0, 0],
+            [0, 0, 0, sw, 0, 0, dw, 0],
+        ],
+        [
+            [0, 1, 0, 0, 0, 0, 0, 0],
+            [0, 0, 0, 0, 1, 0, 0, 0],
+            [0, 0, 0, 0, 0, 1, 0, 0],
+            [0, 0, 0, 0, 0, 0, 1, 0],
+        ],
+    ]
+    scalar = TensorType(dtype, ())
+    body = bodies.new(owner, [padded, w], [Op("p", "mul", ["a0", "a1"], {}, scalar)], "p")
+    space = [n, o, oh, ow, c, kh, kw]
+    k = _kernel(
+        op, op.result, [source, op.operands[1]], dtype, body, space, maps, [0, 1, 2, 3],
+        [4, 5, 6], "add",
+    )  # fmt: skip
+    return [*out, k]
 
 
 def _lower_dot(op: Op, ts: list[TensorType], names: Names, bodies: Bodies, owner: str) -> list[Op]:

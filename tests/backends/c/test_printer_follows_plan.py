@@ -22,12 +22,8 @@ from gdv.passes.pipelines import pipeline
 PRINTER = Path(c.__file__).parent
 IR_CONSTRUCTORS = {"Op", "Function", "Param", "Module"}
 ALLOWED_CONSTRUCTORS = {
-    # conv2d as a product: a transient kernel description handed to matmul.emit (a printer
-    # choice, recorded by `printer_choices`); never put into the module
-    ("conv.py", "Op"),
-    ("conv.py", "Function"),
-    ("conv.py", "Param"),
     # a combiner or product as a scalar C expression: `scalar()` takes an op
+    ("conv.py", "Op"),
     ("nest.py", "Op"),
     ("contract.py", "Op"),
 }
@@ -182,14 +178,17 @@ def test_what_the_printer_still_chooses_is_reported() -> None:
     assert not {(kernel.result, choice) for choice in PRODUCT_CHOICES} & kinds
     assert all(set(ch) == {"kernel", "op", "choice", "value", "why"} for ch in choices)
     assert c.lower_module(module).choices == choices
-    # conv2d as a product is still the printer's own: every choice of it is recorded.
-    conv = parse(
-        "func @main(%x: f32[2,3,32,32], %w: f32[16,3,3,3]) -> f32[2,16,30,30] {\n"
-        "  %y = conv2d(%x, %w) {stride = [1, 1], padding = [[0, 0], [0, 0]], "
-        "dilation = [1, 1], groups = 1} : f32[2,16,30,30]\n  return %y\n}\n"
+    # conv2d as a product is lower-to-kernels' and select-products' decision: the printer
+    # records none of its choices (nor a scratch buffer) any more.
+    conv = _compiled(
+        "func @main(%x: f32[2,3,32,32], %w: f32[16,3,3,3]) -> f32[2,16,32,32] {\n"
+        "  %y = conv2d(%x, %w) {stride = [1, 1], padding = [[1, 1], [1, 1]], "
+        "dilation = [1, 1], groups = 1} : f32[2,16,32,32]\n  return %y\n}\n"
     )
+    assert _product(conv).attrs["strategy"] == "product"
     kinds = {(ch["kernel"], ch["choice"]) for ch in c.printer_choices(conv)}
-    assert {("y", choice) for choice in PRODUCT_CHOICES} <= kinds
+    assert not {(k, choice) for k in ("y", "y.pad") for choice in PRODUCT_CHOICES} & kinds
+    assert not any(choice == "scratch-buffer" for _, choice in kinds)
 
 
 def test_the_product_attributes_are_followed() -> None:
