@@ -425,3 +425,24 @@ func @tgt(%x: f32[4], %y: f32[4]) -> f32[4] {
     p = read_pair(pair, "pair")
     with pytest.raises(ReplayError, match="reads %c too late"):
         replay(parse(before), after.encode(), [STEP], "p", lambda i: p)
+
+
+def test_the_encoding_does_not_depend_on_what_the_process_built_before() -> None:
+    """Sums of index atoms are ordered by a structural key, not by Z3 term ids: ids follow
+    what the process created before (a long test run, a notebook), and a sum ordered by them
+    printed differently in the compile and in the checker, failing `encoding`."""
+    script = (
+        "import sys, z3\n"
+        "from gdv.validate.semantics.index import Idx\n"
+        "first, second = sys.argv[1:]\n"
+        "made = {n: z3.Int(n) for n in (first, second)}\n"
+        "i = Idx.var(made['idx!3'], 0, 7) + Idx.var(made['k!0'], 0, 2) * 2\n"
+        "print(i.to_z3().sexpr())\n"
+    )
+    texts = {
+        subprocess.run(
+            [sys.executable, "-c", script, *names], check=True, capture_output=True, text=True
+        ).stdout
+        for names in (("idx!3", "k!0"), ("k!0", "idx!3"))
+    }
+    assert len(texts) == 1, texts

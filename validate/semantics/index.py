@@ -9,6 +9,7 @@ two lambda bodies equal through bit-blasted float arithmetic, which it often can
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import z3
@@ -36,6 +37,14 @@ class Atom:
         static simplifications (`in_range`, `floordiv`, concat's choice of operand) depend on the
         range. A key of the term alone let a fold of extent 4 answer one of extent 8."""
         return (self.term.get_id(), self.lo, self.hi)
+
+    @functools.cached_property
+    def order(self) -> tuple[int, int, int, str]:
+        """Where the atom goes in a sum: by a structural key (Z3's AST hash, which is the same
+        in every process, then the range and the term's text), never by term id. Ids depend on
+        what the process built before, so a sum ordered by them printed differently in a
+        compile and in the checker (issue 15)."""
+        return (self.term.hash(), self.lo, self.hi, self.term.sexpr())
 
 
 @dataclass(frozen=True)
@@ -186,7 +195,7 @@ class Idx:
 
 
 def _sorted(terms) -> tuple[tuple[Atom, int], ...]:
-    return tuple(sorted(((a, c) for a, c in terms if c), key=lambda t: t[0].key))
+    return tuple(sorted(((a, c) for a, c in terms if c), key=lambda t: t[0].order))
 
 
 def linearize(idx: tuple[Idx, ...], shape: tuple[int, ...]) -> Idx:
