@@ -490,9 +490,8 @@ def capabilities(measure: bool = True, refresh: bool = False) -> dict:
                 ],
                 "vector_bytes": vectors["vector_bytes"],
                 "printer_choices": "gdv.backends.c.printer_choices(module): what the printer "
-                "still chooses itself (conv2d as a product with its sizes and padded scratch "
-                "buffer, factors read in place, loop forms, widths of unscheduled ops), each "
-                "with its reason",
+                "still chooses itself (factors read in place, loop forms, widths of "
+                "unscheduled ops), each with its reason",
             },
             "kernels": {
                 "contraction": "a kernel with strategy = product (select-products: a fold of "
