@@ -80,6 +80,36 @@ class Step:
         return out
 
 
+def rescheduled(function: str, position: int, op: Op) -> Step:
+    """The step that gives the op at `position` of `function` the attributes `op` has, and
+    nothing else (a schedule): the checker builds and proves its pair itself."""
+    return Step("rewrite", function, position, op.result, op.result, [op.result], attrs=op.attrs)
+
+
+def fresh_function(prefix: str, taken: set[str]) -> str:
+    """`prefix0`, `prefix1`, ...: the first not in `taken`, which it joins."""
+    name = next(f"{prefix}{n}" for n in range(len(taken) + 1) if f"{prefix}{n}" not in taken)
+    taken.add(name)
+    return name
+
+
+def drop_unused_bodies(
+    module: Module, functions: dict[str, Function], taken: set[str], steps: list[Step]
+) -> list[Function]:
+    """`functions` (the module's, rewritten, and the bodies a pass added to `taken`) without
+    the bodies no kernel calls any more; the `drop-functions` step goes to `steps`."""
+    from gdv.ir.ops.kernel import bodies_used
+
+    used_after = bodies_used(functions.values())
+    bodies = bodies_used(module.functions) | (taken - {f.name for f in module.functions})
+    kept = [f for f in functions.values() if f.name not in bodies or f.name in used_after]
+    names = {f.name for f in kept}
+    dropped = [name for name in functions if name not in names]
+    if dropped:
+        steps.append(Step("drop-functions", functions=dropped))
+    return kept
+
+
 @dataclass
 class PassResult:
     module: Module

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from gdv.ir.core import Function, Module, Op
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import bodies_used
-from gdv.passes.base import Pass, PassResult, Step
+from gdv.passes.base import Pass, PassResult, Step, drop_unused_bodies, fresh_function
 from gdv.passes.lower_to_kernels import rewrite_obligation
 
 
@@ -75,11 +75,7 @@ class DedupeOperands(Pass):
                 if not same:
                     continue
                 old_body = functions[op.attrs["body"]]
-                n = 0
-                while f"{fn.name}.u{n}" in taken:
-                    n += 1
-                name = f"{fn.name}.u{n}"
-                taken.add(name)
+                name = fresh_function(f"{fn.name}.u", taken)
                 body = deduped_body(name, old_body, keep, same)
                 functions[name] = body
                 locs = op.operand_locs
@@ -110,11 +106,5 @@ class DedupeOperands(Pass):
                     )
                 )
             functions[fn.name] = replace(fn, ops=ops)
-        used_after = bodies_used(functions.values())
-        bodies = used_before | (taken - {f.name for f in module.functions})
-        kept = [f for f in functions.values() if f.name not in bodies or f.name in used_after]
-        names = {f.name for f in kept}
-        dropped = [name for name in functions if name not in names]
-        if dropped:
-            steps.append(Step("drop-functions", functions=dropped))
+        kept = drop_unused_bodies(module, functions, taken, steps)
         return PassResult(Module(kept, module.filename), obligations, bool(obligations), steps)

@@ -25,7 +25,7 @@ from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.elementwise import TRANSCENDENTAL
 from gdv.ir.ops.kernel import bodies_used
-from gdv.passes.base import Pass, PassResult, Step
+from gdv.passes.base import Pass, PassResult, Step, drop_unused_bodies, fresh_function
 from gdv.passes.lower_to_kernels import rewrite_obligation
 
 
@@ -132,13 +132,7 @@ class FuseKernels(Pass):
             while found := self._fuse_one(fn, ops, functions, taken, len(obligations), steps):
                 obligations.append(found)
             functions[fn.name] = replace(fn, ops=ops)
-        used_after = bodies_used(functions.values())
-        bodies = used_before | (taken - {f.name for f in module.functions})
-        kept = [f for f in functions.values() if f.name not in bodies or f.name in used_after]
-        names = {f.name for f in kept}
-        dropped = [name for name in functions if name not in names]
-        if dropped:
-            steps.append(Step("drop-functions", functions=dropped))
+        kept = drop_unused_bodies(module, functions, taken, steps)
         return PassResult(Module(kept, module.filename), obligations, bool(obligations), steps)
 
     def _fuse_one(
@@ -171,12 +165,7 @@ class FuseKernels(Pass):
                 c_body, p_body = functions[c.attrs["body"]], functions[p.attrs["body"]]
                 if len(c_body.ops) + len(p_body.ops) > MAX_BODY_OPS:
                     continue
-                name = next(
-                    f"{fn.name}.f{n}"
-                    for n in range(len(taken) + 1)
-                    if f"{fn.name}.f{n}" not in taken
-                )
-                taken.add(name)
+                name = fresh_function(f"{fn.name}.f", taken)
                 body = fuse_bodies(name, c_body, k, p_body)
                 functions[name] = body
                 inner = c.attrs["maps"][k]

@@ -127,6 +127,4 @@ class PlanMemory(Pass):
             obligations.append(memory_obligation(self.name, fn, buffers, arena, len(obligations)))
             steps.append(Step("attrs", fn.name, attrs=attrs))
             functions.append(replace(fn, attrs=attrs))
-        return PassResult(
-            Module(functions, module.filename), obligations, bool(obligations), steps
-        )
+        return PassResult(Module(functions, module.filename), obligations, bool(obligations), steps)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import bodies_used
-from gdv.passes.base import Pass, PassResult, Step
+from gdv.passes.base import Pass, PassResult, Step, rescheduled
 
 VECTOR_BYTES = 32
 """The default vector register width the lane count is chosen for (AVX2-sized); a target's
@@ -82,6 +82,24 @@ def split_accumulators(op: Op, accumulators: int) -> int:
     return accumulators if op.attrs["space"][red[0]] % accumulators == 0 else 1
 
 
+def coverage_obligation(
+    pass_name: str, rule: str, index: int, op: Op, types: dict, module: Module, claim: str
+) -> Obligation:
+    """The `coverage` claim of scheduled kernel `op` (its formula is derived from the op's
+    attributes by `gdv.validate.schedules`, never written here)."""
+    body = module.function(op.attrs["body"])
+    return Obligation(
+        id=f"{pass_name}/{rule}/coverage" + (f"#{index}" if index else ""),
+        kind="coverage",
+        theory="int",
+        src=kernel_function(op, types),
+        tgt=kernel_function(op, types),
+        claim=claim,
+        loc=op.loc,
+        functions=[body] if body is not None else [],
+    )
+
+
 def split_obligation(
     pass_name: str, before: Op, after: Op, types: dict, body: Function | None, index: int
 ) -> Obligation:
@@ -131,22 +149,21 @@ class ScheduleKernels(Pass):
                 attrs["accumulators"] = blocks = split_accumulators(op, self.accumulators)
                 new = Op(op.result, op.name, list(op.operands), attrs, op.type, op.loc)
                 ops.append(new)
-                where = kernel_function(new, types)
                 body = module.function(new.attrs["body"])
-                # The step's pair is the split claim, or (schedule only) built by the checker.
-                cited = len(obligations) if blocks > 1 else None
-                steps.append(
-                    Step(
-                        "rewrite",
-                        fn.name,
-                        len(ops) - 1,
-                        op.result,
-                        op.result,
-                        [op.result],
-                        cited,
-                        attrs=None if cited is not None else new.attrs,
+                if blocks > 1:  # the step cites the split claim, whose pair is its own
+                    steps.append(
+                        Step(
+                            "rewrite",
+                            fn.name,
+                            len(ops) - 1,
+                            op.result,
+                            op.result,
+                            [op.result],
+                            len(obligations),
+                        )
                     )
-                )
+                else:  # schedule only: the checker builds the pair
+                    steps.append(rescheduled(fn.name, len(ops) - 1, new))
                 if blocks > 1:
                     splits += 1
                     obligations.append(
@@ -154,20 +171,13 @@ class ScheduleKernels(Pass):
                     )
                 else:
                     assert keeps_reduction_order(new.attrs), new.attrs
-                index = covers
-                covers += 1
-                obligations.append(
-                    Obligation(
-                        id=f"{self.name}/tile-nest/coverage" + (f"#{index}" if index else ""),
-                        kind="coverage",
-                        theory="int",
-                        src=where,
-                        tgt=where,
-                        claim=f"the tiled nest of %{op.result} visits each of its "
-                        f"{new.attrs['space']} points exactly once",
-                        loc=op.loc,
-                        functions=[body] if body is not None else [],
-                    )
+                claim = (
+                    f"the tiled nest of %{op.result} visits each of its {new.attrs['space']} "
+                    "points exactly once"
                 )
+                obligations.append(
+                    coverage_obligation(self.name, "tile-nest", covers, new, types, module, claim)
+                )
+                covers += 1
             functions.append(replace(fn, ops=ops))
         return PassResult(Module(functions, module.filename), obligations, bool(obligations), steps)

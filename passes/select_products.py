@@ -27,8 +27,8 @@ from gdv.ir import products
 from gdv.ir.core import Module, Op
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import bodies_used
-from gdv.passes.base import Pass, PassResult, Step
-from gdv.passes.schedule_kernels import VECTOR_BYTES, kernel_function
+from gdv.passes.base import Pass, PassResult, Step, rescheduled
+from gdv.passes.schedule_kernels import VECTOR_BYTES, coverage_obligation
 
 
 def registers_for(vector_bytes: int) -> int:
@@ -93,35 +93,17 @@ class SelectProducts(Pass):
                 new = Op(op.result, op.name, list(op.operands), attrs, op.type, op.loc)
                 new.name_loc = op.name_loc
                 ops.append(new)
-                steps.append(
-                    Step(
-                        "rewrite",
-                        fn.name,
-                        len(ops) - 1,
-                        op.result,
-                        op.result,
-                        [op.result],
-                        None,
-                        attrs=new.attrs,
-                    )
-                )
-                index = len(obligations)
-                where = kernel_function(new, types)
-                body = module.function(new.attrs["body"])
+                steps.append(rescheduled(fn.name, len(ops) - 1, new))
                 mr, nr = attrs["micro"]
                 mc, kc, nc = attrs["blocks"]
+                claim = (
+                    f"the {mr}x{nr} product nest of %{op.result} in blocks [{mc}, {kc}, {nc}] "
+                    f"visits each of its {attrs['space']} points exactly once, the reduced "
+                    "positions in increasing order"
+                )
                 obligations.append(
-                    Obligation(
-                        id=f"{self.name}/product-nest/coverage" + (f"#{index}" if index else ""),
-                        kind="coverage",
-                        theory="int",
-                        src=where,
-                        tgt=where,
-                        claim=f"the {mr}x{nr} product nest of %{op.result} in blocks "
-                        f"[{mc}, {kc}, {nc}] visits each of its {attrs['space']} points exactly "
-                        "once, the reduced positions in increasing order",
-                        loc=op.loc,
-                        functions=[body] if body is not None else [],
+                    coverage_obligation(
+                        self.name, "product-nest", len(obligations), new, types, module, claim
                     )
                 )
             functions.append(replace(fn, ops=ops))
