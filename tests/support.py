@@ -94,3 +94,35 @@ def array_of(dtype: DType, shape: tuple[int, ...]) -> st.SearchStrategy:
 def ir_type(dtype: DType, shape: tuple[int, ...]) -> str:
     """The IR's spelling of a tensor type, e.g. `f32[2,3]`."""
     return f"{dtype}[{','.join(map(str, shape))}]"
+
+
+# --- evidence bundles, for the tests that tamper with them -------------------------------
+
+
+def verify_cli(capsys, *args) -> tuple[int, str, str]:
+    """`gdv evidence verify ARGS`: exit status, stdout, stderr."""
+    from gdv.cli import main
+
+    rc = main(["evidence", "verify", *map(str, args)])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def manifest_of(bundle: Path) -> dict:
+    import json
+
+    return json.loads((bundle / "manifest.json").read_text())
+
+
+def save_manifest(bundle: Path, manifest: dict) -> None:
+    """Write `manifest` back as the writer does (canonical JSON); no hash covers it."""
+    import json
+
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def rehash(bundle: Path, entry: dict) -> None:
+    """Fix the recorded sha256 of a file entry `{file, sha256}` after editing the file."""
+    import hashlib
+
+    entry["sha256"] = hashlib.sha256((bundle / entry["file"]).read_bytes()).hexdigest()

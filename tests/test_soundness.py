@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import rehash as _rehash
+from support import save_manifest as _save_manifest
 
 from gdv.cli import main
 
@@ -463,16 +465,6 @@ def _copy_bundle(src: Path, tmp_path: Path) -> tuple[Path, dict]:
 
     ev = Path(shutil.copytree(src, tmp_path / "ev"))
     return ev, json.loads((ev / "manifest.json").read_text())
-
-
-def _save_manifest(ev: Path, manifest: dict) -> None:
-    (ev / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-
-
-def _rehash(ev: Path, entry: dict) -> None:
-    import hashlib
-
-    entry["sha256"] = hashlib.sha256((ev / entry["file"]).read_bytes()).hexdigest()
 
 
 def test_every_query_replaced_by_false_fails(mlp_bundle, tmp_path, capsys) -> None:

@@ -12,35 +12,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import manifest_of, rehash, save_manifest, verify_cli
 
 from gdv.api import parse
 from gdv.cli import main
 from gdv.driver import CompileOptions, compile_module, write_evidence
-from gdv.evidence.bundle import sha256
 from gdv.evidence.replay import ReplayError, read_pair, replay
 from gdv.ir.obligation import Obligation
 from gdv.ir.printer import print_module
 from gdv.validate.discharge import obligation_queries
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _verify(capsys, *args: str) -> tuple[int, str, str]:
-    rc = main(["evidence", "verify", *args])
-    captured = capsys.readouterr()
-    return rc, captured.out, captured.err
-
-
-def _manifest(bundle: Path) -> dict:
-    return json.loads((bundle / "manifest.json").read_text())
-
-
-def _save(bundle: Path, m: dict) -> None:
-    (bundle / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
-
-
-def _rehash(bundle: Path, entry: dict) -> None:
-    entry["sha256"] = sha256((bundle / entry["file"]).read_bytes())
+_verify, _manifest, _save, _rehash = verify_cli, manifest_of, save_manifest, rehash
 
 
 def _certificate(bundle: Path, m: dict, pass_name: str) -> tuple[dict, dict]:

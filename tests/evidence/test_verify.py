@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from support import WrongPass
+from support import WrongPass, manifest_of, save_manifest, verify_cli
 
 from gdv.cli import main
 from gdv.driver import CompileOptions, compile_module, write_evidence
@@ -15,22 +14,9 @@ from gdv.evidence.solvers import for_cvc5, solve
 from gdv.passes import pipelines
 from gdv.passes.base import Pass
 
+_verify, _manifest, _save = verify_cli, manifest_of, save_manifest
 TRIVIALLY_UNSAT = "(set-logic ALL)\n(assert false)\n(check-sat)\n"
 SAT = "(set-logic ALL)\n(declare-fun a () Int)\n(assert (> a 0))\n(check-sat)\n"
-
-
-def _verify(capsys, *args: str) -> tuple[int, str, str]:
-    rc = main(["evidence", "verify", *args])
-    captured = capsys.readouterr()
-    return rc, captured.out, captured.err
-
-
-def _manifest(bundle: Path) -> dict:
-    return json.loads((bundle / "manifest.json").read_text())
-
-
-def _save(bundle: Path, m: dict) -> None:
-    (bundle / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
 
 
 def test_a_good_bundle_verifies_with_both_solvers(pristine, small_source, capsys) -> None:
