@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from gdv.ir.core import Function, Module, Op
+from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError
 from gdv.ir.printer import print_function, print_module
 from gdv.ir.verifier import verify, verify_function
@@ -355,8 +355,6 @@ class _Replayer:
 
 
 def _reads(ops: list[Op], s: _State) -> list:
-    from gdv.ir.core import Param
-
     names = list(dict.fromkeys(v for o in ops for v in o.operands))
     return [Param(v, s.types[v]) for v in names]
 

@@ -39,6 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import z3
+
 from gdv.api import parse
 from gdv.evidence.bundle import (
     EvidenceError,
@@ -316,8 +318,6 @@ class _Claim:
 
     what: str
     obligation: object
-    stored: list[str] | None = None
-    """The stored queries' files, for claims that came from the bundle."""
 
 
 @dataclass
@@ -356,7 +356,7 @@ def _prepare(root: str, entries: list[dict]) -> list[_Prepared]:
             continue
         try:
             p.claim = canonical_claim(_obligation(o, pair))
-        except (IRError, ValueError, KeyError, AssertionError, z3_error()) as e:
+        except (IRError, ValueError, KeyError, AssertionError, z3.Z3Exception) as e:
             p.encode_error = f"its pair does not encode: {e}"
     return out
 
@@ -443,7 +443,7 @@ def _encode(root: Path, manifest: dict, prepared: dict[str, _Prepared], stages) 
         if p.claim not in encoded:
             try:
                 encoded[p.claim] = obligation_queries(_obligation(o, p.pair))
-            except (IRError, ValueError, KeyError, AssertionError, z3_error()) as e:
+            except (IRError, ValueError, KeyError, AssertionError, z3.Z3Exception) as e:
                 encoded[p.claim] = f"its pair does not encode: {e}"
         texts = encoded[p.claim]
         if isinstance(texts, str):
@@ -468,8 +468,6 @@ def same_query(stored: str, own: str) -> bool:
     terms, so `eq` is structural identity, never mere equivalence."""
     if stored == own:
         return True
-    import z3
-
     strip = [ln for ln in stored.splitlines() if not ln.startswith(("(set-", "(check-sat"))]
     mine = [ln for ln in own.splitlines() if not ln.startswith(("(set-", "(check-sat"))]
     if [ln for ln in strip if ln.startswith("(declare")] != [
@@ -481,12 +479,6 @@ def same_query(stored: str, own: str) -> bool:
     except z3.Z3Exception:
         return False
     return len(a) == len(b) and all(x.eq(y) for x, y in zip(a, b, strict=True))
-
-
-def z3_error() -> type:
-    import z3
-
-    return z3.Z3Exception
 
 
 def _pairs(root: Path, manifest: dict, jobs: int | None, failed) -> dict[str, _Prepared]:
