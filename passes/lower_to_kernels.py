@@ -7,11 +7,15 @@ body is a new scalar function of the module:
     dot(a, b)               -> kernel over (batch, a free, b free, contract), body
                                convert(a) * convert(b) in acc, then a convert kernel to the
                                result dtype when acc differs
-    conv2d(x, w)            -> pad(x) with +0.0 (when padded), then a kernel over (N, O, OH,
-                               OW, C, KH, KW) reading the padded input at stride*o + dilation*k,
-                               body x * w, an add fold over (C, KH, KW): f32/f64, one group,
-                               at least CONV_MIN_MACS multiply-adds (smaller ones, other dtypes
-                               and grouped convs stay ops); select-products runs it as a product
+    conv2d(x, w)            -> pad(x) with zeros (when padded), then a kernel over (N, O, OH,
+                               OW, Cg, KH, KW) reading the padded input at channel Cg*o + c
+                               (depthwise) or c (one group), position stride*o + dilation*k,
+                               body x * w, an add fold over (Cg, KH, KW). f32/f64 with one
+                               group, at least CONV_MIN_MACS multiply-adds: select-products
+                               runs it as a product; depthwise (one output channel per group)
+                               and integer or 16-bit convs: a nest folding adjacent outputs in
+                               vector lanes. Smaller float convs and groups of several output
+                               channels stay ops.
 
 A splat constant (one value) becomes a kernel with no operands whose body is that value.
 Ops that are not affine in their indices (reshape, slice, concat, pad, take, iota, other
@@ -39,6 +43,14 @@ from gdv.passes.base import Names, Pass, PassResult, Step
 CONV_MIN_MACS = 1 << 12
 """Smaller convolutions stay conv2d ops (their plain loop nest: a packed product would cost
 more than it saves)."""
+
+GROUPS_WITH_CHANNELS = False
+"""Whether a conv2d with G > 1 groups of Og > 1 output channels is lowered (to a kernel over
+[N, G, Og, OH, OW] and a reshape). Off: its equivalence obligation comes back unknown, because
+the SMT index forms (gdv.validate.semantics.index.delinearize) divide the reshape's flat index
+by Og*OH*OW at once, giving a quotient atom over (o, y, x) that does not cancel against the
+conv2d's o div Og; dividing step by step (floor(floor(f / a) / b) = floor(f / (a b))) proves
+it in 0.1 s. Such convs keep the op until that change."""
 
 ELEMENTWISE = names_where(lambda s: s.body_legal and s.min_operands > 0)
 _COMBINER = {s.name: s.combiner.op for s in REDUCTIONS.specs()}
@@ -183,32 +195,46 @@ def lower_op(
 
 
 def _conv_lowers(op: Op, ts: list[TensorType]) -> bool:
-    """Whether a conv2d becomes a kernel: f32/f64 throughout, one group, not empty and at
-    least CONV_MIN_MACS multiply-adds."""
+    """Whether a conv2d becomes a kernel. Not when empty, of i1 values, or grouped with more
+    than one output channel per group (see `GROUPS_WITH_CHANNELS`). A kernel that
+    select-products will run as a product (f32/f64 with one group) needs at least
+    CONV_MIN_MACS multiply-adds; the others (depthwise: one output channel per group; integer
+    and 16-bit float dtypes) run as a reduction nest folding a block of adjacent outputs in
+    vector lanes, which beats the conv2d op's scalar nest at every size."""
     x, w = ts
     dtype = op.type.dtype
-    if dtype not in (DType.F32, DType.F64) or x.dtype != dtype or w.dtype != dtype:
+    if dtype.is_bool or x.dtype != dtype or w.dtype != dtype:
         return False
-    if op.attrs["groups"] != 1 or op.type.num_elements == 0 or x.num_elements == 0:
+    if op.type.num_elements == 0 or x.num_elements == 0:
         return False
+    groups = op.attrs["groups"]
+    if groups > 1 and w.shape[0] != groups and not GROUPS_WITH_CHANNELS:
+        return False
+    if (groups > 1 and w.shape[0] == groups) or dtype not in (DType.F32, DType.F64):
+        return True
     return op.type.num_elements * w.shape[1] * w.shape[2] * w.shape[3] >= CONV_MIN_MACS
 
 
 def _lower_conv2d(
     op: Op, ts: list[TensorType], names: Names, bodies: Bodies, owner: str
 ) -> list[Op]:
-    """pad (when padded) and the contraction kernel
+    """pad (when padded) and the contraction kernel; with G > 1 groups of Og > 1 output
+    channels, over a result [N, G, Og, OH, OW] that a reshape makes [N, O, OH, OW]:
 
-        r[n, o, y, x] = fold_add over (c, i, j) in row-major order of
-                        xp[n, c, y*sh + i*dh, x*sw + j*dw] * w[o, c, i, j]
+        r[n, g, m, y, x] = fold_add over (c, i, j) in row-major order of
+                           xp[n, Cg*g + c, y*sh + i*dh, x*sw + j*dw] * w[Og*g + m, c, i, j]
 
     xp being the input padded with +0.0, so padded positions take part as 0.0 * w, as in the
-    conv2d's meaning (IR_SPEC.md section 7)."""
+    conv2d's meaning (IR_SPEC.md section 7); output channel o = Og*g + m is in group g, whose
+    input channels are Cg*g .. Cg*g + Cg - 1. One group (g = 0) or one output channel per group
+    (m = 0, o = g: depthwise) drop that loop dim, so the kernel's result is the conv2d's."""
     x, w = ts
     dtype = op.type.dtype
     n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
+    o, cg, kh, kw = w.shape
     _, _, oh, ow = op.type.shape
+    groups = op.attrs["groups"]
+    og = o // groups
     (pt, pb), (pl, pr) = op.attrs["padding"]
     sh, sw = op.attrs["stride"]
     dh, dw = op.attrs["dilation"]
@@ -218,31 +244,35 @@ def _lower_conv2d(
     if (pt, pb, pl, pr) != (0, 0, 0, 0):
         padded = TensorType(dtype, (n, c, h + pt + pb, wd + pl + pr))
         source = names.fresh(f"{op.result}.pad")
-        attrs = {"low": [0, 0, pt, pl], "high": [0, 0, pb, pr], "value": 0.0}
+        zero = 0.0 if dtype.is_float else 0
+        attrs = {"low": [0, 0, pt, pl], "high": [0, 0, pb, pr], "value": zero}
         out.append(Op(source, "pad", [op.operands[0]], attrs, padded, op.loc))
-    # Loop dims: 0 n, 1 o, 2 y, 3 x | 4 c, 5 i, 6 j; a map row: coefficients, then the constant.
-    maps = [
-        [
-            [1, 0, 0, 0, 0, 0, 0, 0],
-            [0, 0, 0, 0, 1, 0, 0, 0],
-            [0, 0, sh, 0, 0, dh, 0, 0],
-            [0, 0, 0, sw, 0, 0, dw, 0],
-        ],
-        [
-            [0, 1, 0, 0, 0, 0, 0, 0],
-            [0, 0, 0, 0, 1, 0, 0, 0],
-            [0, 0, 0, 0, 0, 1, 0, 0],
-            [0, 0, 0, 0, 0, 0, 1, 0],
-        ],
-    ]
+    split = groups > 1 and og > 1
+    # Loop dims: n, (g,) o-or-m, y, x | c, i, j; a map row: coefficients, then the constant.
+    lead = [n, groups, og] if split else [n, o]
+    space = [*lead, oh, ow, cg, kh, kw]
+    nd = len(space)
+    y, xx, cc, i, j = nd - 5, nd - 4, nd - 3, nd - 2, nd - 1
+
+    def row(terms: dict[int, int]) -> list[int]:
+        return [terms.get(d, 0) for d in range(nd)] + [0]
+
+    # the input channel: Cg*g + c (g the group dim, or the output channel when depthwise)
+    group_dim = 1 if groups > 1 else None
+    channel = {cc: 1} | ({group_dim: cg} if group_dim is not None else {})
+    x_map = [row({0: 1}), row(channel), row({y: sh, i: dh}), row({xx: sw, j: dw})]
+    w_out = {1: og, 2: 1} if split else {1: 1}
+    w_map = [row(w_out), row({cc: 1}), row({i: 1}), row({j: 1})]
     scalar = TensorType(dtype, ())
     body = bodies.new(owner, [padded, w], [Op("p", "mul", ["a0", "a1"], {}, scalar)], "p")
-    space = [n, o, oh, ow, c, kh, kw]
+    result = names.fresh(f"{op.result}.groups") if split else op.result
     k = _kernel(
-        op, op.result, [source, op.operands[1]], dtype, body, space, maps, [0, 1, 2, 3],
-        [4, 5, 6], "add",
+        op, result, [source, op.operands[1]], dtype, body, space, [x_map, w_map],
+        list(range(nd - 3)), [cc, i, j], "add",
     )  # fmt: skip
-    return [*out, k]
+    if not split:
+        return [*out, k]
+    return [*out, k, Op(op.result, "reshape", [result], {}, op.type, op.loc)]
 
 
 def _lower_dot(op: Op, ts: list[TensorType], names: Names, bodies: Bodies, owner: str) -> list[Op]:
