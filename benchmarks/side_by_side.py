@@ -436,6 +436,213 @@ QUICK = {
 }
 
 
+# --- convolution workloads (issue 16, part 2) --------------------------------------------------
+
+
+def _np_conv(x, w, stride: int = 1, pad: int = 0, groups: int = 1):
+    """conv2d in numpy (NCHW, OIHW), for the conv workloads' output check."""
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    kh, kw = w.shape[2:]
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
+    win = win[:, :, ::stride, ::stride]
+    n, c, oh, ow = win.shape[:4]
+    og, cg = w.shape[0] // groups, c // groups
+    win = win.reshape(n, groups, cg, oh, ow, kh, kw)
+    wg = w.reshape(groups, og, cg, kh, kw)
+    out = np.einsum("ngchwkl,gockl->ngohw", win, wg, optimize=True)
+    return out.reshape(n, groups * og, oh, ow)
+
+
+def _conv_ir(out: str, x: str, w: str, shape: tuple, stride: int, pad: int, groups: int) -> str:
+    return (
+        f"  %{out} = conv2d(%{x}, %{w}) {{stride = [{stride}, {stride}], padding = [[{pad}, "
+        f"{pad}], [{pad}, {pad}]], dilation = [1, 1], groups = {groups}}} : {_ty(shape)}\n"
+    )
+
+
+def _bias_ir(out: str, x: str, b: str, shape: tuple) -> str:
+    return (
+        f"  %{out}.b = broadcast(%{b}) {{dims = [1]}} : {_ty(shape)}\n"
+        f"  %{out} = add(%{x}, %{out}.b) : {_ty(shape)}\n"
+    )
+
+
+def _relu6_ir(out: str, x: str, shape: tuple) -> str:
+    return (
+        f"  %{out}.z = constant() {{value = 0.0}} : {_ty(shape)}\n"
+        f"  %{out}.s = constant() {{value = 6.0}} : {_ty(shape)}\n"
+        f"  %{out}.m = max(%{x}, %{out}.z) : {_ty(shape)}\n"
+        f"  %{out} = min(%{out}.m, %{out}.s) : {_ty(shape)}\n"
+    )
+
+
+def mobilenet_block(c: int = 24, expand: int = 6, hw: int = 56) -> Workload:
+    """mobilenet_v2's inverted residual (stride 1): 1x1 expand, bias, relu6; depthwise 3x3,
+    bias, relu6; 1x1 project, bias; the residual add (batch norm folded into the biases)."""
+    e = c * expand
+    s = {
+        "x": ((1, c, hw, hw), -1.0, 1.0),
+        "w1": ((e, c, 1, 1), -0.3, 0.3),
+        "b1": ((e,), -0.1, 0.1),
+        "wd": ((e, 1, 3, 3), -0.3, 0.3),
+        "bd": ((e,), -0.1, 0.1),
+        "w2": ((c, e, 1, 1), -0.1, 0.1),
+        "b2": ((c,), -0.1, 0.1),
+    }
+    big, small = (1, e, hw, hw), (1, c, hw, hw)
+    ir = (
+        f"func @main({_params(s)}) -> {_ty(small)} {{\n"
+        + _conv_ir("e", "x", "w1", big, 1, 0, 1)
+        + _bias_ir("eb", "e", "b1", big)
+        + _relu6_ir("er", "eb", big)
+        + _conv_ir("d", "er", "wd", big, 1, 1, e)
+        + _bias_ir("db", "d", "bd", big)
+        + _relu6_ir("dr", "db", big)
+        + _conv_ir("p", "dr", "w2", small, 1, 0, 1)
+        + _bias_ir("pb", "p", "b2", small)
+        + f"  %y = add(%pb, %x) : {_ty(small)}\n  return %y\n}}\n"
+    )
+
+    def np_fn(x, w1, b1, wd, bd, w2, b2):
+        def bias(v, b):
+            return v + b[None, :, None, None]
+
+        r = np.clip(bias(_np_conv(x, w1), b1), 0, 6)
+        r = np.clip(bias(_np_conv(r, wd, pad=1, groups=e), bd), 0, 6)
+        return bias(_np_conv(r, w2), b2) + x
+
+    def torch_module():
+        import torch
+
+        f = torch.nn.functional
+
+        class M(torch.nn.Module):
+            def forward(self, x, w1, b1, wd, bd, w2, b2):
+                r = f.relu6(f.conv2d(x, w1, b1))
+                r = f.relu6(f.conv2d(r, wd, bd, padding=1, groups=e))
+                return f.conv2d(r, w2, b2) + x
+
+        return M()
+
+    flops = 2 * hw * hw * (c * e * 2 + e * 9)
+    what = f"mobilenet_v2 block {c}->{e}->{c} on {hw}x{hw}: 1x1, relu6, dw 3x3, relu6, 1x1, +x"
+    return Workload("mobilenet_block", what, ir, _rng_inputs(s), np_fn, torch_module, flops)
+
+
+def resnet_block(c: int = 64, hw: int = 56) -> Workload:
+    """resnet18's basic block (stride 1): 3x3, bias, relu, 3x3, bias, + x, relu."""
+    s = {
+        "x": ((1, c, hw, hw), -1.0, 1.0),
+        "w1": ((c, c, 3, 3), -0.05, 0.05),
+        "b1": ((c,), -0.1, 0.1),
+        "w2": ((c, c, 3, 3), -0.05, 0.05),
+        "b2": ((c,), -0.1, 0.1),
+    }
+    t = (1, c, hw, hw)
+    ir = (
+        f"func @main({_params(s)}) -> {_ty(t)} {{\n"
+        + _conv_ir("a", "x", "w1", t, 1, 1, 1)
+        + _bias_ir("ab", "a", "b1", t)
+        + f"  %ar = relu(%ab) : {_ty(t)}\n"
+        + _conv_ir("c", "ar", "w2", t, 1, 1, 1)
+        + _bias_ir("cb", "c", "b2", t)
+        + f"  %s = add(%cb, %x) : {_ty(t)}\n  %y = relu(%s) : {_ty(t)}\n  return %y\n}}\n"
+    )
+
+    def np_fn(x, w1, b1, w2, b2):
+        r = np.maximum(_np_conv(x, w1, pad=1) + b1[None, :, None, None], 0)
+        return np.maximum(_np_conv(r, w2, pad=1) + b2[None, :, None, None] + x, 0)
+
+    def torch_module():
+        import torch
+
+        f = torch.nn.functional
+
+        class M(torch.nn.Module):
+            def forward(self, x, w1, b1, w2, b2):
+                r = f.relu(f.conv2d(x, w1, b1, padding=1))
+                return f.relu(f.conv2d(r, w2, b2, padding=1) + x)
+
+        return M()
+
+    flops = 2 * 2 * hw * hw * c * c * 9
+    what = f"resnet18 basic block {c} ch on {hw}x{hw}: 3x3, relu, 3x3, +x, relu"
+    return Workload("resnet_block", what, ir, _rng_inputs(s), np_fn, torch_module, flops)
+
+
+def squeeze_excite(c: int = 96, squeeze: int = 4, hw: int = 28) -> Workload:
+    """efficientnet_b0's squeeze-excite: global average pool, 1x1 conv to `squeeze` channels,
+    silu, 1x1 conv back, sigmoid, scale the input."""
+    s = {
+        "x": ((1, c, hw, hw), -1.0, 1.0),
+        "w1": ((squeeze, c, 1, 1), -0.3, 0.3),
+        "b1": ((squeeze,), -0.1, 0.1),
+        "w2": ((c, squeeze, 1, 1), -0.3, 0.3),
+        "b2": ((c,), -0.1, 0.1),
+    }
+    t, v, q = (1, c, hw, hw), (1, c, 1, 1), (1, squeeze, 1, 1)
+    ir = (
+        f"func @main({_params(s)}) -> {_ty(t)} {{\n"
+        f"  %sum = reduce_sum(%x) {{axes = [2, 3]}} : f32[1,{c}]\n"
+        f"  %n = constant() {{value = {float(hw * hw)!r}}} : f32[1,{c}]\n"
+        f"  %mean = div(%sum, %n) : f32[1,{c}]\n"
+        f"  %pool = reshape(%mean) : {_ty(v)}\n"
+        + _conv_ir("s", "pool", "w1", q, 1, 0, 1)
+        + _bias_ir("sb", "s", "b1", q)
+        + f"  %sg = sigmoid(%sb) : {_ty(q)}\n  %sl = mul(%sb, %sg) : {_ty(q)}\n"
+        + _conv_ir("e", "sl", "w2", v, 1, 0, 1)
+        + _bias_ir("eb", "e", "b2", v)
+        + f"  %g = sigmoid(%eb) : {_ty(v)}\n"
+        f"  %gr = reshape(%g) : f32[1,{c}]\n"
+        f"  %gb = broadcast(%gr) {{dims = [0, 1]}} : {_ty(t)}\n"
+        f"  %y = mul(%x, %gb) : {_ty(t)}\n  return %y\n}}\n"
+    )
+
+    def np_fn(x, w1, b1, w2, b2):
+        p = x.mean(axis=(2, 3), keepdims=True)
+        h = _np_conv(p, w1) + b1[None, :, None, None]
+        h = h / (1 + np.exp(-h))
+        g = 1 / (1 + np.exp(-(_np_conv(h, w2) + b2[None, :, None, None])))
+        return x * g
+
+    def torch_module():
+        import torch
+
+        f = torch.nn.functional
+
+        class M(torch.nn.Module):
+            def forward(self, x, w1, b1, w2, b2):
+                p = f.adaptive_avg_pool2d(x, 1)
+                g = torch.sigmoid(f.conv2d(f.silu(f.conv2d(p, w1, b1)), w2, b2))
+                return x * g
+
+        return M()
+
+    flops = 4 * c * squeeze + 2 * c * hw * hw
+    what = f"efficientnet squeeze-excite {c}->{squeeze}->{c} on {hw}x{hw}"
+    return Workload("squeeze_excite", what, ir, _rng_inputs(s), np_fn, torch_module, flops)
+
+
+def conv_workloads() -> tuple[dict, dict]:
+    """The convolution rows (full sizes, --quick sizes), kept apart from the others."""
+    full = {
+        "mobilenet_block": mobilenet_block,
+        "resnet_block": resnet_block,
+        "squeeze_excite": squeeze_excite,
+    }
+    quick = {
+        "mobilenet_block": dict(hw=14),
+        "resnet_block": dict(c=16, hw=14),
+        "squeeze_excite": dict(hw=7),
+    }
+    return full, quick
+
+
+_CONV_FULL, _CONV_QUICK = conv_workloads()
+WORKLOADS.update(_CONV_FULL)
+QUICK.update(_CONV_QUICK)
+
+
 # --- engines ----------------------------------------------------------------------------------
 
 
