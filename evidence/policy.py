@@ -142,6 +142,27 @@ def check_policy(policy: Policy, manifest: dict) -> list[Violation]:
             )
     if policy.max_abs_error is not None:
         out += _bound_violations(policy.max_abs_error, manifest["bounds"])
+        for s in manifest["stages"]:
+            # A step claimed over the reals (fast-math, reassociation) changed the error: the
+            # bound after it must meet the limit too.
+            change = s.get("bound_change")
+            if change is None:
+                continue
+            if "unavailable" in change:
+                why = change["unavailable"]
+                out.append(Violation("max_abs_error", f"{s['pass']}: no error bound ({why})"))
+                continue
+            for k, b in enumerate(change["after"]):
+                if b is None or b > policy.max_abs_error:
+                    shown = "unbounded" if b is None else f"{b:.3g}"
+                    out.append(
+                        Violation(
+                            "max_abs_error",
+                            f"after {s['pass']}, output {k} error bound {shown} exceeds "
+                            f"{policy.max_abs_error:.3g}",
+                        )
+                    )
+                    break
     return out
 
 

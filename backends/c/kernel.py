@@ -16,7 +16,7 @@ from gdv.ir.core import Function, Op
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.kernel import BODY_OPS
 
-SCHEDULE_KEYS = ("tile", "order", "vector", "parallel", "accumulators")
+SCHEDULE_KEYS = ("tile", "order", "vector", "parallel", "accumulators", "lanes")
 
 
 def body_code(prog: Program, body: Function):
@@ -60,5 +60,9 @@ def _kernel(prog: Program, op: Op) -> None:
     if op.attrs.get("strategy") == "product":
         matmul.emit(prog, op, operand_types, body)
         return
+    if "contract" in op.attrs:
+        raise prog.error(
+            op, 'contract = "fma" runs only in a product (strategy = "product") on this target'
+        )
     note = f"kernel %{comment(op.result)} body @{comment(op.attrs['body'])}"
     emit_nest(prog, op, nest, operand_types, body_code(prog, body), note, function=body)

@@ -103,8 +103,69 @@ def _runtime_includes(prog: Program) -> None:
         )
 
 
+def fma_helper(prog: Program, dtype: DType, vb: int) -> str:
+    """The name of `gdv_vfma_<s>x<vb>(x, y, z)`: x * y + z rounded once in every lane (IEEE
+    fusedMultiplyAdd), emitted once per program. It is the FMA instruction where the ISA has
+    one (AVX-512F, FMA3: `_mm512_fmadd_ps`, `_mm256_fmadd_ps`, `_mm_fmadd_ps` on 64-byte
+    vectors in 16- to 64-byte pieces), else `fmaf` per lane, which C specifies as rounding
+    once: every path computes the same bits."""
+    assert dtype is DType.F32, dtype
+    va, _ = _vector_types(prog, dtype, vb)
+    vl = vb // 4
+    name = f"gdv_vfma_f32x{vb}"
+    marker = f"/* {name}: fused multiply-add in every lane */"
+    if any(f.startswith(marker) for f in prog.functions):
+        return name
+    head = f"static inline {va} {name}("
+    wide = {64: ("__AVX512F__", "__m512", "_mm512_fmadd_ps", "_mm512_loadu_ps", "_mm512_storeu_ps")}
+    pieces = [(64, *wide[64])] if vb % 64 == 0 else []
+    pieces += [
+        (32, "__FMA__", "__m256", "_mm256_fmadd_ps", "_mm256_loadu_ps", "_mm256_storeu_ps"),
+        (16, "__FMA__", "__m128", "_mm_fmadd_ps", "_mm_loadu_ps", "_mm_storeu_ps"),
+    ]
+    lines = [
+        marker,
+        "#if defined(__x86_64__) || defined(__i386__)",
+        "#include <immintrin.h>",
+        "#endif",
+        f"{head}{va} x, {va} y, {va} z)",
+        "{",
+        f"  {va} r;",
+        "  const float *px = (const float *)&x, *py = (const float *)&y, *pz = (const float *)&z;",
+        "  float *pr = (float *)&r;",
+    ]
+    first = True
+    for width, macro, vt, fma, load, store in pieces:
+        if vb % width:
+            continue
+        lines.append(f"#{'if' if first else 'elif'} defined({macro})")
+        first = False
+        step = width // 4
+        lines += [
+            f"  for (int h = 0; h < {vl}; h += {step}) {{",
+            f"    const {vt} c = {fma}({load}(px + h), {load}(py + h), {load}(pz + h));",
+            f"    {store}(pr + h, c);",
+            "  }",
+        ]
+    lines += [
+        "#else",
+        f"  for (int l = 0; l < {vl}; l++) pr[l] = __builtin_fmaf(px[l], py[l], pz[l]);",
+        "#endif",
+        "  return r;",
+        "}",
+    ]
+    prog.functions.append("\n".join(lines) + "\n")
+    return name
+
+
 def micro_kernel(
-    prog: Program, dtype: DType, mr: int, nv: int, vb: int, a_in_place: bool = False
+    prog: Program,
+    dtype: DType,
+    mr: int,
+    nv: int,
+    vb: int,
+    a_in_place: bool = False,
+    fma: bool = False,
 ) -> str:
     """The name of the MR x (NV vectors) micro-kernel for `dtype` (emitted once per program).
 
@@ -113,12 +174,15 @@ def micro_kernel(
     from c. B is a packed sliver (ldb = NR) or, for a product with few rows, the operand
     itself (ldb its reduce stride; unaligned loads). With `a_in_place` (`gdv_mk..._ai`, one
     more argument `lda` after `ap`), A is the operand itself, row r at ap[r * lda], contiguous
-    in k: a product with few rows does not pack it."""
+    in k: a product with few rows does not pack it. With `fma` (`contract = "fma"`,
+    `gdv_mk..._fma`) each step is c[r][j] = fma(ap[k][r], bp[k * ldb + j], c[r][j]), rounded
+    once (`fma_helper`); from -0.0 the first step gives the product itself."""
     t, s = CTYPE[dtype], SUFFIX[dtype]
     va, vu = _vector_types(prog, dtype, vb)
     vl = vb // dtype.itemsize
     nr = nv * vl
-    name = f"gdv_mk_{s}_{mr}x{nr}_v{vb}" + ("_ai" if a_in_place else "")
+    name = f"gdv_mk_{s}_{mr}x{nr}_v{vb}" + ("_ai" if a_in_place else "") + ("_fma" if fma else "")
+    vfma = fma_helper(prog, dtype, vb) if fma else None
     head = f"static void {name}("
     if any(f.startswith(head) for f in prog.functions):
         return name
@@ -145,7 +209,11 @@ def micro_kernel(
     lines += [f"    const {va} b{v} = *(const {vu} *)(bp + {v * vl});" for v in range(nv)]
     for r in range(mr):
         lines.append(f"    {{ const {t} a = ap[{f'{r} * lda' if a_in_place else r}];")
-        lines += [f"      {accs[r][v]} = {accs[r][v]} + b{v} * a;" for v in range(nv)]
+        if vfma is not None:
+            lines.append(f"      const {va} av = ({va}){{0}} + a;")
+            lines += [f"      {accs[r][v]} = {vfma}(av, b{v}, {accs[r][v]});" for v in range(nv)]
+        else:
+            lines += [f"      {accs[r][v]} = {accs[r][v]} + b{v} * a;" for v in range(nv)]
         lines.append("    }")
     lines += [f"    ap += {1 if a_in_place else mr};", "    bp += ldb;", "  }"]
     lines += [
@@ -256,6 +324,7 @@ def emit(prog: Program, op: Op, operand_types: list[TensorType], body: Function)
     mr, nr = (int(v) for v in op.attrs["micro"])
     nv = nr // vl
     mc_max, kc_max, nc_max = (int(v) for v in op.attrs["blocks"])
+    fused = "contract" in op.attrs
     name = prog.new_function()
     params = [f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)]
     params.append(f"{t} *restrict r")
@@ -272,7 +341,7 @@ def emit(prog: Program, op: Op, operand_types: list[TensorType], body: Function)
         code = f"{{\n  for (int64_t e = 0; e < {total}; e++) r[e] = 0;\n  return 0;\n}}\n"
     else:
         _runtime_includes(prog)
-        micro = micro_kernel(prog, dtype, mr, nv, vb)
+        micro = micro_kernel(prog, dtype, mr, nv, vb, fma=fused)
         code = _blocked(prog, op, con, operand_types, body, (gb, gi, gj, gk), micro, mr, nr, vb)
     prog.functions.append(head + code)
     prog.new_slot(op.result, op.type)
@@ -364,7 +433,9 @@ def _blocked(
     call_tile = f"{micro}(kc, pa, pb, ldb, tile, {nr}, pc == 0);"
     if x_in:
         kx, lda = x_in
-        micro_ai = micro_kernel(prog, dtype, mr, nr * dtype.itemsize // vb, vb, True)
+        micro_ai = micro_kernel(
+            prog, dtype, mr, nr * dtype.itemsize // vb, vb, True, "contract" in op.attrs
+        )
         note += "  /* full row slivers of X are read in place */\n"
         skip_full_x = f"              if (mr == {mr}) continue;  /* read in place, below */\n"
         pa_in = f"a{kx} + o{kx} + ia * INT64_C({lda}) + pc"

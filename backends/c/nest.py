@@ -354,9 +354,13 @@ def _emit_lanes(
     dtype: Any,
     vb: int,
 ) -> None:
-    """A max or min fold in vector lanes along its last reduce dim, the lanes folded at the end.
+    """A max or min fold in vector lanes along its last reduce dim, the lanes folded at the end;
+    or a sum with `lanes = L`, whose meaning this order is: position p to lane p mod L (the
+    full chunks, then the remainder's positions in lanes 0, 1, ...; L divides the extent, so
+    there is none), each lane from -0.0 (-0.0 + x == x), then the lanes added in order.
 
-    This reorders the fold, which is exact for these combiners only: under IR_SPEC, max (min)
+    For max and min the printer picks the lanes, which reorders the fold; that is exact for
+    these combiners only: under IR_SPEC, max (min)
     of two floats is NaN if either is NaN, else the larger (smaller) in the total order
     -inf < ... < -0.0 < +0.0 < ... < +inf, so it is the join (meet) of a total order with NaN
     absorbing: associative, commutative and idempotent, and every order of the fold gives the
@@ -365,10 +369,12 @@ def _emit_lanes(
     last = nest.reduce[-1]
     size = nest.space[last]
     lanes = max(2, min(2 * max(1, vb // dtype.itemsize), size))
+    if nest.schedule.get("lanes", 1) > 1:
+        lanes = int(nest.schedule["lanes"])
     start = _start(nest.combiner, dtype)
     # f32/f64: the lanes hold each value's integer key (elementwise._order_key), so a step is
     # one integer max (min) instead of the float max's NaN and signed-zero tests
-    keyed = dtype in (DType.F32, DType.F64)
+    keyed = dtype in (DType.F32, DType.F64) and nest.combiner in ("max", "min")
     acc_t, fold = t, lambda acc: combine_expr(prog, nest.combiner, dtype, acc, "val")
     finish = "acc"
     if keyed:
@@ -493,6 +499,11 @@ def _emit_interleaved(
             ]
         order = [d for d in nest.schedule.get("order", list(range(n))) if d in nest.out]
         last = nest.reduce[-1]
+        if nest.schedule.get("lanes", 1) > 1:  # the order `lanes` sets (one reduce dim)
+            vb = vector_width(prog, op, nest, dtype)
+            _emit_lanes(prog, nest, operand_types, body, lines, order, out_st, dtype, vb)
+            _finish(prog, op, name, lines)
+            return
         if (
             not unit
             and nest.combiner in ("max", "min")

@@ -16,7 +16,7 @@ from gdv.backends.reference.evaluate import evaluate_ops
 from gdv.backends.reference.registry import KERNELS, Context, kernel
 from gdv.ir.core import Function, Op
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.kernel import body_of
+from gdv.ir.ops.kernel import body_of, contracted_factors
 from gdv.ir.ops.reduce import REDUCTIONS
 from gdv.ir.types import TensorType
 
@@ -85,6 +85,16 @@ def _kernel(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
     for d, g in zip(out, grids, strict=True):
         loop[d] = g.astype(np.int64)[..., None]
     blocks = op.attrs.get("accumulators", 1)
+    lanes = op.attrs.get("lanes", 1)
+    if lanes > 1:  # position p to lane p mod L, lanes folded apart, then in lane order
+        (d,) = red
+        loop[d] = np.arange(count, dtype=np.int64).reshape((1,) * len(out_shape) + (-1,))
+        values = _body_values(body, args, maps, loop, (*out_shape, count), ctx)
+        per_lane = values.reshape(*out_shape, count // lanes, lanes)
+        partial = _fold_last(op, np.swapaxes(per_lane, -1, -2), ctx)
+        return _fold_last(op, partial, ctx)
+    if "contract" in op.attrs:
+        return _contracted(op, body, args, maps, loop, out_shape, red, red_shape, ctx)
     if blocks > 1:  # blocks folded apart, then their results in order (one reduce dim)
         (d,) = red
         loop[d] = np.arange(count, dtype=np.int64).reshape((1,) * len(out_shape) + (-1,))
@@ -104,3 +114,58 @@ def _kernel(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
     if acc is None:  # empty reduction: the combiner's identity
         acc = _fold_last(op, np.empty((*out_shape, 0), ctx.storage(op.type.dtype).np), ctx)
     return acc
+
+
+def fma_f32(x: np.ndarray, y: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    """fma(x, y, acc) of f32 arrays, rounded once to f32 (IEEE 754 fusedMultiplyAdd).
+
+    x * y is exact in f64 (48 significant bits); the f64 sum s = x * y + acc and its exact
+    error e (TwoSum) give x * y + acc = s + e. Rounding s + e to f64 with round-to-odd (s, or
+    its neighbour towards e when e != 0 and s's last bit is even) and that to f32 with
+    round-to-nearest-even rounds once: 53 >= 24 + 2 bits (round-to-odd's condition).
+    Infinities and NaN pass through the f64 arithmetic as IEEE's fma gives them."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = x.astype(np.float64) * y.astype(np.float64)
+        c = acc.astype(np.float64)
+        s = p + c
+        bv = s - p
+        err = (p - (s - bv)) + (c - bv)
+        even = (s.view(np.int64) & 1) == 0
+        fix = np.isfinite(s) & (err != 0) & even
+        toward = np.where(err > 0, np.inf, -np.inf)
+        s = np.where(fix, np.nextafter(s, toward), s)
+    return s.astype(np.float32)
+
+
+def _contracted(op, body, args, maps, loop, out_shape, red, red_shape, ctx) -> np.ndarray:
+    """`contract = "fma"`: acc = fma(x, y, acc) over the reduced positions in row-major order
+    of `reduce`, from -0.0 (fma(x, y, -0.0) == x * y), x and y the operands of the body's final
+    mul; an empty reduction gives +0.0."""
+    xname, yname = contracted_factors(body)
+    count = math.prod(red_shape)
+    acc = np.full(out_shape, -0.0 if count else 0.0, np.float32)
+    step = max(1, CHUNK_ELEMENTS // max(1, math.prod(out_shape)))
+    for start in range(0, count, step):
+        pos = np.arange(start, min(count, start + step), dtype=np.int64)
+        for d, i in zip(red, np.unravel_index(pos, red_shape), strict=True):
+            loop[d] = i.astype(np.int64).reshape((1,) * len(out_shape) + (-1,))
+        shape = (*out_shape, len(pos))
+        xs, ys = (_values_of(body, name, args, maps, loop, shape, ctx) for name in (xname, yname))
+        for k in range(len(pos)):
+            acc = fma_f32(xs[..., k], ys[..., k], acc)
+    return acc
+
+
+def _values_of(body: Function, name: str, args, maps, loop, shape, ctx: Context) -> np.ndarray:
+    """Body value `name` at every point of `loop` (a parameter is its gathered operand)."""
+    env = {
+        p.name: _gather(a, m, loop, shape) for p, a, m in zip(body.params, args, maps, strict=True)
+    }
+    if name in env:
+        return np.asarray(env[name], np.float32)
+    ops = [
+        Op(o.result, o.name, o.operands, o.attrs, TensorType(o.type.dtype, tuple(shape)))
+        for o in body.ops
+    ]
+    out = evaluate_ops(ops, env, ctx, keep=[name])[name]
+    return np.asarray(np.broadcast_to(out, shape), np.float32)

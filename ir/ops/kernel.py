@@ -17,6 +17,14 @@ so the meaning: the reduced positions split into A blocks of K/A in order, each 
 above, and the A partial results folded in order. A schedule that sets it is claimed equal
 only under the `real` theory.
 
+`lanes = L > 1` (one reduce dim, of an extent K that L divides; an `add` fold of a float) also
+changes the order, the one vector code runs: position p of the reduce dim goes to lane p mod L,
+each lane folds its K/L positions in increasing order, and the L lane results are folded in
+lane order. `contract = "fma"` (an `add` fold of f32 whose body returns a `mul`) fuses that
+multiply with the fold: acc = fma(x, y, acc), one rounding per step, the first step
+fma(x, y, -0.0) = x * y. Both are what `-O3` (`reassociate-reductions`) sets, claimed under
+`real` (IR_SPEC.md section 7).
+
 `body` names a function of the module with one rank-0 parameter per operand (its dtype) and one
 rank-0 result of the kernel's dtype, made of elementwise ops and scalar constants. The schedule
 attributes (`tile`, `order`, `vector`, `parallel`, `accumulators`, and `strategy` with a
@@ -66,6 +74,8 @@ STRATEGIES = ("nest", "product")
 (`gdv.ir.products`); absent means the nest."""
 SPLITS = ("none", "columns", "rows")
 """A product's thread split (`split`; `gdv.ir.products.split` says what each means)."""
+CONTRACTIONS = ("fma",)
+"""What `contract` may fuse: the body's final multiply with the fold's add (`fma`)."""
 PRODUCT_KEYS = ("batch", "rows", "cols", "row_factor", "micro", "blocks", "split")
 """The schedule attributes that come with `strategy = "product"`."""
 BODY_OPS = names_where(lambda s: s.body_legal, "Ops a kernel body may use.")
@@ -150,6 +160,18 @@ def _infer_kernel(
                     attr="maps",
                 )
     _check_schedule(attrs, n, out)
+    if attrs.get("lanes", 1) > 1 and not written.dtype.is_float:
+        raise OpTypeError(f"lanes needs a float result, not {written.dtype}", attr="lanes")
+    if "contract" in attrs and (
+        combiner != "add"
+        or written.dtype.value != "f32"
+        or attrs.get("accumulators", 1) > 1
+        or attrs.get("lanes", 1) > 1
+    ):
+        raise OpTypeError(
+            'contract = "fma" needs an add fold of f32 with one accumulator and no lanes',
+            attr="contract",
+        )
     if combiner != "none" and written.dtype.is_bool:
         raise OpTypeError(
             f'combiner "{combiner}" needs a float or integer result, not i1', attr="combiner"
@@ -166,7 +188,7 @@ def _check_schedule(attrs: dict[str, Any], n: int, out: list[int]) -> None:
     order = attrs.get("order")
     if order is not None and sorted(order) != list(range(n)):
         raise OpTypeError(f"order {order} must be a permutation of the {n} loop dims", attr="order")
-    for key in ("vector", "accumulators"):
+    for key in ("vector", "accumulators", "lanes"):
         if key in attrs and attrs[key] < 1:
             raise OpTypeError(f"{key} must be >= 1, got {attrs[key]}", attr=key)
     acc = attrs.get("accumulators", 1)
@@ -177,6 +199,15 @@ def _check_schedule(attrs: dict[str, Any], n: int, out: list[int]) -> None:
             f"(reduce {red}, space {attrs['space']})",
             attr="accumulators",
         )
+    lanes = attrs.get("lanes", 1)
+    if lanes > 1 and (len(red) != 1 or attrs["space"][red[0]] % lanes or acc > 1):
+        raise OpTypeError(
+            f"lanes {lanes} needs exactly one reduce dim whose extent it divides and one "
+            f"accumulator (reduce {red}, space {attrs['space']})",
+            attr="lanes",
+        )
+    if lanes > 1 and attrs["combiner"] != "add":
+        raise OpTypeError(f'lanes {lanes} needs combiner "add"', attr="lanes")
     parallel = attrs.get("parallel", [])
     if any(d not in out for d in parallel) or len(set(parallel)) != len(parallel):
         raise OpTypeError(f"parallel {parallel} must list distinct out dims {out}", attr="parallel")
@@ -197,9 +228,15 @@ def _check_product(attrs: dict[str, Any], out: list[int]) -> None:
             )
     if not product:
         return
-    if attrs["combiner"] != "add" or not attrs["reduce"] or attrs.get("accumulators", 1) != 1:
+    if (
+        attrs["combiner"] != "add"
+        or not attrs["reduce"]
+        or attrs.get("accumulators", 1) != 1
+        or attrs.get("lanes", 1) != 1
+    ):
         raise OpTypeError(
-            'strategy = "product" needs an add fold over reduce dims with one accumulator',
+            'strategy = "product" needs an add fold over reduce dims with one accumulator '
+            "and no lanes",
             attr="strategy",
         )
     roles = attrs["batch"] + attrs["rows"] + attrs["cols"]
@@ -242,6 +279,8 @@ KERNEL = register(
             AttrSpec("vector", kind_int, required=False),
             AttrSpec("parallel", kind_int_list, required=False),
             AttrSpec("accumulators", kind_int, required=False),
+            AttrSpec("lanes", kind_int, required=False),
+            AttrSpec("contract", kind_choice(*CONTRACTIONS), required=False),
             AttrSpec("strategy", kind_choice(*STRATEGIES), required=False),
             AttrSpec("batch", kind_int_list, required=False),
             AttrSpec("rows", kind_int_list, required=False),
@@ -255,7 +294,9 @@ KERNEL = register(
         "result[i_out] = fold(combiner, body(x_k[maps[k] . i + c_k] for each operand k)) over "
         "the reduce dims in row-major order (acc = first; acc = combine(acc, next)); empty "
         "reduction: the combiner's identity. accumulators = A > 1: A blocks folded apart, then "
-        "their results folded in order; other schedule attributes never change the meaning.",
+        "their results folded in order; lanes = L > 1: position p to lane p mod L, lanes "
+        "folded apart, then in lane order; contract = fma: acc = fma(x, y, acc) for a body "
+        "returning mul(x, y); other schedule attributes never change the meaning.",
         stage="loop",
         int_legal=True,
     )
@@ -289,6 +330,16 @@ def body_of(op_attrs: dict[str, Any]) -> Function:
     if fn is None:
         raise IRError(f"kernel body @{name} is not in scope (run or encode the whole module)")
     return fn
+
+
+def contracted_factors(body: Function) -> tuple[str, str] | None:
+    """The operands (x, y) of the `mul` a body returns (what `contract = "fma"` fuses with the
+    fold's add), or None when it returns something else."""
+    (ret,) = body.returns if len(body.returns) == 1 else (None,)
+    op = next((b for b in body.ops if b.result == ret), None)
+    if op is None or op.name != "mul":
+        return None
+    return op.operands[0], op.operands[1]
 
 
 def bodies_used(functions: Iterable[Function]) -> set[str]:
@@ -329,6 +380,11 @@ def check_kernel_bodies(module: Module) -> None:
                     f"kernel body @{body.name} returns ({', '.join(map(str, body.results))}), "
                     f"expected {op.type.dtype}[] like the kernel's result",
                     where,
+                )
+            if "contract" in op.attrs and contracted_factors(body) is None:
+                raise IRError(
+                    f'contract = "fma": kernel body @{body.name} must return a mul',
+                    op.attr_locs.get("contract", where),
                 )
             for b in body.ops:
                 if b.name not in BODY_OPS or b.type.rank != 0:

@@ -40,3 +40,21 @@ __all__ = [
     "ProgramBounds",
     "analyze",
 ]
+
+
+def bound_change(before, after) -> dict:
+    """How a `real` claim's step changed the program's float error (IR_SPEC.md section 5):
+    every output's rigorous absolute bound before and after it (`{"before": [...], "after":
+    [...]}`, None for an unbounded output), or `{"unavailable": reason}`. Plain data, so the
+    evidence bundle stores it and its checker recomputes it from the two stages."""
+    from gdv.ir.diagnostics import IRError
+
+    def finite(x: float | None) -> float | None:
+        return None if x is None or x != x or x in (float("inf"), float("-inf")) else float(x)
+
+    try:
+        old = [finite(o.abs) for o in analyze(before).outputs]
+        new = [finite(o.abs) for o in analyze(after).outputs]
+    except IRError as e:
+        return {"unavailable": e.message}
+    return {"before": old, "after": new}

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import math
 
-from gdv.ir.core import Op
+import z3
+
+from gdv.ir.core import Function, Op
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.kernel import FOLD_KIND, body_of
+from gdv.ir.ops.kernel import FOLD_KIND, body_of, contracted_factors
 from gdv.ir.types import TensorType
 from gdv.validate.encode import encode
 from gdv.validate.semantics.index import Idx, delinearize
-from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
+from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, _run, rule
 
 
 def affine(row: list[int], loop: list[Idx]) -> Idx:
@@ -45,6 +47,50 @@ def kernel(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
         (result,) = encode(ctx, body, scalars)
         return result.at(())
 
+    def factors(loop: list[Idx]) -> Term:
+        """(x, y): the operands of the body's final mul at `loop`."""
+        scalars = []
+        for x, m in zip(xs, maps, strict=True):
+            value = yield x.read(tuple(affine(row, loop) for row in m))
+            scalars.append(Tensor(TensorType(x.dtype, ()), lambda _i, v=value: v))
+        pair = Function(body.name, body.params, body.results * 2, body.ops, list(named))
+        tx, ty = encode(ctx, pair, scalars)
+        return tx.at(()), ty.at(())
+
+    def contracted(loop: list[Idx], n: int) -> Term:
+        """`contract = "fma"` in fp: acc = x0 * y0; acc = fma(xk, yk, acc) for k = 1 .. n-1,
+        unrolled when the fold is small, else the uninterpreted `fold.fma` of the extent and
+        both factors (guarded to [0, n), as `Ctx.fold_term` guards a fold's body)."""
+        dtype = op.type.dtype
+
+        def at_k(k: Idx) -> list[Idx]:
+            full = list(loop)
+            for d, v in zip(red, delinearize(k, red_shape), strict=True):
+                full[d] = v
+            return full
+
+        v = ctx.values
+        if ctx.unroll or ctx._small(n):
+            x0, y0 = yield from _run(factors(at_k(Idx.of(0))))
+            acc = v.mul(dtype, x0, y0)
+            for k in range(1, n):
+                xk, yk = yield from _run(factors(at_k(Idx.of(k))))
+                acc = v.fma(dtype, xk, yk, acc)
+            return acc
+        var = z3.Int(f"k!{ctx.depth}")
+        ctx.depth += 1
+        try:
+            xb, yb = yield from _run(factors(at_k(Idx.var(var, 0, n - 1))))
+        finally:
+            ctx.depth -= 1
+        inside = z3.And(var >= 0, var < n)
+        s = v.sort(dtype)
+        fold = v.func(f"fold.fma.{dtype}", z3.IntSort(), *[z3.ArraySort(z3.IntSort(), s)] * 2, s)
+        guard = [z3.Lambda([var], z3.If(inside, b, v.zero(dtype))) for b in (xb, yb)]
+        return fold(z3.IntVal(n), *guard)
+
+    named = contracted_factors(body) if "contract" in op.attrs else None
+
     def at(i: Index) -> Term:
         loop: list[Idx] = [Idx.of(0)] * len(space)
         for d, v in zip(out, i, strict=True):
@@ -60,6 +106,19 @@ def kernel(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
 
         kind, dtype = FOLD_KIND[op.attrs["combiner"]], op.type.dtype
         blocks = op.attrs.get("accumulators", 1)
+        lanes = op.attrs.get("lanes", 1)
+        if lanes > 1:  # lane l folds positions l, l + L, ...; then the L lanes in order
+            t = n // lanes
+            return (
+                yield from ctx.fold(
+                    kind,
+                    dtype,
+                    lanes,
+                    lambda a: ctx.fold(kind, dtype, t, lambda j: fold_body(j * lanes + a)),
+                )
+            )
+        if "contract" in op.attrs and ctx.theory == "fp" and n > 1:
+            return (yield from contracted(loop, n))
         if blocks > 1:  # A blocks of n/A folded apart, then the A partial results in order
             t = n // blocks
             return (

@@ -277,6 +277,16 @@ class Values:
             return a * b
         return self._fbin("mul", dtype, a, b, lambda x, y: z3.fpMul(_RNE, x, y))
 
+    def fma(self, dtype: DType, a, b, c) -> z3.ExprRef:
+        """a * b + c rounded once (IEEE fusedMultiplyAdd); over the reals a * b + c, the very
+        term `add(c, mul(a, b))` makes."""
+        if self.theory == "real":
+            return self.add(dtype, c, self.mul(dtype, a, b))
+        a, b = self.commute(a, b)
+        return self._fp(
+            "fma", dtype, [a, b, c], self.sort(dtype), lambda x, y, z: z3.fpFMA(_RNE, x, y, z)
+        )
+
     def div(self, dtype: DType, a, b) -> z3.ExprRef:
         """a / b, rounded to nearest-even; over the reals, a / 0 has no value (docs/IR_SPEC.md
         section 7): it is `real.div0(a)`, an uninterpreted function, so a claim is proved only
