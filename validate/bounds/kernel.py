@@ -9,6 +9,9 @@ so per-element event counts stay right), and the fold by the reduce rule over th
 With `accumulators` > 1 the sum runs in blocks; the sequential rule still bounds it: a
 summation tree's error is at most u times the sum over terms of |term| times the additions the
 term goes through, and the sequential order (every term through the most) maximises that.
+The same holds for `lanes` (another summation tree of the same terms), and for `contract =
+"fma"`: fma(x, y, acc) = (x * y + acc)(1 + d) is the case of the sequential step's
+(x * y (1 + d1) + acc)(1 + d2) with d1 = 0, so every bound of the latter bounds it.
 """
 
 from __future__ import annotations
