@@ -210,7 +210,8 @@ def micro_kernel(
     for r in range(mr):
         lines.append(f"    {{ const {t} a = ap[{f'{r} * lda' if a_in_place else r}];")
         if vfma is not None:
-            lines.append(f"      const {va} av = ({va}){{0}} + a;")
+            # a broadcast by an initialiser (not `{0} + a`, which turns -0.0 into +0.0)
+            lines.append(f"      const {va} av = {{{', '.join(['a'] * vl)}}};")
             lines += [f"      {accs[r][v]} = {vfma}(av, b{v}, {accs[r][v]});" for v in range(nv)]
         else:
             lines += [f"      {accs[r][v]} = {accs[r][v]} + b{v} * a;" for v in range(nv)]

@@ -332,3 +332,20 @@ def test_o3_bundle_records_the_bound_change_and_verifies_under_a_policy_allowing
     rc, out, _ = verify_cli(capsys, tampered, "--policy", policy)
     assert rc == 1 and "error-bound change" in out, out
     assert json.loads((bundle / "manifest.json").read_text())["pipeline"]["level"] == 3
+
+
+def test_c_fma_products_keep_the_sign_of_zero() -> None:
+    # A row of -0.0 times positive columns sums to -0.0 in every order; a broadcast written
+    # as `0 + a` would make it +0.0.
+    from gdv.backends.targets import get_target
+
+    module = _reassociated(product(16, 64, 48)).module
+    (op,) = module.entry.ops
+    assert "contract" in op.attrs
+    x = np.full((16, 64), -0.0, np.float32)
+    x[1::2] = 0.0
+    y = np.ones((64, 48), np.float32)
+    got = get_target("c").run(module, {"x": x, "y": y})[0]
+    want = reference.run(module, {"x": x, "y": y})[0]
+    assert np.signbit(want[0]).all() and not np.signbit(want[1]).any()
+    assert bits_equal(got, want)
