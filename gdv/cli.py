@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "gdv.commands.evidence",
     "gdv.commands.importer",
     "gdv.commands.targets",
+    "gdv.commands.tune",
 )
 """Each module has `register(subparsers)`, which adds its commands with a `handler`."""
 

@@ -11,11 +11,12 @@ batch dims B. Then
 `find` gives the roles (`Product`); `holds` checks roles recorded on a kernel against its body.
 The `select-products` pass (passes/select_products.py) records them as the kernel's schedule
 attributes, with the micro-tile, cache blocks and thread split of `micro_tile`, `blocking` and
-`split`, computed from the numbers of the target's capability descriptor (vector width and
-registers, cache sizes); the C printer follows the attributes and builds no product of its
-own (a conv2d is one once `lower-to-kernels` has made it a `pad` and a contraction kernel; its
-leading image dim may then run as a batch dim, see `find`). The C target's capability
-descriptor reports the same sizes for its host (backends/c/simd.py).
+`split`, computed by an analytical model from the numbers of the target's capability
+descriptor (vector width and registers, add latency x pipes, cache sizes) or taken from a
+measured `Tuned` choice (`gdv tune`); the C printer follows the attributes and builds no
+product of its own (a conv2d is one once `lower-to-kernels` has made it a `pad` and a
+contraction kernel; its leading image dim may then run as a batch dim, see `find`). The C
+target's capability descriptor reports the same sizes for its host (backends/c/simd.py).
 
 None of this changes a result: the roles only say which factor is packed by rows and which by
 columns; every output still folds its products in the order of `reduce`.
@@ -196,26 +197,73 @@ def costly(body: Function, value: str) -> bool:
     return any(b.name in TRANSCENDENTAL for b in body.ops if b.result in need)
 
 
+DEFAULT_CHAINS = 8
+"""Independent add chains assumed when no descriptor gives them: 4-cycle adds on 2 pipes."""
+
+LOOP_OVERHEAD = 2
+"""Issue slots one k step of the micro-kernel spends besides its multiplies and adds (the B
+vector load and the pointer updates), in vector-op units; it favours taller tiles."""
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """A measured micro-kernel and blocking (`gdv tune`) that replaces the model's for products
+    with at least `mr` rows: MR rows by NV vectors, and (KC, MC, NC)."""
+
+    mr: int
+    nv: int
+    kc: int
+    mc: int
+    nc: int
+
+
 def micro_tile(
-    elem_bytes: int, rows: int, cols: int, vector_bytes: int, registers: int
+    elem_bytes: int,
+    rows: int,
+    cols: int,
+    vector_bytes: int,
+    registers: int,
+    chains: int = DEFAULT_CHAINS,
 ) -> tuple[int, int, int]:
     """(MR, NV, VL) of the micro-kernel: MR rows by NV vectors of VL lanes, for vectors of
-    `vector_bytes` bytes of which the target has `registers`.
+    `vector_bytes` bytes of which the target has `registers`, whose add pipeline needs `chains`
+    independent accumulator chains (add latency x add pipes) to stay busy.
 
-    Measured on Zen 4 with separate vmulps/vaddps: one vector per row and 16 rows (16
-    accumulators, the A element a broadcast memory operand) runs at the multiply/add peak,
-    where wide tiles (6x64, 8x32) reach only about 70-80% of it. A problem with fewer rows
-    gets as many rows as it has; below 8 rows, more vectors per row to keep about 12
-    independent add chains in flight (the add latency times the two add pipes). (Measured on
-    the mlp example's 8 x 784 x 128 product, one core, CPU time: 8x16 19.6 us, 8x32 24.5 us,
-    8x48 26.4 us.)"""
+    The analytical model (BLIS-style, for the exact mode's separate multiply and add):
+
+    - Registers. The kernel holds MR x NV accumulators, NV vectors of B for the current k and
+      one broadcast A element: MR * NV + NV + 1 <= registers.
+    - Chains. Each accumulator is one chain of dependent adds (the order IR_SPEC fixes), so at
+      least `chains` accumulators are needed; up to 2 * chains, to leave slack for the
+      multiplies that share the add pipes on Intel cores and for the loads.
+    - Shape. One vector per row (NV = 1): the A element is a broadcast memory operand and one
+      B vector serves every row. MR is the count in [chains, min(2 * chains, registers - 2)]
+      that minimises ceil(rows / MR) * (MR + LOOP_OVERHEAD), the issue slots per k step over
+      all row slivers (edge waste included).
+
+    With the descriptor's numbers (f32): AVX-512 (32 zmm, 4 x 2 chains) 16 x 16; AVX2 (16 ymm)
+    14 x 8; SSE2 (16 xmm) 14 x 4; NEON (32 v, 3 x 2) 12 x 4. Measured on Zen 4 with vmulps /
+    vaddps: 16 x 1 vectors runs at the multiply/add peak where wide tiles (6x64, 8x32) reach
+    70-80% of it; on a 2-core AVX-512 Xeon (1024^3 f32, both cores) every tile from 6 x 64 to
+    30 x 16 is within about 10% of the others once warm (README, "Host tuning").
+
+    A problem with fewer rows than `chains` gets as many rows as it has and more vectors per
+    row, up to 4 and what the registers hold, to keep `chains` accumulators: (measured on the
+    mlp example's 8 x 784 x 128 product, one core, CPU time: 8x16 19.6 us, 8x32 24.5 us,
+    8x48 26.4 us)."""
     vl = max(1, vector_bytes // elem_bytes)
-    mr = 16 if registers >= 32 else 12
-    nv = 1
-    if 0 < rows < mr:
-        mr = rows
-        nv = 1 if rows >= 8 else max(1, min(4, -(-12 // rows), -(-cols // vl)))
-    return mr, nv, vl
+    chains = max(1, chains)
+    top = max(1, min(2 * chains, registers - 2))
+    low = min(chains, top)
+    if 0 < rows < low:
+        fit = max(1, (registers - 1) // (rows + 1))
+        nv = max(1, min(4, fit, -(-chains // rows), -(-cols // vl)))
+        return rows, nv, vl
+    if 0 < rows <= top:
+        return rows, 1, vl
+    span = range(top, low - 1, -1)  # taller first: ties go to the taller tile
+    mr = min(span, key=lambda r: -(-rows // r) * (r + LOOP_OVERHEAD))
+    return mr, 1, vl
 
 
 def blocking(
@@ -225,20 +273,31 @@ def blocking(
     caches: tuple[int, int] = DEFAULT_CACHES,
     override: tuple[int, int, int] | None = None,
 ) -> tuple[int, int, int]:
-    """(KC, MC, NC): the reduce block keeps an MR x KC sliver of A in half of L1 while it meets
-    every KC x NR sliver of a KC x NC panel of B about the size of L2; the MC x KC block of A
-    takes an eighth of L2. (Measured on Zen 4, 1024^3 f32, one core: MC 96..192 and NC 1024
-    beat MC 1024 / NC 512 by about 8%.) `caches`: (L1 data, L2) bytes; `override`: (KC, MC, NC)
-    wanted instead (MC and NC rounded down to whole slivers)."""
+    """(KC, MC, NC) for the packed product's loop order (`backends/c/matmul.py`: column panels
+    of NC, reduce blocks of KC, row blocks of MC; in each, every MR x KC sliver of A sweeps
+    every KC x NR sliver of B):
+
+    - KC: an MR x KC sliver of A and a KC x NR sliver of B take half of L1 data (the rest for
+      the output tile's lines and the next slivers): KC = L1 / 2 / ((MR + NR) * bytes), a
+      multiple of 8 in [16, 1024].
+    - NC: the KC x NC panel of B, which every A sliver sweeps, takes half of L2 (a multiple of
+      NR). In this order the B panel, not an A block, is what L2 keeps; nothing is reused
+      from L3 that L2 does not hold, so the L3 size does not enter.
+    - MC: the MC x KC block of A, packed and then consumed sliver by sliver, takes a quarter
+      of L2 beside the panel (a multiple of MR).
+
+    With this host's caches (48 KiB L1d, 2 MiB L2), f32: AVX-512 16 x 16 -> KC 192, MC 672,
+    NC 1360; AVX2 14 x 8 -> KC 272, MC 476, NC 960. `caches`: (L1 data, L2) bytes; `override`:
+    (KC, MC, NC) wanted instead (MC and NC rounded down to whole slivers)."""
     if override is not None:
         kc, mc, nc = override
         return kc, max(mr, mc - mc % mr), max(nr, nc - nc % nr)
     l1d, l2 = caches
-    kc = max(16, (l1d // 2) // (mr * elem_bytes))
-    kc = min(512, kc - kc % 8 if kc > 8 else kc)
-    nc = max(nr, l2 // (kc * elem_bytes))
+    kc = (l1d // 2) // ((mr + nr) * elem_bytes)
+    kc = max(16, min(1024, kc - kc % 8))
+    nc = max(nr, (l2 // 2) // (kc * elem_bytes))
     nc -= nc % nr
-    mc = max(mr, (l2 // 8) // (kc * elem_bytes))
+    mc = max(mr, (l2 // 4) // (kc * elem_bytes))
     mc -= mc % mr
     return kc, mc, nc
 
@@ -268,13 +327,22 @@ def plan(
     registers: int,
     caches: tuple[int, int] = DEFAULT_CACHES,
     override: tuple[int, int, int] | None = None,
+    chains: int = DEFAULT_CHAINS,
+    tuned: Tuned | None = None,
 ) -> dict[str, Any]:
     """The schedule attributes of product `p`: strategy, roles, `micro = [MR, NR]`,
-    `blocks = [MC, KC, NC]` and `split`."""
+    `blocks = [MC, KC, NC]` and `split`. `tuned` (a measured choice for this dtype) replaces
+    the model's micro-kernel and blocking for products with at least its MR rows; `override`
+    (the descriptor's imposed blocking) wins over both."""
     size = dtype.itemsize
     _, m, n, _ = sizes(attrs, p)
-    mr, nv, vl = micro_tile(size, m, n, vector_bytes, registers)
-    kc, mc, nc = blocking(size, mr, nv * vl, caches, override)
+    vl = max(1, vector_bytes // size)
+    if tuned is not None and m >= tuned.mr and tuned.mr * tuned.nv + tuned.nv + 1 <= registers:
+        mr, nv = tuned.mr, tuned.nv
+        kc, mc, nc = blocking(size, mr, nv * vl, caches, override or (tuned.kc, tuned.mc, tuned.nc))
+    else:
+        mr, nv, vl = micro_tile(size, m, n, vector_bytes, registers, chains)
+        kc, mc, nc = blocking(size, mr, nv * vl, caches, override)
     return {
         "strategy": "product",
         **p.attrs(),

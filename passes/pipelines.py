@@ -51,12 +51,15 @@ def pipeline(
     vector_registers: int | None = None,
     cache_bytes: tuple[int, int] | list[int] | None = None,
     blocking: tuple[int, int, int] | list[int] | None = None,
+    chains: int | None = None,
+    tuned: tuple | list = (),
 ) -> list[Pass]:
     """The passes `gdv compile` runs for `target` at `-O{level}`. The rest are numbers from the
     target's capability descriptor (`Target.schedule_parameters()`): `vector_bytes`, its vector
     width (default `schedule_kernels.VECTOR_BYTES`), sets the schedules' `vector` lanes; with
-    `vector_registers`, `cache_bytes` ((L1 data, L2) bytes) and `blocking` ((KC, MC, NC)
-    imposed) it sizes the products of `select-products`, which runs at -O2 for every target
+    `vector_registers`, `chains` (add latency x pipes), `cache_bytes` ((L1 data, L2) bytes),
+    `blocking` ((KC, MC, NC) imposed) and `tuned` ((dtype, MR, NV, KC, MC, NC) rows measured
+    by `gdv tune`) it sizes the products of `select-products`, which runs at -O2 for every target
     that compiles what it runs (not for an interpreter, which runs the IR as written)."""
     if target not in TARGETS:
         raise IRError(f"unknown target '{target}' (available: {', '.join(TARGETS)})")
@@ -93,6 +96,8 @@ def pipeline(
                 vector_registers=vector_registers,
                 cache_bytes=tuple(cache_bytes) if cache_bytes else SelectProducts.cache_bytes,
                 blocking=tuple(blocking) if blocking else None,
+                chains=chains or SelectProducts.chains,
+                tuned=tuple(tuple(row) for row in tuned),
             )
         ]
     if level >= 2:

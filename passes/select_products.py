@@ -8,8 +8,10 @@ factors each depend on one side of the output). The pass records, as schedule at
 `cols`, `row_factor`), the register tile `micro = [MR, NR]`, the cache blocks `blocks = [MC,
 KC, NC]` and the thread split `split`, sized from the target's capability descriptor: its
 vector width (the kernel's `vector` lanes, set by `schedule-kernels`), its vector registers,
-its L1 data and L2 sizes, and a blocking the descriptor may impose (`GDV_C_BLOCKING` on the C
-target). A target's printer then follows these attributes and chooses none of them.
+its add chains (latency x pipes), its L1 data and L2 sizes, a blocking the descriptor may
+impose (`GDV_C_BLOCKING` on the C target) and a measured choice from its autotune cache
+(`GDV_C_AUTOTUNE`, `gdv tune`). A target's printer then follows these attributes and chooses
+none of them.
 
 The attributes change how the nest runs, never its meaning: each output folds its products in
 the order of `reduce`, so the change is one op replaced by itself with new attributes (a
@@ -52,6 +54,11 @@ class SelectProducts(Pass):
     """(L1 data, L2) bytes per core, from the descriptor."""
     blocking: tuple[int, int, int] | None = None
     """(KC, MC, NC) the descriptor imposes (None: sized from the caches)."""
+    chains: int = products.DEFAULT_CHAINS
+    """Independent add chains the target's add pipeline needs (add latency x pipes)."""
+    tuned: tuple[tuple[str, int, int, int, int, int], ...] = ()
+    """Measured choices from the descriptor's autotune cache: (dtype, MR, NV, KC, MC, NC)
+    rows (none: the analytical model of `gdv.ir.products` decides)."""
 
     def plan(self, op: Op, module: Module) -> dict | None:
         """The new attributes of `op`, or None when it is not a product."""
@@ -67,7 +74,14 @@ class SelectProducts(Pass):
         registers = self.vector_registers or registers_for(width)
         cache = (int(self.cache_bytes[0]), int(self.cache_bytes[1]))
         block = tuple(int(b) for b in self.blocking) if self.blocking else None
-        plan = products.plan(op.attrs, op.type.dtype, body, found, width, registers, cache, block)
+        measured = next(
+            (products.Tuned(*row[1:]) for row in self.tuned if row[0] == str(op.type.dtype)),
+            None,
+        )
+        plan = products.plan(
+            op.attrs, op.type.dtype, body, found, width, registers, cache, block,
+            self.chains, measured,
+        )  # fmt: skip
         return {**op.attrs, "vector": lanes, **plan}
 
     def run(self, module: Module) -> PassResult:

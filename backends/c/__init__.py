@@ -229,6 +229,7 @@ class Executable:
         self.entry = prog.entry
         check_memory(self.entry)
         self.library = build_source(prog.source())
+        _check_runnable()
         self._lib = _load(str(self.library))
         self._types = self.entry.types()
         self._slot_of = dict(prog.slot_of)
@@ -395,20 +396,42 @@ class Executable:
         return outs
 
 
+def _check_runnable() -> None:
+    """An IRError when this host cannot execute code of the active ISA (`GDV_C_ISA`)."""
+    from gdv.backends.c.isa import ISA_ENV, runnable
+    from gdv.backends.c.toolchain import isa
+
+    why = runnable(isa(), set(isa_features()))
+    if why:
+        raise IRError(f"target c: cannot run code built for {ISA_ENV}={isa().name}: {why}")
+
+
 def schedule_parameters() -> dict:
     """What the C target's pipeline takes from its capability descriptor: `vector_bytes`, the
     width of the vectors its code is written with (`execution.vectorization.vector_bytes`),
     for `pipeline(..., vector_bytes=...)` to put into every schedule's `vector` lanes; and for
-    `select-products`, the vector registers of that width, the (L1 data, L2) cache bytes and
-    the (KC, MC, NC) blocking `GDV_C_BLOCKING` imposes (None: none)."""
-    from gdv.backends.c.simd import blocking_override, l1_l2, vector_registers
+    `select-products`, the vector registers of that width, the add chains (latency x pipes)
+    of the active ISA (`GDV_C_ISA`), the (L1 data, L2) cache bytes, the (KC, MC, NC) blocking
+    `GDV_C_BLOCKING` imposes (None: none) and the autotune cache's choices when
+    `GDV_C_AUTOTUNE` is on (`tuned`: (dtype, MR, NV, KC, MC, NC) rows; empty: the model)."""
+    from gdv.backends.c.simd import (
+        add_chains,
+        blocking_override,
+        l1_l2,
+        tuned,
+        vector_bytes,
+        vector_registers,
+    )
 
-    vb = simd_choice()["vector_bytes"]
+    vb = vector_bytes()
+    rows = tuple((dtype, t.mr, t.nv, t.kc, t.mc, t.nc) for dtype, t in sorted(tuned()[0].items()))
     return {
         "vector_bytes": vb,
         "vector_registers": vector_registers(vb),
+        "chains": add_chains(),
         "cache_bytes": l1_l2(),
         "blocking": blocking_override(),
+        "tuned": rows,
     }
 
 
@@ -434,13 +457,18 @@ def capabilities(measure: bool = True, refresh: bool = False) -> dict:
 
     from gdv import __version__
     from gdv.backends.c.elementwise import LIBM
+    from gdv.backends.c.isa import runnable
+    from gdv.backends.c.toolchain import isa, unbuildable
     from gdv.backends.capabilities import CAPABILITY_SCHEMA, TARGETS
 
     cc = compiler()
     found = shutil.which(cc) is not None or os.path.exists(cc)
     info = detect(cc)
+    active = isa(cc)
+    why = "" if found else f"no C compiler found (tried '{cc}'; set CC)"
+    why = why or unbuildable(cc) or runnable(active, set(isa_features()))
     host: dict = {"arch": platform.machine(), "cores": os.cpu_count() or 1}
-    if measure and found:
+    if measure and not why:
         from gdv.backends.c.machine import measure as measure_machine
 
         host = measure_machine(refresh=refresh)
@@ -455,10 +483,7 @@ def capabilities(measure: bool = True, refresh: bool = False) -> dict:
         "name": "c",
         "version": __version__,
         "description": TARGETS["c"],
-        "available": {
-            "ok": found,
-            "reason": "" if found else f"no C compiler found (tried '{cc}'; set CC)",
-        },
+        "available": {"ok": not why, "reason": why},
         "ops": sorted(s.name for s in LOWERINGS),
         "unsupported_ops": {
             s.name: u.reason for s, u in sorted(UNSUPPORTED.items(), key=lambda kv: kv[0].name)

@@ -1,9 +1,10 @@
 """The host as the C target sees it: cores, caches, and measured peak FLOP/s and copy bandwidth.
 
-The peaks are measured once per machine and compiler by two small C probes (compiled with the
-target's own compiler and flags) and cached as JSON next to the target's shared objects
-(`$GDV_C_CACHE`, else `~/.cache/gdv/c/`), keyed by the CPU model, its feature flags, the core
-count and the compiler version. `measure(refresh=True)` measures again.
+The peaks are measured once per machine, compiler and ISA variant (`GDV_C_ISA`) by two small C
+probes (compiled with the target's own compiler and flags, in vectors of the variant's width)
+and cached as JSON next to the target's shared objects (`$GDV_C_CACHE`, else
+`~/.cache/gdv/c/`), keyed by `fingerprint()`: the CPU model, its feature flags, the core count,
+the compiler, its version and every flag. `measure(refresh=True)` measures again.
 
 - `peak_gflops.f32_mul_add`: independent chains of separate f32 vector multiplies and adds on
   every core. This is the ceiling of bit-exact code: the target never contracts a*b+c into an
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gdv.backends.c.toolchain import cache_dir, compiler, detect, flags, isa_features
+from gdv.backends.c.toolchain import cache_dir, compiler, detect, flags, isa, isa_features
 from gdv.ir.diagnostics import IRError
 
 MACHINE_VERSION = 1
@@ -37,10 +38,11 @@ MACHINE_VERSION = 1
 
 _PEAK_SOURCE = r"""
 #include <stdint.h>
-typedef float gdv_v16 __attribute__((vector_size(64)));
+typedef float gdv_v16 __attribute__((vector_size(GDV_VB)));
 /* CHAINS independent chains of a = a * m + c per thread; returns a checksum so nothing is
-   optimised away. Flops per thread: iters * CHAINS * 16 lanes * 2. */
+   optimised away. Flops per thread: iters * CHAINS * LANES * 2. */
 #define CHAINS 12
+#define LANES (GDV_VB / 4)
 double gdv_peak(int64_t iters)
 {
   double total = 0.0;
@@ -55,7 +57,7 @@ double gdv_peak(int64_t iters)
       for (int j = 0; j < CHAINS; j++) a[j] = a[j] * mm + cc;
     }
     for (int j = 0; j < CHAINS; j++)
-      for (int l = 0; l < 16; l++) total += a[j][l];
+      for (int l = 0; l < LANES; l++) total += a[j][l];
   }
   return total;
 }
@@ -73,7 +75,9 @@ void gdv_copy(float *restrict dst, const float *restrict src, int64_t n)
 }
 """
 
-_CHAINS_LANES_FLOPS = 12 * 16 * 2
+_CHAINS_FLOPS = 12 * 2
+"""Flops per iteration and lane: 12 chains (12 vectors, the multiplier and the addend fit the
+16 registers of SSE2 and AVX2 as well as AVX-512's 32) of one multiply and one add."""
 _COPY_BYTES = 64 << 20
 
 
@@ -119,17 +123,25 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def fingerprint(cc: str) -> list[str]:
+    """What identifies this machine and compiler for a cached measurement: the CPU model, its
+    feature flags, the core count, the compiler command and version, and every flag (the
+    `GDV_C_ISA` variant's `-march` among them)."""
+    return [_cpu_model(), ",".join(isa_features()), str(os.cpu_count())] + [
+        cc,
+        detect(cc)["version"],
+        *flags(cc),
+    ]
+
+
 def _key(cc: str) -> str:
-    text = "\0".join(
-        [str(MACHINE_VERSION), _cpu_model(), ",".join(isa_features()), str(os.cpu_count())]
-        + [cc, detect(cc)["version"], *flags(cc)]
-    )
+    text = "\0".join([str(MACHINE_VERSION), *fingerprint(cc)])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def _compile_probe(cc: str, work: Path, name: str, extra: list[str]) -> ctypes.CDLL:
     src = work / f"{name}.c"
-    src.write_text(_PEAK_SOURCE)
+    src.write_text(f"#define GDV_VB {isa(cc).vector_bytes}\n" + _PEAK_SOURCE)
     out = work / f"{name}.so"
     base = [f for f in flags(cc) if f not in ("-ffp-contract=off", "-lm")]
     cmd = [cc, *base, *extra, str(src), "-o", str(out)]
@@ -149,7 +161,7 @@ def _compile_probe(cc: str, work: Path, name: str, extra: list[str]) -> ctypes.C
     return lib
 
 
-def _gflops(lib: ctypes.CDLL, threads: int) -> float:
+def _gflops(lib: ctypes.CDLL, threads: int, lanes: int) -> float:
     iters = 1 << 16
     while True:  # grow the run until it takes long enough to time
         t = time.perf_counter()
@@ -163,7 +175,7 @@ def _gflops(lib: ctypes.CDLL, threads: int) -> float:
         t = time.perf_counter()
         lib.gdv_peak(iters)
         runs.append(time.perf_counter() - t)
-    return iters * _CHAINS_LANES_FLOPS * threads / min(runs) / 1e9
+    return iters * _CHAINS_FLOPS * lanes * threads / min(runs) / 1e9
 
 
 def _bandwidth(lib: ctypes.CDLL) -> float:
@@ -183,11 +195,12 @@ def _measure(cc: str) -> dict:
         exact = _compile_probe(cc, Path(d), "mul_add", ["-ffp-contract=off"])
         fused = _compile_probe(cc, Path(d), "fma", ["-ffp-contract=fast"])
         threads = exact.gdv_threads()
+        lanes = isa(cc).vector_bytes // 4
         return {
             "threads": threads,
             "peak_gflops": {
-                "f32_mul_add": round(_gflops(exact, threads), 1),
-                "f32_fma": round(_gflops(fused, threads), 1),
+                "f32_mul_add": round(_gflops(exact, threads, lanes), 1),
+                "f32_fma": round(_gflops(fused, threads, lanes), 1),
             },
             "copy_bandwidth_gbs": round(_bandwidth(exact), 2),
         }

@@ -19,7 +19,8 @@ import functools
 import os
 from pathlib import Path
 
-from gdv.backends.c.toolchain import compiler, detect, isa_features
+from gdv.backends.c.isa import Isa
+from gdv.backends.c.toolchain import isa
 from gdv.ir import products
 
 VECTOR_BYTES_ENV = "GDV_C_VECTOR_BYTES"
@@ -49,34 +50,38 @@ def cache_sizes() -> dict[str, int]:
     return found
 
 
+def active_isa() -> Isa:
+    """The host class the code is generated for (`GDV_C_ISA`, else the host's own)."""
+    return isa()
+
+
 def _native_isa() -> tuple[str, int]:
-    """(name, vector bytes) of the widest vector ISA the compiled code may use on this host."""
-    features = set(isa_features())
-    native = "-march=native" in detect(compiler())["extra_flags"]
-    if native and "avx512f" in features:
-        return "avx512f", 64
-    if native and ("avx2" in features or "avx" in features):
-        return "avx2" if "avx2" in features else "avx", 32
-    if "asimd" in features or "neon" in features:
-        return "neon", 16
-    if "sse2" in features:
-        return "sse2", 16
-    return "generic", 16
+    """(name, vector bytes) of the ISA the compiled code may use (the active class's)."""
+    i = active_isa()
+    return i.kind, i.vector_bytes
 
 
 def vector_bytes() -> int:
-    """The width, in bytes, of the vectors the fast kernels are written with."""
+    """The width, in bytes, of the vectors the fast kernels are written with: `GDV_C_VECTOR_BYTES`
+    (16, 32 or 64), else the active ISA's."""
     env = os.environ.get(VECTOR_BYTES_ENV)
     if env in ("16", "32", "64"):
         return int(env)
-    return _native_isa()[1]
+    return active_isa().vector_bytes
 
 
 def vector_registers(vb: int | None = None) -> int:
-    """How many vector registers of width `vb` (default: the host's width) the host has: 32
-    with AVX-512 or NEON, else 16."""
+    """How many vectors of width `vb` (default: the generated width) the active ISA's register
+    file holds: its registers (32 zmm for AVX-512, 16 ymm for AVX2, 16 xmm for SSE2, 32 for
+    NEON), fewer when a vector is wider than its registers (the compiler splits it)."""
     vb = vector_bytes() if vb is None else vb
-    return 32 if vb == 64 or _native_isa()[0] == "neon" else 16
+    i = active_isa()
+    return max(1, i.registers * i.vector_bytes // max(vb, i.vector_bytes))
+
+
+def add_chains() -> int:
+    """Independent add chains the active ISA's add pipeline needs (latency x pipes)."""
+    return active_isa().chains
 
 
 def blocking_override() -> tuple[int, int, int] | None:
@@ -97,10 +102,11 @@ def l1_l2() -> tuple[int, int]:
 def micro_tile(
     elem_bytes: int, rows: int, cols: int, vb: int | None = None
 ) -> tuple[int, int, int]:
-    """(MR, NV, VL) of the product micro-kernel on this host (`gdv.ir.products.micro_tile`
-    with the host's registers); `vb`: the vector width in bytes (default: the host's)."""
+    """(MR, NV, VL) of the product micro-kernel by the analytical model
+    (`gdv.ir.products.micro_tile` with the active ISA's registers and add chains); `vb`: the
+    vector width in bytes (default: the generated width)."""
     vb = vector_bytes() if vb is None else vb
-    return products.micro_tile(elem_bytes, rows, cols, vb, vector_registers(vb))
+    return products.micro_tile(elem_bytes, rows, cols, vb, vector_registers(vb), add_chains())
 
 
 def blocking(elem_bytes: int, mr: int, nr: int) -> tuple[int, int, int]:
@@ -109,20 +115,69 @@ def blocking(elem_bytes: int, mr: int, nr: int) -> tuple[int, int, int]:
     return products.blocking(elem_bytes, mr, nr, l1_l2(), blocking_override())
 
 
-def simd_choice() -> dict:
-    """What the fast kernels are generated for on this host (for the capability descriptor)."""
-    isa, native_bytes = _native_isa()
+def tuned() -> tuple[dict[str, products.Tuned], str]:
+    """The autotune cache's choices compiles use now, per dtype, and their source
+    (`backends/c/tuning.py`: empty and 'model' unless `GDV_C_AUTOTUNE` is on)."""
+    from gdv.backends.c import tuning
+
+    return tuning.active(vector_bytes())
+
+
+def contraction(size: int, measured: products.Tuned | None) -> dict:
+    """The micro-kernel and blocking a large product of `size`-byte elements gets."""
     vb = vector_bytes()
+    vl = max(1, vb // size)
+    if measured is not None:
+        mr, nv = measured.mr, measured.nv
+        kc, mc, nc = products.blocking(
+            size,
+            mr,
+            nv * vl,
+            l1_l2(),
+            blocking_override() or (measured.kc, measured.mc, measured.nc),
+        )
+    else:
+        mr, nv, vl = micro_tile(size, 1 << 30, 1 << 30)
+        kc, mc, nc = blocking(size, mr, nv * vl)
+    return {"mr": mr, "nr": nv * vl, "kc": kc, "mc": mc, "nc": nc}
+
+
+def simd_choice() -> dict:
+    """What the fast kernels are generated for (for the capability descriptor): the active
+    ISA (`GDV_C_ISA`), its flags, vector width and registers, and per dtype the micro-kernel
+    and blocking of a large product with the source of those numbers."""
+    from gdv.backends.c.isa import ISA_ENV, requested
+
+    i = active_isa()
+    vb = vector_bytes()
+    found, source = tuned()
     out: dict = {
-        "isa": isa,
+        "isa": i.kind,
+        "isa_requested": requested(),
+        "isa_env": ISA_ENV,
+        "march": list(i.march),
+        "arch": i.arch,
         "vector_bytes": vb,
-        "overridden": vb != native_bytes,
+        "overridden": vb != i.vector_bytes,
+        "vector_registers": vector_registers(vb),
+        "add_latency_cycles": i.add_latency,
+        "add_pipes": i.add_pipes,
+        "add_chains": i.chains,
         "method": "GCC vector extensions, separate multiply and add (no FMA)",
         "caches": cache_sizes(),
+        "model": "gdv.ir.products.micro_tile / blocking: MR x NV accumulators + NV B vectors + "
+        "1 broadcast <= registers, chains <= MR x NV <= 2 x chains; KC: MR x KC A + KC x NR B "
+        "slivers in half of L1d; NC: KC x NC B panel in half of L2; MC: MC x KC A block in a "
+        "quarter of L2",
         "contraction": {},
     }
     for name, size in (("f32", 4), ("f64", 8)):
-        mr, nv, vl = micro_tile(size, 1 << 30, 1 << 30)
-        kc, mc, nc = blocking(size, mr, nv * vl)
-        out["contraction"][name] = {"mr": mr, "nr": nv * vl, "kc": kc, "mc": mc, "nc": nc}
+        entry = contraction(size, found.get(name))
+        if name in found:
+            entry["source"] = source
+        else:
+            entry["source"] = "model (not tuned for this dtype)" if found else source
+        if blocking_override() is not None:
+            entry["source"] += f"; blocking imposed by {BLOCKING_ENV}"
+        out["contraction"][name] = entry
     return out

@@ -8,7 +8,8 @@ core), `-fno-math-errno` (libm calls need not set errno, so
 `sqrt` is the correctly rounded instruction and vectorises; no value changes), `-fopenmp` when
 the compiler accepts it (threads, and `omp simd` loops: vectorised without reassociation), and
 `-march=native` when it accepts that (the detected ISA features are recorded; with contraction
-off, wider instructions never change a result). A shared object is cached under
+off, wider instructions never change a result), or, with `GDV_C_ISA` (`backends/c/isa.py`), the
+`-march` flags of another host class instead. A shared object is cached under
 `~/.cache/gdv/c/` (or `$GDV_C_CACHE`) by the SHA-256 of the source, compiler and flags.
 """
 
@@ -23,6 +24,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from gdv.backends.c import isa as isas
 from gdv.ir.diagnostics import IRError
 
 BASE_FLAGS = (
@@ -72,13 +74,55 @@ def detect(cc: str) -> dict:
         version = r.stdout.splitlines()[0] if r.returncode == 0 and r.stdout else "unknown"
     except (OSError, subprocess.TimeoutExpired):
         version = "unavailable"
+    try:
+        r = subprocess.run([cc, "-dumpmachine"], capture_output=True, text=True, timeout=30)
+        machine = r.stdout.strip().split("-")[0] if r.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        machine = ""
     extra = [f for f in ("-fopenmp", "-march=native") if _accepts(cc, f)]
-    return {"version": version, "openmp": "-fopenmp" in extra, "extra_flags": extra}
+    return {
+        "version": version,
+        "openmp": "-fopenmp" in extra,
+        "extra_flags": extra,
+        "machine": {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine),
+    }
+
+
+@functools.cache
+def _accepted_march(cc: str, march: tuple[str, ...]) -> bool:
+    return all(_accepts(cc, f) for f in march)
+
+
+def isa(cc: str | None = None) -> isas.Isa:
+    """The host class the code is generated and compiled for: `GDV_C_ISA`'s, else the host's
+    own (`-march=native` when the compiler accepts it)."""
+    name = isas.requested()
+    if name != "native":
+        return isas.ISAS[name]
+    info = detect(cc or compiler())
+    return isas.native(set(isa_features()), "-march=native" in info["extra_flags"])
 
 
 def flags(cc: str) -> list[str]:
-    """Every flag a program is compiled with (the libm link last)."""
-    return [*BASE_FLAGS, *detect(cc)["extra_flags"], "-lm"]
+    """Every flag a program is compiled with (the libm link last): the base flags, OpenMP when
+    accepted, and the active ISA's `-march` flags."""
+    info = detect(cc)
+    openmp = ["-fopenmp"] if info["openmp"] else []
+    return [*BASE_FLAGS, *openmp, *isa(cc).march, "-lm"]
+
+
+def unbuildable(cc: str) -> str:
+    """Why `cc` cannot compile for the active ISA ('' when it can)."""
+    target = isa(cc)
+    machine = detect(cc)["machine"] or isas.host_arch()
+    if target.arch != machine:
+        return (
+            f"ISA {target.name} is {target.arch} code and '{cc}' compiles for {machine}: set CC "
+            f"to a compiler for {target.arch} (such as {target.arch}-linux-gnu-gcc)"
+        )
+    if target.march and not _accepted_march(cc, target.march):
+        return f"'{cc}' does not accept {' '.join(target.march)} (ISA {target.name})"
+    return ""
 
 
 def isa_features() -> list[str]:
@@ -102,6 +146,9 @@ def build(source: str) -> Path:
     cc = compiler()
     if shutil.which(cc) is None and not os.path.exists(cc):
         raise IRError(f"target c: no C compiler found (tried '{cc}'; set CC)")
+    refused = unbuildable(cc)
+    if refused:
+        raise IRError(f"target c: cannot build for {isas.ISA_ENV}={isa(cc).name}: {refused}")
     all_flags = flags(cc)
     key = hashlib.sha256(
         "\0".join([source, cc, detect(cc)["version"], *all_flags]).encode()
@@ -113,7 +160,7 @@ def build(source: str) -> Path:
     src = work / "program.c"
     src.write_text(source)
     out = work / "program.so"
-    cmd = [cc, *BASE_FLAGS, *detect(cc)["extra_flags"], str(src), "-o", str(out), "-lm"]
+    cmd = [cc, *all_flags[:-1], str(src), "-o", str(out), "-lm"]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
         failed = r.returncode != 0 or not out.exists()

@@ -34,6 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "it (OUT.so -> OUT.c); target reference, the final IR to OUT",
     )
     p.add_argument(
+        "--isa",
+        default=None,
+        metavar="ISA",
+        help="target c: generate and compile for this host class: native, avx512, avx2, sse2 "
+        "or neon (-march, vector width, registers; default: $GDV_C_ISA, else native)",
+    )
+    p.add_argument(
         "--allow-fallback",
         action="store_true",
         help="let ops the target cannot do run on reference kernels (recorded in the "
@@ -132,6 +139,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def compile_command(args: argparse.Namespace) -> int:
+    if args.isa:  # read by the C target's descriptor, schedule parameters and toolchain
+        from gdv.backends.c.isa import ISA_ENV, check
+
+        os.environ[ISA_ENV] = check(args.isa, "<command line>")
     options = CompileOptions(
         target=args.target,
         level=args.level,
