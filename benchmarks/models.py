@@ -1,0 +1,515 @@
+"""Real models through both import paths, against torch eager and onnxruntime (issue 16).
+
+    HF_HUB_OFFLINE=1 python benchmarks/models.py [--models resnet18,bert2] [--quick] [--out FILE]
+
+Models (random-init at batch 1, seeded; MiniLM ships its own weights): torchvision resnet18,
+mobilenet_v2 and efficientnet_b0 on a 1x3x224x224 image (64x64 with `--quick`); a BERT-base-
+sized `BertModel` with 2 layers and GPT-2 (`GPT2Model`, base size) with 2 layers, both on 32
+tokens (8 with `--quick`); the all-MiniLM-L6-v2 sentence encoder (`minilm.load_encoder`).
+
+For each model and path (torch.export: `gdv.import_torch`; ONNX: `torch.onnx.export(...,
+dynamo=False)` then `gdv.import_onnx`): import seconds; a cold `gdv compile -O2 --target c`
+(`gdv.driver.compile_module` with an empty proof cache and an empty
+`GDV_C_CACHE`; the compile builds the shared object), split into pass time, proof time and the
+rest (parse, C build); obligations and verdict; per pass its wall time, obligations and solver
+seconds; the run median (`--runs`, default 20, after 3 warm-up calls) of gdv's C target, torch
+eager and onnxruntime (CPU, 2 intra-op threads, 1 inter-op), the ratios gdv/torch and gdv/ORT
+(time over time: below 1 is faster), and the largest absolute difference from torch.
+
+Peak memory is measured the same way for every engine, each in a fresh subprocess: load the
+engine (torch: build the model; ORT: create the session; gdv: compile with the proof and C
+caches the timed compile filled, and load the shared object), read VmRSS, reset VmHWM through
+/proc/self/clear_refs, make the warm-up and timed calls, read VmHWM. The figure is VmHWM minus
+that VmRSS. gdv's planned arena (`arena_bytes` of the entry function) is given beside it.
+
+Each model runs in its own subprocess, so a model that fails (import, compile, a crash) is
+reported with its error and the others still run. Writes `benchmarks/models.json` and prints a
+markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from argparse import SUPPRESS
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+MODELS = ("resnet18", "mobilenet_v2", "efficientnet_b0", "bert2", "gpt2_2", "minilm")
+PATHS = ("torch.export", "onnx")
+WARMUP = 3
+ORT_THREADS = 2
+
+
+# --- the models -------------------------------------------------------------------------------
+
+
+SITE_ENV = "GDV_MODELS_SITE"
+"""A directory holding torchvision (and pillow) outside the environment's site-packages,
+default `.venv/models-site` (`pip install --no-deps --target .venv/models-site torchvision==0.28.0
+pillow`): see `_torchvision`."""
+
+
+def _torchvision():
+    """torchvision's model code. The PyPI wheel's C extension is built for CUDA torch and does
+    not load against the local CPU build; torchvision then still registers fake kernels for
+    `nms` and `qnms`, which need the ops' schemas, and fails to import. Installed in the
+    environment, that failure also breaks `transformers` (it imports torchvision when it finds
+    it), so it lives in its own directory, put on the path here. Declaring the two schemas
+    (never called: no model here runs a detection op) lets the pure-Python models import."""
+    import torch
+
+    site = os.environ.get(SITE_ENV) or str(HERE.parent / ".venv" / "models-site")
+    if os.path.isdir(site) and site not in sys.path:
+        sys.path.insert(0, site)
+    if "torchvision" not in sys.modules:
+        try:
+            torch.ops.torchvision.nms  # noqa: B018 -- present when the C extension loads
+        except (AttributeError, RuntimeError):
+            lib = torch.library.Library("torchvision", "FRAGMENT")
+            lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+            lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+            _torchvision.lib = lib  # keep the registration alive
+    import torchvision
+
+    return torchvision
+
+
+class _LastHidden:
+    """Wraps a transformers model so that it returns one tensor (its last hidden state)."""
+
+    @staticmethod
+    def wrap(model):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_ids, attention_mask):
+                return self.model(input_ids=input_ids, attention_mask=attention_mask)[0]
+
+        return Wrapped().eval()
+
+
+def build(name: str, quick: bool) -> tuple[Any, dict[str, Any], str]:
+    """(torch module in eval mode, its inputs by name, a description)."""
+    import torch
+
+    torch.manual_seed(0)
+    side = 64 if quick else 224
+    tokens = 8 if quick else 32
+    if name in ("resnet18", "mobilenet_v2", "efficientnet_b0"):
+        tv = _torchvision()
+        model = getattr(tv.models, name)(weights=None).eval()
+        return model, {"x": torch.randn(1, 3, side, side)}, f"1x3x{side}x{side}, random init"
+    if name in ("bert2", "gpt2_2"):
+        _torchvision()  # before transformers, which imports it when present
+        import transformers
+
+        if name == "bert2":
+            cfg = transformers.BertConfig(num_hidden_layers=2, attn_implementation="eager")
+            model = transformers.BertModel(cfg, add_pooling_layer=False)
+            vocab = cfg.vocab_size
+            what = "BertModel, base size, 2 layers"
+        else:
+            cfg = transformers.GPT2Config(n_layer=2, use_cache=False, attn_implementation="eager")
+            model = transformers.GPT2Model(cfg)
+            vocab = cfg.vocab_size
+            what = "GPT2Model, base size, 2 layers"
+        model.config.use_cache = False
+        ids = torch.randint(0, vocab, (1, tokens), generator=torch.Generator().manual_seed(1))
+        inputs = {"input_ids": ids, "attention_mask": torch.ones(1, tokens, dtype=torch.int64)}
+        return _LastHidden.wrap(model.eval()), inputs, f"{what}, {tokens} tokens, random init"
+    if name == "minilm":
+        _torchvision()
+        sys.path.insert(0, str(HERE))
+        from minilm import load_encoder
+
+        model, inputs = load_encoder()
+        n = int(inputs["input_ids"].shape[1])
+        return model, inputs, f"all-MiniLM-L6-v2 (its own weights), 2 sentences, {n} tokens"
+    raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+
+
+# --- engines ----------------------------------------------------------------------------------
+
+
+def _median_s(fn, runs: int) -> float:
+    for _ in range(WARMUP):
+        fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def export_onnx(model, inputs: dict[str, Any], path: Path) -> None:
+    import torch
+
+    names = list(inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            tuple(inputs[k] for k in names),
+            str(path),
+            input_names=names,
+            output_names=["out"],
+            dynamo=False,
+        )
+
+
+def ort_session(path: Path):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = ORT_THREADS
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def import_path(path: str, model, inputs: dict[str, Any], onnx_file: Path):
+    """(Module, weights) through one import path."""
+    import torch
+
+    import gdv
+
+    if path == "torch.export":
+        ep = torch.export.export(model, (), kwargs=inputs)
+        return gdv.import_torch(ep)
+    return gdv.import_onnx(onnx_file)
+
+
+def gdv_compile(source: Path, cache: Path):
+    from gdv.driver import CompileOptions, compile_module
+
+    return compile_module(str(source), CompileOptions(target="c", level=2, cache_dir=str(cache)))
+
+
+def _pass_breakdown(comp) -> list[dict]:
+    solver = defaultdict(float)
+    kinds: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
+    slowest: dict[str, tuple[float, str]] = {}
+    for o in comp.outcomes:
+        p = o.obligation.pass_name
+        solver[p] += o.seconds
+        k = kinds[p][o.obligation.kind]
+        k[0] += 1
+        k[1] += o.seconds
+        if o.seconds > slowest.get(p, (0.0, ""))[0]:
+            slowest[p] = (o.seconds, o.obligation.id)
+    rows = []
+    for r in comp.records:
+        rows.append(
+            {
+                "pass": r.name,
+                "pass_s": round(r.seconds, 3),
+                "obligations": len(r.obligations),
+                "solver_s": round(solver.get(r.name, 0.0), 3),
+                "by_kind": {
+                    k: {"n": n, "solver_s": round(s, 3)} for k, (n, s) in kinds[r.name].items()
+                },
+                "slowest": (
+                    {"id": slowest[r.name][1], "s": round(slowest[r.name][0], 3)}
+                    if r.name in slowest
+                    else None
+                ),
+            }
+        )
+    return rows
+
+
+def _error(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}"
+    return text if len(text) < 600 else text[:600] + " ..."
+
+
+def bench_model(name: str, quick: bool, runs: int, work: Path) -> dict:
+    """Everything for one model except memory (see `measure_memory`), in this process."""
+    import torch
+
+    torch.set_num_threads(ORT_THREADS)
+    from gdv.ir.printer import print_module
+
+    row: dict[str, Any] = {"model": name}
+    model, inputs, what = build(name, quick)
+    row["what"] = what
+    with torch.no_grad():
+        expected = model(**inputs).numpy()
+        row["torch_s"] = _median_s(lambda: model(**inputs), runs)
+    feed = {k: v.numpy() for k, v in inputs.items()}
+    np.savez(work / "inputs.npz", **feed)
+    onnx_file = work / "model.onnx"
+    try:
+        export_onnx(model, inputs, onnx_file)
+        sess = ort_session(onnx_file)
+        ort_out = sess.run(None, feed)[0]
+        row["ort_s"] = _median_s(functools.partial(sess.run, None, feed), runs)
+        row["ort_max_abs_diff"] = float(np.abs(ort_out - expected).max())
+        sess = None
+    except Exception as e:  # noqa: BLE001 -- reported, the torch.export path still runs
+        row["onnx_export_error"] = _error(e)
+    row["paths"] = {}
+    for path in PATHS:
+        res: dict[str, Any] = {}
+        row["paths"][path] = res
+        if path == "onnx" and "onnx_export_error" in row:
+            res["error"] = "torch.onnx.export failed: " + row["onnx_export_error"]
+            continue
+        tag = path.replace(".", "_")
+        stage = "import"
+        try:
+            t = time.perf_counter()
+            module, weights = import_path(path, model, inputs, onnx_file)
+            res["import_s"] = time.perf_counter() - t
+            ops = [op for f in module.functions for op in f.ops]
+            res["imported_ops"] = len(ops)
+            source = work / f"{tag}.gdv"
+            source.write_text(print_module(module), encoding="utf-8")
+            np.savez(work / f"{tag}-weights.npz", **weights)
+            stage = "compile"
+            os.environ["GDV_C_CACHE"] = str(work / f"c-cache-{tag}")
+            t = time.perf_counter()
+            comp = gdv_compile(source, work / f"proof-cache-{tag}")
+            res["compile_and_prove_s"] = time.perf_counter() - t
+            res["prove_s"] = comp.prove_seconds
+            res["obligations"] = len(comp.outcomes)
+            res["verdict"] = comp.verdict
+            res["solver_s"] = sum(o.seconds for o in comp.outcomes)
+            res["passes"] = _pass_breakdown(comp)
+            res["arena_bytes"] = int(comp.module.entry.attrs.get("arena_bytes", 0))
+            res["kernels"] = sum(1 for op in comp.module.entry.ops if op.name == "kernel")
+            if comp.verdict != "proved":
+                bad = next(o for o in comp.outcomes if o.status != "proved")
+                res["error"] = f"obligation {bad.obligation.id} is {bad.status}: {bad.reason}"
+                continue
+            res["passes_s"] = sum(r.seconds for r in comp.records)
+            # compile_module builds the C shared object too (the target's `build`).
+            res["build_s"] = res["compile_and_prove_s"] - res["passes_s"] - res["prove_s"]
+            stage = "load"
+            t = time.perf_counter()
+            comp.executable()
+            res["load_s"] = time.perf_counter() - t
+            stage = "run"
+            args = dict(feed, **weights)
+            out = comp(**args)[0]
+            res["max_abs_diff"] = float(np.abs(out - expected).max())
+            res["gdv_s"] = _median_s(functools.partial(comp, **args), runs)
+            res["vs_torch"] = res["gdv_s"] / row["torch_s"]
+            if "ort_s" in row:
+                res["vs_ort"] = res["gdv_s"] / row["ort_s"]
+            comp = args = weights = module = None
+            gc.collect()
+        except Exception as e:  # noqa: BLE001 -- the error is the result
+            res["error"] = f"{stage}: {_error(e)}"
+            res["traceback"] = traceback.format_exc(limit=-4)
+    return row
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+def _status_kb(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {key} in /proc/self/status")
+
+
+def measure_memory(name: str, engine: str, quick: bool, runs: int, work: Path) -> dict:
+    """Peak RSS above the loaded process of `runs` + warm-up calls of one engine (fresh
+    process: `--_memory`)."""
+    import torch
+
+    torch.set_num_threads(ORT_THREADS)
+    feed = dict(np.load(work / "inputs.npz"))
+    if engine == "torch":
+        model, inputs, _ = build(name, quick)
+
+        def call():
+            with torch.no_grad():
+                model(**inputs)
+    elif engine == "ort":
+        sess = ort_session(work / "model.onnx")
+
+        def call():
+            sess.run(None, feed)
+    else:
+        tag = engine.removeprefix("gdv:").replace(".", "_")
+        os.environ["GDV_C_CACHE"] = str(work / f"c-cache-{tag}")
+        comp = gdv_compile(work / f"{tag}.gdv", work / f"proof-cache-{tag}")
+        comp.executable()
+        args = dict(feed, **dict(np.load(work / f"{tag}-weights.npz")))
+
+        def call():
+            comp(**args)
+
+    gc.collect()
+    loaded = _status_kb("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    for _ in range(WARMUP + runs):
+        call()
+    peak = _status_kb("VmHWM")
+    return {"loaded_mb": loaded / 1024, "peak_above_loaded_mb": (peak - loaded) / 1024}
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+
+def _child(argv: list[str], timeout: float) -> dict:
+    """Run this script with `argv` in a fresh process; its last stdout line is a JSON object."""
+    try:
+        p = subprocess.run(
+            [sys.executable, __file__, *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        return {"error": f"exit status {p.returncode}: " + " | ".join(tail)}
+    return json.loads(lines[-1])
+
+
+def _f(x: Any, fmt: str) -> str:
+    return format(x, fmt) if isinstance(x, (int, float)) else "-"
+
+
+def table(rows: list[dict]) -> str:
+    head = (
+        "| model | path | imported ops | import s | compile+prove s | passes s | prove s "
+        "| obligations | verdict | gdv ms | torch ms | ORT ms | gdv/torch | gdv/ORT | max abs diff "
+        "| peak MB gdv | torch | ORT | arena MB |"
+    )
+    out = [head, "|" + "---|" * 19]
+    for r in rows:
+        if "error" in r and "paths" not in r:
+            why = str(r["error"]).replace("|", "/")[:300]
+            out.append(f"| {r['model']} | (all) | error: {why} |" + " |" * 16)
+            continue
+        mem = r.get("memory", {})
+        for path, p in r["paths"].items():
+            if "gdv_s" not in p:
+                cells = [r["model"], path, _f(p.get("imported_ops"), "d")]
+                cells += [_f(p.get("import_s"), ".1f"), _f(p.get("compile_and_prove_s"), ".1f")]
+                cells += ["-", "-", _f(p.get("obligations"), "d"), p.get("verdict", "-")]
+                cells += ["error: " + p.get("error", "?").replace("|", "/")[:200]]
+                out.append("| " + " | ".join(cells) + " |" + " |" * 9)
+                continue
+            cells = [
+                r["model"],
+                path,
+                _f(p["imported_ops"], "d"),
+                _f(p["import_s"], ".1f"),
+                _f(p["compile_and_prove_s"], ".1f"),
+                _f(p["passes_s"], ".1f"),
+                _f(p["prove_s"], ".1f"),
+                _f(p["obligations"], "d"),
+                p["verdict"],
+                _f(p["gdv_s"] * 1e3, ".2f"),
+                _f(r["torch_s"] * 1e3, ".2f"),
+                _f(r.get("ort_s", 0) * 1e3, ".2f") if "ort_s" in r else "-",
+                _f(p["vs_torch"], ".2f") + "x",
+                _f(p.get("vs_ort"), ".2f") + "x",
+                _f(p["max_abs_diff"], ".1e"),
+                _f(mem.get(f"gdv:{path}", {}).get("peak_above_loaded_mb"), ".1f"),
+                _f(mem.get("torch", {}).get("peak_above_loaded_mb"), ".1f"),
+                _f(mem.get("ort", {}).get("peak_above_loaded_mb"), ".1f"),
+                _f(p["arena_bytes"] / 2**20, ".1f"),
+            ]
+            out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
+    ap.add_argument("--quick", action="store_true", help="small images and sequences, 5 runs")
+    ap.add_argument("--runs", type=int, default=None, help="timed calls per engine (20)")
+    ap.add_argument("--out", default=None, help="JSON file (default benchmarks/models.json)")
+    ap.add_argument("--model-timeout", type=float, default=1800.0)
+    ap.add_argument("--_one", nargs=2, metavar=("MODEL", "WORKDIR"), help=SUPPRESS)
+    ap.add_argument("--_memory", nargs=3, metavar=("MODEL", "ENGINE", "DIR"), help=SUPPRESS)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    runs = args.runs or (5 if args.quick else 20)
+    if args._one:
+        name, work = args._one
+        print(json.dumps(bench_model(name, args.quick, runs, Path(work))), flush=True)
+        return 0
+    if args._memory:
+        name, engine, work = args._memory
+        print(json.dumps(measure_memory(name, engine, args.quick, runs, Path(work))), flush=True)
+        return 0
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    flags = ["--runs", str(runs)] + (["--quick"] if args.quick else [])
+    rows = []
+    for name in names:
+        with tempfile.TemporaryDirectory(prefix=f"gdv-models-{name}-") as work:
+            t = time.perf_counter()
+            row = _child(["--_one", name, work, *flags], args.model_timeout)
+            row.setdefault("model", name)
+            if "paths" in row:
+                engines = ["torch"] + (["ort"] if "ort_s" in row else [])
+                engines += [f"gdv:{p}" for p, r in row["paths"].items() if "gdv_s" in r]
+                row["memory"] = {
+                    e: _child(["--_memory", name, e, work, *flags], args.model_timeout)
+                    for e in engines
+                }
+            row["wall_s"] = time.perf_counter() - t
+        rows.append(row)
+        brief = {k: v for k, v in row.items() if k not in ("paths",)}
+        print(json.dumps(brief), file=sys.stderr, flush=True)
+    result = {
+        "command": "HF_HUB_OFFLINE=1 python benchmarks/models.py"
+        + (f" --models {args.models}" if args.models != ",".join(MODELS) else "")
+        + (" --quick" if args.quick else "")
+        + (f" --runs {args.runs}" if args.runs else ""),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "runs": runs,
+        "warmup": WARMUP,
+        "ort_intra_op_threads": ORT_THREADS,
+        "rows": rows,
+    }
+    out = Path(args.out or HERE / ("models-quick.json" if args.quick else "models.json"))
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(table(rows))
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
