@@ -8,14 +8,16 @@ body is a new scalar function of the module:
                                convert(a) * convert(b) in acc, then a convert kernel to the
                                result dtype when acc differs
     conv2d(x, w)            -> pad(x) with zeros (when padded), then a kernel over (N, O, OH,
-                               OW, Cg, KH, KW) reading the padded input at channel Cg*o + c
-                               (depthwise) or c (one group), position stride*o + dilation*k,
-                               body x * w, an add fold over (Cg, KH, KW). f32/f64 with one
-                               group, at least CONV_MIN_MACS multiply-adds: select-products
-                               runs it as a product; depthwise (one output channel per group)
-                               and integer or 16-bit convs: a nest folding adjacent outputs in
-                               vector lanes. Smaller float convs and groups of several output
-                               channels stay ops.
+                               OW, Cg, KH, KW) reading the padded input at channel Cg*g + c
+                               (g the output channel's group), position stride*o +
+                               dilation*k, body x * w, an add fold over (Cg, KH, KW); with
+                               groups of several output channels the kernel runs over (N, G,
+                               Og, OH, OW, ...) writing [N, OH, OW, G, Og], then a reshape and
+                               a copy kernel back to [N, O, OH, OW]. f32/f64 and not depthwise:
+                               at least CONV_MIN_MACS multiply-adds, and select-products runs
+                               it as a product; depthwise (one output channel per group) and
+                               integer or 16-bit convs: any size, a nest folding adjacent
+                               outputs in vector lanes. Smaller float convs stay ops.
 
 A splat constant (one value) becomes a kernel with no operands whose body is that value.
 Ops that are not affine in their indices (reshape, slice, concat, pad, take, iota, other
@@ -43,14 +45,6 @@ from gdv.passes.base import Names, Pass, PassResult, Step
 CONV_MIN_MACS = 1 << 12
 """Smaller convolutions stay conv2d ops (their plain loop nest: a packed product would cost
 more than it saves)."""
-
-GROUPS_WITH_CHANNELS = False
-"""Whether a conv2d with G > 1 groups of Og > 1 output channels is lowered (to a kernel over
-[N, G, Og, OH, OW] and a reshape). Off: its equivalence obligation comes back unknown, because
-the SMT index forms (gdv.validate.semantics.index.delinearize) divide the reshape's flat index
-by Og*OH*OW at once, giving a quotient atom over (o, y, x) that does not cancel against the
-conv2d's o div Og; dividing step by step (floor(floor(f / a) / b) = floor(f / (a b))) proves
-it in 0.1 s. Such convs keep the op until that change."""
 
 ELEMENTWISE = names_where(lambda s: s.body_legal and s.min_operands > 0)
 _COMBINER = {s.name: s.combiner.op for s in REDUCTIONS.specs()}
@@ -195,9 +189,8 @@ def lower_op(
 
 
 def _conv_lowers(op: Op, ts: list[TensorType]) -> bool:
-    """Whether a conv2d becomes a kernel. Not when empty, of i1 values, or grouped with more
-    than one output channel per group (see `GROUPS_WITH_CHANNELS`). A kernel that
-    select-products will run as a product (f32/f64 with one group) needs at least
+    """Whether a conv2d becomes a kernel. Not when empty or of i1 values. A kernel that
+    select-products will run as a product (f32/f64, not depthwise) needs at least
     CONV_MIN_MACS multiply-adds; the others (depthwise: one output channel per group; integer
     and 16-bit float dtypes) run as a reduction nest folding a block of adjacent outputs in
     vector lanes, which beats the conv2d op's scalar nest at every size."""
@@ -208,8 +201,6 @@ def _conv_lowers(op: Op, ts: list[TensorType]) -> bool:
     if op.type.num_elements == 0 or x.num_elements == 0:
         return False
     groups = op.attrs["groups"]
-    if groups > 1 and w.shape[0] != groups and not GROUPS_WITH_CHANNELS:
-        return False
     if (groups > 1 and w.shape[0] == groups) or dtype not in (DType.F32, DType.F64):
         return True
     return op.type.num_elements * w.shape[1] * w.shape[2] * w.shape[3] >= CONV_MIN_MACS
@@ -218,16 +209,20 @@ def _conv_lowers(op: Op, ts: list[TensorType]) -> bool:
 def _lower_conv2d(
     op: Op, ts: list[TensorType], names: Names, bodies: Bodies, owner: str
 ) -> list[Op]:
-    """pad (when padded) and the contraction kernel; with G > 1 groups of Og > 1 output
-    channels, over a result [N, G, Og, OH, OW] that a reshape makes [N, O, OH, OW]:
+    """pad (when padded) and the contraction kernel
 
-        r[n, g, m, y, x] = fold_add over (c, i, j) in row-major order of
-                           xp[n, Cg*g + c, y*sh + i*dh, x*sw + j*dw] * w[Og*g + m, c, i, j]
+        r[n, o, y, x] = fold_add over (c, i, j) in row-major order of
+                        xp[n, Cg*g + c, y*sh + i*dh, x*sw + j*dw] * w[o, c, i, j]
 
     xp being the input padded with +0.0, so padded positions take part as 0.0 * w, as in the
-    conv2d's meaning (IR_SPEC.md section 7); output channel o = Og*g + m is in group g, whose
-    input channels are Cg*g .. Cg*g + Cg - 1. One group (g = 0) or one output channel per group
-    (m = 0, o = g: depthwise) drop that loop dim, so the kernel's result is the conv2d's."""
+    conv2d's meaning (IR_SPEC.md section 7); output channel o is in group g = o div Og, whose
+    input channels are Cg*g .. Cg*g + Cg - 1. With one group g = 0; with one output channel per
+    group (depthwise) g = o, so the kernel reads channel Cg*o + c. With G > 1 groups of Og > 1
+    output channels, g is not affine in o: the kernel runs over (n, g, m, y, x | c, i, j), o =
+    Og*g + m, and writes its result as [N, OH, OW, G, Og]; a reshape merges (G, Og) into O and a
+    copy kernel moves O back before (OH, OW). (That order keeps the SMT index forms exact:
+    reshape's o mod Og and o div Og recombine into o, where [N, G, Og, OH, OW] would give a
+    quotient over (o, y, x) that does not, see gdv.validate.semantics.index.delinearize.)"""
     x, w = ts
     dtype = op.type.dtype
     n, c, h, wd = x.shape
@@ -268,11 +263,18 @@ def _lower_conv2d(
     result = names.fresh(f"{op.result}.groups") if split else op.result
     k = _kernel(
         op, result, [source, op.operands[1]], dtype, body, space, [x_map, w_map],
-        list(range(nd - 3)), [cc, i, j], "add",
+        [0, y, xx, 1, 2] if split else list(range(nd - 3)), [cc, i, j], "add",
     )  # fmt: skip
     if not split:
         return [*out, k]
-    return [*out, k, Op(op.result, "reshape", [result], {}, op.type, op.loc)]
+    merged = names.fresh(f"{op.result}.nhwc")
+    nhwc = TensorType(dtype, (n, oh, ow, o))
+    reshape = Op(merged, "reshape", [result], {}, nhwc, op.loc)
+    copy = bodies.new(owner, [nhwc], [], "a0")
+    # loop dims (n, o, y, x) read [n, y, x, o]
+    rows = [_row(4, 0), _row(4, 2), _row(4, 3), _row(4, 1)]
+    back = _kernel(op, op.result, [merged], dtype, copy, [n, o, oh, ow], [rows], [0, 1, 2, 3])
+    return [*out, k, reshape, back]
 
 
 def _lower_dot(op: Op, ts: list[TensorType], names: Names, bodies: Bodies, owner: str) -> list[Op]:

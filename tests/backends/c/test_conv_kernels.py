@@ -2,16 +2,20 @@
 depthwise convs (one output channel per group), integer and 16-bit float convs become a `pad`
 and a reduction kernel that the C printer runs as a nest folding a block of adjacent outputs
 in vector lanes (each output's products folded over (c, kh, kw) in the conv2d's order, so
-exact); resnet-like strided and padded float convs (7x7 s2 p3, 3x3 s2 p1, 1x1 s2, 1x1 s1) run
-as products. Checked: the rewrite's `fp` obligation proves; the C result is bit-exact to the
-reference backend under hypothesis-drawn geometry (groups, channels per group, kernel size,
-stride, dilation, asymmetric padding, size-1 dims, widths that leave a remainder of the lane
-block) and values (NaN, infinities, signed zeros, subnormals; integer wrap-around); the
-depthwise kernel's C is the vector-lane nest, not the scalar conv2d loop; grouped convs with
-several output channels per group keep the op (their proof needs a change to the SMT index
-forms, see `lower_to_kernels.GROUPS_WITH_CHANNELS`)."""
+exact); groups of several output channels become a kernel written channels-last, a reshape and
+a copy kernel back (a product in f32/f64); resnet-like strided and padded float convs (7x7 s2
+p3, 3x3 s2 p1, 1x1 s2, 1x1 s1) run as products. Checked: the rewrite's `fp` obligation proves
+(and a wrong channel map is refuted); the C result is bit-exact to the reference backend under
+hypothesis-drawn geometry (groups, input and output channels per group, kernel size, stride,
+dilation, asymmetric padding, size-1 dims, widths that leave a remainder of the lane block)
+and values (NaN, infinities, signed zeros, subnormals; integer wrap-around); the depthwise
+kernel's C is the vector-lane nest, not the scalar conv2d loop."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -84,13 +88,13 @@ def _kernels(module: Module) -> list:
 
 @st.composite
 def grouped(draw):
-    """A depthwise-like conv (one output channel per group, 1-3 input channels per group), or
+    """A grouped conv (1-3 input and 1-3 output channels per group, depthwise most often), or
     a single-group conv in a dtype that never runs as a product."""
     dtype = draw(st.sampled_from(["f32", "f64", "f16", "i32", "i8"]))
     single = draw(st.booleans()) and dtype not in ("f32", "f64")
     groups = 1 if single else draw(st.integers(2, 5))
     cg = draw(st.integers(1, 3))
-    o = draw(st.integers(1, 4)) if single else groups
+    o = draw(st.integers(1, 4)) if single else groups * draw(st.sampled_from([1, 1, 2, 3]))
     kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     s = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
     d = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
@@ -103,13 +107,16 @@ def grouped(draw):
 
 @settings(max_examples=40)
 @given(grouped(), st.integers(0, 2**32 - 1), st.sampled_from([0.0, 0.1]))
-def test_depthwise_and_nest_convs_are_bit_exact(case, seed, share) -> None:
+def test_grouped_and_nest_convs_are_bit_exact(case, seed, share) -> None:
     dtype, (xs, ws, out, attrs) = case
     module = parse(_program(dtype, xs, ws, out, attrs))
-    compiled = _compiled(module)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lower_to_kernels, "CONV_MIN_MACS", 0)  # small products lowered too
+        compiled = _compiled(module)
     assert "conv2d" not in [op.name for op in compiled.entry.ops]
-    (kernel,) = _kernels(compiled)
-    assert kernel.attrs.get("strategy", "nest") == "nest"  # a product needs f32/f64, 1 group
+    conv = _kernels(compiled)[0]
+    product = dtype in ("f32", "f64") and ws[0] > int(attrs.split("groups = ")[1])
+    assert (conv.attrs.get("strategy") == "product") == product  # depthwise: never
     rng = np.random.default_rng(seed)
     inputs = {"x": _values(rng, xs, dtype, share), "w": _values(rng, ws, dtype, share)}
     (got,) = c.run(compiled, inputs)
@@ -204,26 +211,65 @@ def test_resnet_convs_run_as_proved_products(cfg) -> None:
     assert reference.bit_equal(c.run(compiled, inputs)[0], reference.run(module, inputs)[0])
 
 
-def _channel_groups() -> Module:
-    xs, ws, out, attrs = _geometry((2, 8, 10, 9), 12, (3, 3), (2, 1), (0, 1, 1, 0), (1, 1), 4)
-    return parse(_program("f32", xs, ws, out, attrs))
+CHANNEL_GROUPS = [
+    # dtype, x, output channels, groups, stride, padding, dilation
+    ("f32", (2, 8, 10, 9), 12, 4, (2, 1), (0, 1, 1, 0), (1, 1)),
+    ("f64", (1, 6, 7, 7), 6, 2, (1, 1), (1, 1, 1, 1), (2, 1)),
+    ("i32", (1, 4, 5, 6), 8, 2, (1, 2), (0, 0, 0, 0), (1, 1)),
+]
 
 
-def test_groups_with_several_output_channels_keep_the_op() -> None:
-    module = _channel_groups()
-    assert [op.name for op in _compiled(module).entry.ops] == ["conv2d"]
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="the SMT index forms divide a reshape's flat index by Og*OH*OW at once "
-    "(validate/semantics/index.delinearize); passes once they divide step by step",
-)
-def test_groups_with_several_output_channels_would_prove() -> None:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lower_to_kernels, "GROUPS_WITH_CHANNELS", True)
-        result = PassManager([LowerToKernels()]).run(_channel_groups())
+@pytest.mark.parametrize("cfg", CHANNEL_GROUPS, ids=lambda cfg: f"{cfg[0]}-{cfg[1]}-g{cfg[3]}")
+def test_groups_of_several_output_channels_are_proved(cfg) -> None:
+    """G groups of Og > 1 output channels: a kernel over (n, g, m, y, x | c, i, j) written as
+    [N, OH, OW, G, Og], a reshape to [N, OH, OW, O] and a copy kernel back to [N, O, OH, OW]."""
+    dtype, xs, o, groups, s, p, d = cfg
+    xs_, ws, out, attrs = _geometry(xs, o, (3, 3), s, p, d, groups)
+    module = parse(_program(dtype, xs_, ws, out, attrs))
+    result = PassManager([LowerToKernels()]).run(module)
     (ob,) = result.obligations
-    assert [o.name for o in ob.tgt.ops] == ["pad", "kernel", "reshape"]
-    (done,) = discharge([ob], jobs=1, use_cache=False, timeout=5)
+    padded = any(p)
+    names = ["kernel", "reshape", "kernel"]
+    assert [o.name for o in ob.tgt.ops] == (["pad", *names] if padded else names)
+    (done,) = discharge([ob], jobs=1, use_cache=False)
     assert done.status == "proved", done.reason
+    kernel = _kernels(result.module)[0]
+    assert kernel.attrs["space"][1:3] == [groups, o // groups]
+    assert kernel.attrs["out"] == [0, 3, 4, 1, 2]
+    rng = np.random.default_rng(4)
+    inputs = {"x": _values(rng, xs_, dtype, 0.1), "w": _values(rng, ws, dtype, 0.1)}
+    want = reference.run(module, inputs)[0]
+    assert reference.bit_equal(reference.run(result.module, inputs)[0], want)
+    got = c.run(_compiled(module), inputs)[0]
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+
+
+def test_a_bundle_with_depthwise_and_grouped_convs_verifies(tmp_path: Path) -> None:
+    """The certificate steps of both lowerings (pad, kernel; pad, kernel, reshape, copy kernel)
+    replay in the independent checker, each in a fresh process as they are used."""
+    x1, w1, o1, a1 = _geometry((1, 6, 9, 11), 6, (3, 3), (2, 1), (1, 1, 1, 1), (1, 1), 6)
+    _, w2, o2, a2 = _geometry(o1, 4, (3, 3), (1, 1), (1, 0, 0, 1), (1, 1), 2)
+    ty = lambda s: f"f32[{','.join(map(str, s))}]"  # noqa: E731
+    text = (
+        f"func @main(%x: {ty(x1)}, %w: {ty(w1)}, %v: {ty(w2)}) -> {ty(o2)} {{\n"
+        f"  %d = conv2d(%x, %w) {{{a1}}} : {ty(o1)}\n"
+        f"  %g = conv2d(%d, %v) {{{a2}}} : {ty(o2)}\n  return %g\n}}\n"
+    )
+    source = tmp_path / "groups.gdv"
+    source.write_text(text)
+    bundle = tmp_path / "groups.evidence"
+    gdv = [sys.executable, "-m", "gdv"]
+    made = subprocess.run(
+        [*gdv, "compile", str(source), "--no-cache", "--jobs", "1", "--emit-evidence",
+         str(bundle)], capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    checked = subprocess.run(
+        [*gdv, "evidence", "verify", str(bundle), "--jobs", "1"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "verified:" in checked.stdout
+    ir = (bundle / "ir").glob("*.gdv")
+    final = max(ir).read_text()
+    assert "conv2d" not in final and "reshape" in final
