@@ -5,10 +5,12 @@ first over c (within the output channel's group), then kh, then kw. An empty win
 The products and sums are the elementwise family's `scalar` code, so f16/bf16 values (bit
 patterns) are multiplied and added in double and rounded once per step, as the reference does.
 
-This is the plain loop nest of a conv2d that stays an op (at -O0, in integer or 16-bit dtypes,
-grouped, or small). At -O1/-O2 `lower-to-kernels` turns an f32/f64 conv2d with one group into a
-`pad` and a contraction kernel, which `select-products` runs as a packed product: the printer
-decides nothing about it."""
+This is the plain loop nest of a conv2d that stays an op: at -O0, or an f32/f64 conv that is
+not depthwise and has fewer than `lower_to_kernels.CONV_MIN_MACS` multiply-adds. At -O1/-O2
+`lower-to-kernels` turns every other conv2d into a `pad` and a contraction kernel (IR order
+kept): one group, or groups of several output channels (written channels-last and copied
+back), run as products chosen by `select-products`; depthwise, integer and 16-bit ones as the
+nest printer's vector-lane reduction. The printer decides nothing about them."""
 
 from __future__ import annotations
 
