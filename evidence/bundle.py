@@ -4,8 +4,10 @@ A bundle is a directory: `manifest.json` (deterministic, checked against
 `schema/manifest-<SCHEMA_VERSION>.json` on write and on read), `ir/NN-<stage>.gdv` (each
 stage's canonical text), `obligations/*.smt2` (each obligation's queries), `artifact/` (what the
 target produced; for `reference`, the final stage's text, which the numpy backend executes),
-`manifest.sig` when signed, and `timings.json`, the only file that changes from run to run and
-the only one no hash covers.
+`reports/` (cost and execution reports, each under its own schema), `manifest.sig` when signed,
+and `timings.json`. `timings.json` and `reports/compile-cost.json` (`MEASURED_FILES`) are the
+only files that change from run to run and the only ones no hash covers (a bundle written with
+a measured `execution` report is a measurement, and its manifest hashes it).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ SCHEMA_VERSION = "2"
 CONFORMANCE_SEEDS = (0, 1, 2)
 """Seeds of the inputs on which the final module and the source must agree bit for bit."""
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
+MEASURED_FILES = ("timings.json", "reports/compile-cost.json")
+"""The bundle's files that hold compile-time measurements: no hash covers them."""
 
 
 class EvidenceError(IRError):
@@ -100,6 +104,26 @@ def validate_manifest(manifest: Any) -> None:
         )
 
 
+@cache
+def report_schema(name: str) -> dict:
+    """The JSON Schema `schema/<name>.json` of a report (`reports-compile-cost-1`, ...)."""
+    path = SCHEMA_DIR / f"{name}.json"
+    if not re.fullmatch(r"reports-[a-z][a-z-]*-[0-9]+", name) or not path.is_file():
+        raise EvidenceError(f"unknown report schema {name!r}")
+    return json.loads(path.read_text())
+
+
+def validate_report(name: str, report: Any, file: str = "report") -> None:
+    """Raise EvidenceError unless `report` conforms to the report schema `name`."""
+    jsonschema = require("jsonschema", "checking a report against its schema")
+    validator = jsonschema.Draft202012Validator(report_schema(name))
+    errors = sorted(validator.iter_errors(report), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = "/".join(str(p) for p in e.absolute_path) or "(top)"
+        raise EvidenceError(f"{file} does not follow schema {name}: at {where}: {e.message[:300]}")
+
+
 def manifest_bytes(manifest: dict) -> bytes:
     """The canonical serialisation (sorted keys, two-space indent, final newline)."""
     return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
@@ -119,10 +143,14 @@ def read_manifest(directory: str | os.PathLike) -> dict:
 
 
 def write_bundle(
-    comp: Compilation, directory: str | os.PathLike, sign_key: str | None = None
+    comp: Compilation,
+    directory: str | os.PathLike,
+    sign_key: str | None = None,
+    execution: dict | None = None,
 ) -> Path:
     """Write the bundle of `comp` to `directory` (replacing an earlier bundle there, never
-    another directory), signed with the Ed25519 private key in `sign_key` when given."""
+    another directory), signed with the Ed25519 private key in `sign_key` when given, with the
+    measured `execution` report (`gdv.evidence.reports.execution`) when given."""
     target = Path(directory)
     if target.exists() and not (target / "manifest.json").is_file():
         raise IRError(
@@ -140,6 +168,7 @@ def write_bundle(
     tmp = Path(tempfile.mkdtemp(prefix=".gdv-evidence-", dir=parent))
     try:
         manifest = build_manifest(comp, tmp)
+        manifest["reports"] = write_reports(tmp, comp, execution)
         validate_manifest(manifest)
         data = manifest_bytes(manifest)
         (tmp / "manifest.json").write_bytes(data)
@@ -163,6 +192,32 @@ def write_bundle(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def write_reports(root: Path, comp: Compilation, execution: dict | None = None) -> list[dict]:
+    """Write `reports/` (`gdv.evidence.reports`: compile cost, predicted cost, and the measured
+    execution when given), each checked against its schema; their manifest entries."""
+    from gdv.evidence import reports
+
+    made = {
+        "compile-cost": reports.compile_cost(comp),
+        "predicted-cost": reports.predicted_cost(
+            comp.module, capabilities(comp.options.target), comp.source_text
+        ),
+    }
+    if execution is not None:
+        made["execution"] = execution
+    (root / "reports").mkdir(exist_ok=True)
+    entries = []
+    for name, report in made.items():
+        schema_name = reports.schema_name(name)
+        rel = f"reports/{name}.json"
+        validate_report(schema_name, report, rel)
+        data = (json.dumps(report, indent=1, sort_keys=True) + "\n").encode()
+        (root / rel).write_bytes(data)
+        digest = None if name in reports.MEASURED else sha256(data)
+        entries.append({"name": name, "schema": schema_name, "file": rel, "sha256": digest})
+    return entries
 
 
 def capabilities(target: str) -> dict:
@@ -210,15 +265,18 @@ def build_manifest(comp: Compilation, root: Path) -> dict:
         text = print_module(module).encode()
         rel = f"ir/{n:02d}-{slug(name)}.gdv"
         (root / rel).write_bytes(text)
-        stages.append(
-            {
-                "pass": name,
-                "file": rel,
-                "sha256": sha256(text),
-                "theory": theories[name],
-                "certificate": _certificate(root, n, record),
-            }
-        )
+        entry = {
+            "pass": name,
+            "file": rel,
+            "sha256": sha256(text),
+            "theory": theories[name],
+            "certificate": _certificate(root, n, record),
+        }
+        if record is not None and record.bound_change is not None:
+            # A step claimed over the reals: every output's error bound before and after it
+            # (`gdv.validate.bounds.bound_change`), which the checker recomputes.
+            entry["bound_change"] = record.bound_change
+        stages.append(entry)
     stages[0]["theory"] = "fp"
     obligations = []
     solver = {"name": "z3", "version": z3.get_version_string()}
@@ -236,6 +294,7 @@ def build_manifest(comp: Compilation, root: Path) -> dict:
         "pipeline": {
             "level": opts.level,
             "fast_math": opts.fast_math,
+            "reassociate": opts.reassociate,
             "disabled": sorted(opts.disable),
             "external_passes": list(opts.external_passes),
             "passes": [r.name for r in comp.records],

@@ -25,7 +25,8 @@ def show(root: Path, manifest: dict) -> str:
         f"verdict:     {manifest['verdict']}",
         f"signature:   {_signature_state(root)}",
         f"pipeline:    -O{manifest['pipeline']['level']}"
-        + (" --fast-math" if manifest["pipeline"]["fast_math"] else ""),
+        + (" --fast-math" if manifest["pipeline"]["fast_math"] else "")
+        + (" --reassociate" if manifest["pipeline"].get("reassociate") else ""),
         "stages:",
     ]
     lines += [f"  {s['file']}  ({s['theory']})" for s in manifest["stages"]]
@@ -163,7 +164,8 @@ def _pipeline(root: Path, manifest: dict) -> list[str]:
     p = manifest["pipeline"]
     parts = [
         "<h2>Pipeline</h2>",
-        f"<p>-O{_e(p['level'])}{' --fast-math' if p['fast_math'] else ''}; passes: "
+        f"<p>-O{_e(p['level'])}{' --fast-math' if p['fast_math'] else ''}"
+        f"{' --reassociate' if p.get('reassociate') else ''}; passes: "
         f"{_e(', '.join(p['passes']))}</p>",
         '<ol id="stages">',
     ]

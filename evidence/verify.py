@@ -6,6 +6,7 @@ named, a failure says which):
 1. `signature`: `manifest.sig` against `--trust-key` (an unsigned bundle fails only then);
 2. `schema`: `manifest.json` follows the schema of its version;
 3. `files`: every file the manifest lists exists and has its hash;
+   `reports`: every report under `reports/` follows its own versioned schema;
 4. `source`: the given source has the recorded hash and parses to stage 0;
 5. `verdict`: every obligation proved and the verdict `proved` (a rejected compile never
    verifies);
@@ -141,6 +142,7 @@ def verify_bundle(
             failed("schema", str(e))
         passed("schema", f"manifest.json follows schema {manifest['schema_version']}")
         stages = _files(root, manifest, passed, failed)
+        _reports(root, manifest, passed, failed)
         rerun = _Rerun(manifest, stages, jobs)
         _source(manifest, source, source_bytes, stages, passed, failed)
         _verdict(manifest, passed, failed)
@@ -154,6 +156,7 @@ def verify_bundle(
         _resolve(queries, use, policy, timeout, jobs, passed, failed)
         _conformance(manifest, rerun.conformance(), passed, failed)
         _bounds(manifest, rerun.bounds(), passed, failed)
+        _bound_changes(manifest, stages, passed, failed)
         _artifact(root, manifest, stages, passed, failed)
         violations = check_policy(policy, manifest)
         if violations:
@@ -196,6 +199,7 @@ def _files(root: Path, manifest: dict, passed, failed) -> list[tuple[str, Module
     listed += [(o["id"], q) for o in manifest["obligations"] for q in o["queries"]]
     listed += [(f"pair of {o['id']}", o["pair"]) for o in manifest["obligations"] if o.get("pair")]
     listed += [("artifact", f) for f in manifest["artifact"]["files"]]
+    listed += [(f"report {r['name']}", r) for r in manifest.get("reports", []) if r["sha256"]]
     resolved = root.resolve()
     for what, entry in listed:
         path = (root / entry["file"]).resolve()
@@ -211,6 +215,32 @@ def _files(root: Path, manifest: dict, passed, failed) -> list[tuple[str, Module
         stages.append([s["pass"], None, (root / s["file"]).read_bytes(), s["file"]])
     stages.module(0)
     return stages
+
+
+def _reports(root: Path, manifest: dict, passed, failed) -> None:
+    """Every report the manifest lists is JSON and follows its schema (the hashed ones were
+    checked with the other files)."""
+    from gdv.evidence.bundle import validate_report
+
+    entries = manifest.get("reports", [])
+    resolved = root.resolve()
+    for r in entries:
+        path = (root / r["file"]).resolve()
+        if resolved not in path.parents or not path.is_file():
+            failed("reports", f"{r['file']} (report {r['name']}) is missing")
+        try:
+            data = json.loads(path.read_bytes())
+        except ValueError as e:
+            failed("reports", f"{r['file']} (report {r['name']}) is not JSON: {e}")
+        try:
+            validate_report(r["schema"], data, r["file"])
+        except EvidenceError as e:
+            failed("reports", e.message)
+    if not entries:
+        passed("reports", "none recorded")
+        return
+    names = ", ".join(r["name"] for r in entries)
+    passed("reports", f"{len(entries)} report(s) follow their schemas ({names})")
 
 
 class _Stages(list):
@@ -259,7 +289,7 @@ def _chain(manifest: dict, stages, timeout: float, passed, failed) -> None:
     from gdv.validate.equivalence import check_equivalence
     from gdv.validate.semantics.values import THEORIES
 
-    fast_math = manifest["pipeline"]["fast_math"]
+    fast_math = _reals_allowed(manifest)
     for k, entry in enumerate(manifest["stages"][1:], start=1):
         before, after, name = stages.module(k - 1), stages.module(k), stages[k][0]
         theory = entry["theory"]
@@ -271,7 +301,10 @@ def _chain(manifest: dict, stages, timeout: float, passed, failed) -> None:
                 f"{', '.join(THEORIES)})",
             )
         if theory == "real" and not fast_math:
-            failed("ir-chain", f"stage {name} claims `real` but the pipeline had no fast-math")
+            failed(
+                "ir-chain",
+                f"stage {name} claims `real` but the pipeline had no fast-math or reassociate",
+            )
         try:
             r = check_equivalence(before, after, theory, timeout, names=("before", name))
         except IRError as e:
@@ -286,12 +319,20 @@ def _chain(manifest: dict, stages, timeout: float, passed, failed) -> None:
     passed("ir-chain", f"{len(stages) - 1} stage-to-stage claim(s) proved from the IR files")
 
 
+def _reals_allowed(manifest: dict) -> bool:
+    """Whether the pipeline asked for claims over the reals (`--fast-math`, `--reassociate`
+    or -O3)."""
+    p = manifest["pipeline"]
+    return bool(p["fast_math"] or p.get("reassociate") or p["level"] >= 3)
+
+
 def _theories(manifest: dict, passed, failed) -> None:
     """Each claim's theory fits its kind and its stage: `int` only for coverage and memory
-    claims, `real` only in a stage that claims `real`, and `real` stages only with fast-math."""
+    claims, `real` only in a stage that claims `real`, and `real` stages only with fast-math
+    or reassociation."""
     from gdv.validate.semantics.values import THEORIES
 
-    fast_math = manifest["pipeline"]["fast_math"]
+    fast_math = _reals_allowed(manifest)
     stage_theory = {s["pass"]: s["theory"] for s in manifest["stages"]}
     for s in manifest["stages"][1:]:
         if s["theory"] not in THEORIES:
@@ -302,7 +343,10 @@ def _theories(manifest: dict, passed, failed) -> None:
                 f"claim (one of {', '.join(THEORIES)})",
             )
         if s["theory"] == "real" and not fast_math:
-            failed("replay", f"stage {s['pass']} claims `real` but the pipeline had no fast-math")
+            failed(
+                "replay",
+                f"stage {s['pass']} claims `real` but the pipeline had no fast-math or reassociate",
+            )
     for o in manifest["obligations"]:
         formula = o["kind"] in ("coverage", "memory-safety")
         if formula != (o["theory"] == "int"):
@@ -740,6 +784,31 @@ def _conformance(manifest: dict, rerun: tuple[dict, tuple[int, ...]], passed, fa
     if again != recorded:
         failed("conformance", "rerunning the recorded seeds does not give the recorded results")
     passed("conformance", f"{again['status']} on seeds {list(seeds)}")
+
+
+def _bound_changes(manifest: dict, stages, passed, failed) -> None:
+    """Every stage claimed over the reals records how it changed each output's error bound,
+    and that change recomputed from the stage and the one before it is the recorded one."""
+    from gdv.validate.bounds import bound_change
+
+    count = 0
+    for k, entry in enumerate(manifest["stages"][1:], start=1):
+        recorded = entry.get("bound_change")
+        if entry["theory"] != "real":
+            if recorded is not None:
+                failed("bounds", f"bit-exact stage {entry['pass']} records an error-bound change")
+            continue
+        if recorded is None:
+            failed("bounds", f"stage {entry['pass']} claims `real` but records no bound change")
+        if bound_change(stages.module(k - 1), stages.module(k)) != recorded:
+            failed(
+                "bounds",
+                f"the error-bound change of stage {entry['pass']} recomputed from its IR differs "
+                "from the recorded",
+            )
+        count += 1
+    if count:
+        passed("bounds", f"{count} real stage(s): error-bound changes recomputed")
 
 
 def _bounds(manifest: dict, again: dict, passed, failed) -> None:

@@ -108,6 +108,18 @@ def from_numpy(a: np.ndarray) -> Any:
     return torch.from_numpy(a.copy())
 
 
+def _origin(node: Any) -> str:
+    """`torch:MODULE.PATH (node)`: the innermost module the node came from (torch.export's
+    `nn_module_stack`), else the node's name alone (`Op.origin`)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    path = ""
+    if stack:
+        entry = list(stack.values())[-1]
+        path = str(entry[0]) if isinstance(entry, tuple | list) and entry else ""
+    where = path.removeprefix("L['self'].").removeprefix("L__self___") or "(top)"
+    return f"torch:{printable(where, 120)} ({printable(node.name, 60)})"
+
+
 # --- values -----------------------------------------------------------------------------------
 
 
@@ -257,7 +269,9 @@ class Importer(GraphEmitter):
                     )
             elif node.op == "call_function":
                 self.node = node
+                self.origin = _origin(node)
                 self.import_node(node)
+                self.origin = None
             elif node.op == "output":
                 self.node = None
                 outs = node.args[0]

@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "gdv.commands.importer",
     "gdv.commands.targets",
     "gdv.commands.tune",
+    "gdv.commands.profile",
 )
 """Each module has `register(subparsers)`, which adds its commands with a `handler`."""
 

@@ -30,6 +30,7 @@ class CompileOptions:
     target: str = DEFAULT_TARGET
     level: int = 2
     fast_math: bool = False
+    reassociate: bool = False
     disable: tuple[str, ...] = ()
     print_after: tuple[str, ...] = ()
     print_ir_after_all: bool = False
@@ -127,6 +128,7 @@ def compile_module(
             options.target,
             options.level,
             options.fast_math,
+            reassociate=options.reassociate,
             **get_target(options.target).schedule_parameters(),
         ),
         disabled=frozenset(options.disable),
@@ -163,7 +165,7 @@ def compile_module(
 def _record_bound_changes(records: list[PassRecord], stages: list[tuple[str, Module]]) -> None:
     """A pass that made `real` claims changed the program's float error; record the rigorous
     bound of every output before and after it (IR_SPEC.md section 5)."""
-    from gdv.validate.bounds import analyze
+    from gdv.validate.bounds import bound_change
 
     after = dict(stages)
     order = [name for name, _ in stages]
@@ -171,13 +173,7 @@ def _record_bound_changes(records: list[PassRecord], stages: list[tuple[str, Mod
         if not any(o.theory == "real" for o in r.obligations) or r.name not in after:
             continue
         before = dict(stages)[order[order.index(r.name) - 1]]
-        try:
-            old = [o.abs for o in analyze(before).outputs]
-            new = [o.abs for o in analyze(after[r.name]).outputs]
-        except IRError as e:
-            r.bound_change = {"unavailable": e.message}
-            continue
-        r.bound_change = {"before": old, "after": new}
+        r.bound_change = bound_change(before, after[r.name])
 
 
 def compile(source: str | os.PathLike, target: str = DEFAULT_TARGET, **options) -> Compilation:
@@ -212,8 +208,11 @@ def _progress_printer():
 # --- evidence -------------------------------------------------------------------------------
 
 
-def write_evidence(comp: Compilation, directory: str, sign_key: str | None = None) -> Path:
-    """Write the evidence bundle of `comp` (see `gdv.evidence.write_bundle`)."""
+def write_evidence(
+    comp: Compilation, directory: str, sign_key: str | None = None, execution: dict | None = None
+) -> Path:
+    """Write the evidence bundle of `comp` (see `gdv.evidence.write_bundle`), with a measured
+    `execution` report (`gdv profile`) when given."""
     from gdv.evidence import write_bundle
 
-    return write_bundle(comp, directory, sign_key=sign_key)
+    return write_bundle(comp, directory, sign_key=sign_key, execution=execution)

@@ -64,6 +64,9 @@ class Op:
     attr_locs: dict[str, Loc] = field(default_factory=dict)
     name_loc: Loc | None = None
     type_loc: Loc | None = None
+    origin: str | None = None
+    """Where an importer took the op from (`onnx:NODE (OpType)`, `torch:module.path (op)`):
+    like locations, for messages and profiles only, never part of the op."""
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Op):

@@ -78,7 +78,12 @@ def closure(body: Function, value: str) -> set[str]:
 
 def _final_mul(attrs: dict, dtype: DType, body: Function):
     """The body's returned `mul` when the kernel can be a product, else None."""
-    if attrs["combiner"] != "add" or not attrs["reduce"] or attrs.get("accumulators", 1) > 1:
+    if (
+        attrs["combiner"] != "add"
+        or not attrs["reduce"]
+        or attrs.get("accumulators", 1) > 1
+        or attrs.get("lanes", 1) > 1
+    ):
         return None
     if dtype not in FLOATS or len(body.returns) != 1:
         return None

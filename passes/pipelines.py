@@ -16,6 +16,7 @@ from gdv.passes.fold_layout import FoldLayout
 from gdv.passes.fuse_kernels import FuseKernels
 from gdv.passes.lower_to_kernels import LowerToKernels
 from gdv.passes.plan_memory import PlanMemory
+from gdv.passes.reassociate_reductions import ReassociateReductions
 from gdv.passes.schedule_kernels import VECTOR_BYTES, ScheduleKernels
 from gdv.passes.select_products import SelectProducts
 
@@ -34,12 +35,14 @@ PASSES: dict[str, type[Pass]] = {
         DedupeOperands,
         ScheduleKernels,
         SelectProducts,
+        ReassociateReductions,
         PlanMemory,
     )
 }
 """Every pass by name."""
 
-LEVELS = (0, 1, 2)
+LEVELS = (0, 1, 2, 3)
+"""-O3 is -O2 with `reassociate-reductions` (`--reassociate` adds it at -O1 and -O2 too)."""
 TARGETS = TARGET_NAMES
 
 
@@ -51,6 +54,7 @@ def pipeline(
     vector_registers: int | None = None,
     cache_bytes: tuple[int, int] | list[int] | None = None,
     blocking: tuple[int, int, int] | list[int] | None = None,
+    reassociate: bool = False,
     chains: int | None = None,
     tuned: tuple | list = (),
 ) -> list[Pass]:
@@ -60,11 +64,16 @@ def pipeline(
     `vector_registers`, `chains` (add latency x pipes), `cache_bytes` ((L1 data, L2) bytes),
     `blocking` ((KC, MC, NC) imposed) and `tuned` ((dtype, MR, NV, KC, MC, NC) rows measured
     by `gdv tune`) it sizes the products of `select-products`, which runs at -O2 for every target
-    that compiles what it runs (not for an interpreter, which runs the IR as written)."""
+    that compiles what it runs (not for an interpreter, which runs the IR as written).
+    `reassociate` (implied by -O3) adds `reassociate-reductions` after the schedules at -O1
+    and above: float sums in vector orders and products with fused multiply-adds, each a
+    `real` claim."""
     if target not in TARGETS:
         raise IRError(f"unknown target '{target}' (available: {', '.join(TARGETS)})")
     if level not in LEVELS:
-        raise IRError(f"unknown optimisation level -O{level} (available: -O0, -O1, -O2)")
+        raise IRError(f"unknown optimisation level -O{level} (available: -O0, -O1, -O2, -O3)")
+    reassociate = reassociate or level == 3
+    level = min(level, 2)
     passes: list[Pass] = [DecomposeComposites()]
     if level >= 1:
         passes += [Canonicalize()]
@@ -100,6 +109,8 @@ def pipeline(
                 tuned=tuple(tuple(row) for row in tuned),
             )
         ]
+    if reassociate and level >= 1:
+        passes += [ReassociateReductions()]
     if level >= 2:
         passes += [PlanMemory()]
     elif target_info(target).planned_memory:

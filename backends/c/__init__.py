@@ -77,6 +77,9 @@ class Lowered:
 
     program: Program
     fallbacks: list[tuple[Fallback, Op]] = field(default_factory=list)
+    spans: list[tuple[int, int, int]] = field(default_factory=list)
+    """Per op of the entry function that emitted code: (its index, first and end line of its
+    code in `program.body`), for the profiling timers (`gdv.backends.c.profile`)."""
 
     @property
     def source(self) -> str:
@@ -137,6 +140,7 @@ def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
         if spec is None:
             raise prog.error(op, "unknown op")
         snap = _snapshot(prog)
+        start = len(prog.body)
         try:
             if spec in UNSUPPORTED:
                 raise prog.error(op, UNSUPPORTED[spec].reason)
@@ -147,6 +151,8 @@ def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
                 raise
             _restore(prog, snap)
             _emit_fallback(lowered, index, op, e)
+        if len(prog.body) > start:
+            lowered.spans.append((index, start, len(prog.body)))
     for r in entry.returns:
         if r in prog.arena_of:
             raise IRError(
@@ -219,7 +225,7 @@ class Executable:
     source is generated and the shared object loaded once, the buffers allocated once (so one
     Executable must not be called from two threads at the same time)."""
 
-    def __init__(self, module: Module, allow_fallback: bool = False) -> None:
+    def __init__(self, module: Module, allow_fallback: bool = False, profile: bool = False) -> None:
         from gdv.backends.c.toolchain import build as build_source
         from gdv.backends.reference import check_memory
 
@@ -228,7 +234,12 @@ class Executable:
         prog = self.lowered.program
         self.entry = prog.entry
         check_memory(self.entry)
-        self.library = build_source(prog.source())
+        source = prog.source()
+        if profile:  # the same program with a clock read around each op's code
+            from gdv.backends.c.profile import instrument
+
+            source = instrument(self.lowered)
+        self.library = build_source(source)
         _check_runnable()
         self._lib = _load(str(self.library))
         self._types = self.entry.types()

@@ -50,9 +50,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-O",
         dest="level",
         type=int,
-        choices=(0, 1, 2),
+        choices=(0, 1, 2, 3),
         default=2,
-        help="optimisation level: -O0, -O1, -O2 (default)",
+        help="optimisation level: -O0, -O1, -O2 (default), -O3 (-O2 --reassociate)",
+    )
+    p.add_argument(
+        "--reassociate",
+        action="store_true",
+        help="run float sums in vector orders and products with fused multiply-adds (each a "
+        "`real` claim with its error-bound change recorded; implied by -O3)",
     )
     p.add_argument(
         "--fast-math",
@@ -135,6 +141,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run CMD BUNDLE_DIR after writing the bundle; a non-zero exit vetoes (repeatable)",
     )
     p.add_argument("--sign-key", metavar="KEY.pem", help="sign the bundle's manifest (Ed25519)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="with --emit-evidence: run the compiled program with per-kernel timers (target c) "
+        "and add the measured execution report to the bundle (see `gdv profile`)",
+    )
+    p.add_argument(
+        "--profile-runs",
+        type=positive_int,
+        default=10,
+        metavar="N",
+        help="timed runs for --profile (default 10; the median is reported)",
+    )
     p.set_defaults(handler=compile_command)
 
 
@@ -147,6 +166,7 @@ def compile_command(args: argparse.Namespace) -> int:
         target=args.target,
         level=args.level,
         fast_math=args.fast_math,
+        reassociate=args.reassociate,
         disable=tuple(args.disable_pass),
         print_after=tuple(args.print_after),
         print_ir_after_all=args.print_ir_after_all,
@@ -160,6 +180,14 @@ def compile_command(args: argparse.Namespace) -> int:
         progress=True,
         allow_fallback=args.allow_fallback,
     )
+    if args.profile and args.emit_evidence is None:
+        from gdv.ir.diagnostics import IRError, Loc
+
+        raise IRError(
+            "--profile adds the execution report to an evidence bundle: give --emit-evidence "
+            "too (or run `gdv profile FILE`)",
+            Loc("<command line>", 1, 1),
+        )
     comp = compile_module(args.file, options)
     _summary(comp)
     if args.output and comp.verdict == "proved":
@@ -171,7 +199,16 @@ def compile_command(args: argparse.Namespace) -> int:
         directory = args.emit_evidence or os.path.join(
             os.path.dirname(args.file), f"{stem}.evidence"
         )
-        path = write_evidence(comp, directory, sign_key=args.sign_key)
+        execution = None
+        if args.profile and comp.verdict == "proved":
+            from gdv.commands.profile import measure
+
+            execution = measure(comp, runs=args.profile_runs)[0]
+        elif args.profile:
+            print(
+                f"gdv: not profiled: the compile's obligations are {comp.verdict}", file=sys.stderr
+            )
+        path = write_evidence(comp, directory, sign_key=args.sign_key, execution=execution)
         print(f"evidence: {path}")
     from gdv.evidence.gate import gate
 
@@ -252,8 +289,12 @@ def _summary(comp) -> None:
         if "unavailable" in change:
             print(f"{r.name}: error bound change unavailable: {change['unavailable']}")
         else:
+
+            def shown(x: float | None) -> str:
+                return "unbounded" if x is None else f"{x:.3g}"
+
             pairs = ", ".join(
-                f"out{k}: {a:.3g} -> {b:.3g}"
+                f"out{k}: {shown(a)} -> {shown(b)}"
                 for k, (a, b) in enumerate(zip(change["before"], change["after"], strict=True))
             )
             print(f"{r.name} (real claims): rigorous error bound {pairs}")

@@ -53,7 +53,7 @@ def _shapes(specs: list[str]) -> dict[str, list[int]]:
 
 def run(args: argparse.Namespace) -> int:
     from gdv.commands.run import _write_npz_atomically
-    from gdv.ir.printer import print_module
+    from gdv.frontends.provenance import annotated_text
 
     if args.file.lower().endswith(".pt2"):
         from gdv.frontends.torch import import_program
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
         module, weights = import_model(args.file, input_shapes=_shapes(args.input_shape))
     weights_path = args.weights or (args.output.rsplit(".", 1)[0] + ".npz")
-    text = print_module(module)
+    text = annotated_text(module)  # each op line ends with `// from` its source node
     try:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)

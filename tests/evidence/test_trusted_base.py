@@ -26,6 +26,7 @@ GROUPS: list[tuple[str, str, list[str]]] = [
             "evidence/solvers.py",
             "evidence/policy.py",
             "evidence/schema/manifest-2.json",
+            "evidence/schema/reports-*.json",
         ],
     ),
     (

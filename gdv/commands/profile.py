@@ -1,0 +1,222 @@
+"""`gdv profile FILE [--inputs IN.npz]... [-O N] [--runs N] [--json] [--trace TRACE.json]`.
+
+Compiles FILE for the C target (every obligation proved, as `gdv run --target c` does), builds
+the program once more with a clock read around each op's code (`gdv.backends.c.profile`),
+runs it and prints its kernels by time: median over the runs, share of the whole call,
+GFLOP/s, GB/s and percent of the roofline (flops and bytes from `gdv.backends.cost`, peaks
+from the target's capability descriptor), and where each came from (the input's FILE:LINE,
+and the ONNX node or torch module `gdv import` noted on that line). `--json` prints the
+execution report (`evidence/schema/reports-execution-1.json`); `--trace` writes a
+Chrome-trace / Perfetto timeline of every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from gdv.commands import positive_int
+from gdv.ir.diagnostics import IRError, Loc, printable
+
+
+def _warmup(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from gdv.passes.pipelines import LEVELS
+
+    p = subparsers.add_parser(
+        "profile",
+        help="compile for target c, run with per-kernel timers, print kernels by time "
+        "(exit 0, 3 input error)",
+    )
+    p.add_argument("file", help="a .gdv file, or - for standard input")
+    p.add_argument(
+        "--inputs",
+        action="append",
+        default=[],
+        metavar="IN.npz",
+        help="inputs keyed by parameter name (no %%); may repeat, later files win on a key; "
+        "parameters not given are seeded random values within their ranges",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for inputs not given (default 0)")
+    p.add_argument(
+        "-O",
+        dest="level",
+        type=int,
+        choices=LEVELS,
+        default=2,
+        help="optimisation level (default 2), as for gdv compile",
+    )
+    p.add_argument(
+        "--runs",
+        type=positive_int,
+        default=10,
+        metavar="N",
+        help="timed runs (default 10); times are medians over them",
+    )
+    p.add_argument(
+        "--warmup", type=_warmup, default=1, metavar="N", help="untimed runs first (default 1)"
+    )
+    p.add_argument("--json", action="store_true", help="print the execution report as JSON")
+    p.add_argument(
+        "--trace",
+        metavar="TRACE.json",
+        help="write a Chrome-trace / Perfetto timeline (chrome://tracing, ui.perfetto.dev)",
+    )
+    p.add_argument("--jobs", type=positive_int, default=None, metavar="N", help="solver workers")
+    p.add_argument("--cache-dir", metavar="DIR", help="proof cache (default ~/.cache/gdv)")
+    p.set_defaults(handler=profile_command)
+
+
+def measure(comp, runs: int = 10, inputs: dict | None = None, seed: int = 0, warmup: int = 1):
+    """Run the compiled program of `comp` (a proved `gdv.driver.Compilation` for target c)
+    with per-kernel timers: (the execution report, the `gdv.backends.c.profile.Runs`)."""
+    from gdv.backends import c
+    from gdv.backends.c import profile
+    from gdv.backends.capabilities import descriptor
+    from gdv.backends.reference import random_inputs
+    from gdv.evidence.reports import execution
+
+    if comp.options.target != "c":
+        raise IRError(
+            f"profiling runs the generated C: target c, not {comp.options.target}",
+            Loc("<command line>", 1, 1),
+        )
+    exe = c.Executable(comp.module, comp.options.allow_fallback, profile=True)
+    if inputs is None:
+        inputs = random_inputs(comp.source.entry, seed)
+    measured = profile.run(exe, inputs, runs, warmup)
+    report = execution(
+        comp.module,
+        measured,
+        descriptor("c"),
+        comp.source_text,
+        source=os.path.basename(comp.source.filename),
+        level=comp.options.level,
+        warmup=warmup,
+    )
+    return report, measured
+
+
+def _inputs(args: argparse.Namespace, module) -> dict:
+    from gdv.backends import reference
+    from gdv.commands.run import _as_param_dtype, _holds, read_inputs
+
+    fn = module.entry
+    given = read_inputs(args.inputs)
+    params = {p.name: p for p in fn.params}
+    for key in given:
+        if key not in params:
+            source = next(p for p in reversed(args.inputs) if _holds(p, key))
+            raise IRError(
+                f"input '{printable(key)}' names no parameter of @{fn.name} (parameters: "
+                f"{', '.join(params) or 'none'})",
+                Loc(source, 1, 1),
+            )
+    inputs = reference.random_inputs(fn, args.seed)
+    for key, arr in given.items():
+        inputs[key] = _as_param_dtype(key, arr, params[key].type.dtype)
+    return inputs
+
+
+def profile_command(args: argparse.Namespace) -> int:
+    from gdv.commands.basic import load_arg
+    from gdv.driver import CompileOptions, compile_module
+    from gdv.evidence.reports import chrome_trace
+    from gdv.ir.printer import print_module
+
+    module = load_arg(args.file)
+    inputs = _inputs(args, module)
+    source = args.file if args.file != "-" else print_module(module)
+    options = CompileOptions(target="c", level=args.level, jobs=args.jobs, cache_dir=args.cache_dir)
+    comp = compile_module(source, options)
+    if comp.verdict != "proved":
+        bad = next(o for o in comp.outcomes if o.status != "proved")
+        raise IRError(
+            f"refusing to profile: obligation {bad.obligation.id} is {bad.status}",
+            bad.obligation.loc or Loc(comp.source.filename, 1, 1),
+        )
+    report, runs = measure(comp, args.runs, inputs, args.seed, args.warmup)
+    if args.trace:
+        _write_atomically(args.trace, json.dumps(chrome_trace(runs, report)) + "\n")
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(table(report, args.file))
+    if args.trace:
+        print(f"trace: {args.trace}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def table(report: dict, name: str) -> str:
+    """The execution report as the terminal table `gdv profile` prints."""
+    m, total = report["machine"], report["total"]
+    lines = [
+        f"gdv profile {name}: target c, -O{report['level']}, median of {report['runs']} run(s) "
+        f"after {report['warmup']} warm-up",
+        f"machine: {m['cpu']}, {m['cores']} core(s); roofline peaks {m['peak_gflops_f32']:g} "
+        f"GFLOP/s (f32 mul+add), {m['copy_bandwidth_gbs']:g} GB/s (copy)",
+        "",
+    ]
+    rows = [("time ms", "%", "GFLOP/s", "GB/s", "roofline", "kernel", "kind", "source")]
+    for k in report["kernels"]:
+        src = k["source"]
+        where = src["location"] or "?"
+        if src["origin"]:
+            where += f"  {src['origin']}"
+        rows.append(
+            (
+                f"{k['median_seconds'] * 1e3:.4f}",
+                f"{100 * k['share']:.1f}",
+                f"{k['gflops']:.2f}",
+                f"{k['gbs']:.2f}",
+                f"{k['roofline_percent']:.1f}%",
+                f"%{k['value']}",
+                f"{k['kind']} ({k['op']})" if k["op"] != "kernel" else k["kind"],
+                where,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(7)]
+    for r in rows:
+        cells = [r[i].rjust(widths[i]) for i in range(5)] + [r[5].ljust(widths[5])]
+        cells += [r[6].ljust(widths[6]), r[7]]
+        lines.append("  ".join(cells).rstrip())
+    lines += [
+        "",
+        f"total {total['median_seconds'] * 1e3:.4f} ms per call (the kernels' timers "
+        f"{100 * total['timed_share']:.1f}% of it; the call from Python "
+        f"{total['wall_median_seconds'] * 1e3:.4f} ms); roofline "
+        f"{total['predicted_seconds'] * 1e3:.4f} ms",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """Write through a temporary file renamed into place: a failure leaves `path` intact."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(suffix=".json", dir=directory)
+    except OSError as e:
+        raise IRError(
+            f"cannot write {printable(path, 200)}: {e.strerror}", Loc(path, 1, 1)
+        ) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise IRError(
+            f"cannot write {printable(path, 200)}: {e.strerror}", Loc(path, 1, 1)
+        ) from None
