@@ -2,10 +2,13 @@
 
 The generated code uses GCC vector extensions (`__attribute__((vector_size(B)))`), not
 intrinsics: the same source is correct for every width, and the compiler lowers a vector wider
-than the hardware's to several narrower instructions. The width is chosen from the host's ISA
-(`toolchain.isa_features()`) and from whether the compiler accepts `-march=native` (without it,
-no ISA extension is enabled, so only the x86-64 / AArch64 baseline of 16 bytes is used).
-`GDV_C_VECTOR_BYTES` (16, 32 or 64) overrides the choice, and `GDV_C_BLOCKING` ("KC,MC,NC")
+than the hardware's to several narrower instructions. The width, the register count and the
+add chains come from the active host class (`backends/c/isa.py`): `GDV_C_ISA` (avx512, avx2,
+sse2, neon), else the host's own ISA (`toolchain.isa_features()`) and whether the compiler
+accepts `-march=native` (without it, no ISA extension is enabled, so only the x86-64 / AArch64
+baseline of 16 bytes is used). The micro-kernel and blocking are the analytical model's
+(`gdv.ir.products`), or with `GDV_C_AUTOTUNE=1` what `gdv tune` stored (`tuning.py`).
+`GDV_C_VECTOR_BYTES` (16, 32 or 64) overrides only the width, and `GDV_C_BLOCKING` ("KC,MC,NC")
 the cache blocking: the tests use them to run every width's code, and every blocking path
 (partial sums carried across reduce blocks, several row and column blocks) at small sizes.
 
