@@ -39,6 +39,45 @@ def registers_for(vector_bytes: int) -> int:
     return 32 if vector_bytes >= 64 else 16
 
 
+SMALL_SIDE = 16
+"""A product with at most this many rows (tokens at batch 1) is a candidate for
+`weights_as_rows`: the C printer reads the factor of the side with at most this many rows or
+columns in place (`backends/c/matmul.py`, DIRECT_MAX_ROWS)."""
+
+
+def _step(op: Op, types: dict, k: int, d: int) -> int:
+    """How far operand k's flat index moves per step of loop dim d."""
+    shape = types[op.operands[k]].shape
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= size
+    strides.reverse()
+    return sum(s * row[d] for s, row in zip(strides, op.attrs["maps"][k], strict=True))
+
+
+def weights_as_rows(op: Op, p: products.Product, body, types: dict) -> products.Product | None:
+    """The roles swapped (rows <-> cols, the other factor packed by rows) for x @ W^T with few
+    rows of x: W's rows then run as the product's rows, read in place, contiguous along the
+    one reduce dim, instead of being packed into column slivers on every call (a strided copy
+    of every weight: torch.nn.Linear keeps W as [out, in]). None when it does not apply: more
+    than SMALL_SIDE rows, at most SMALL_SIDE columns, several reduce dims, or a column factor
+    already read along its columns (then it is read in place as it is)."""
+    _, m, n, _ = products.sizes(op.attrs, p)
+    red = op.attrs["reduce"]
+    if m > SMALL_SIDE or n <= SMALL_SIDE or len(red) != 1:
+        return None
+    _, y = products.factors({**op.attrs, **p.attrs()}, body)
+    index = {q.name: k for k, q in enumerate(body.params)}
+    reads = [index[v] for v in products.closure(body, y) if v in index]
+    if len(reads) != 1:
+        return None  # a computed column factor: leave it to the packing
+    (k,) = reads
+    if _step(op, types, k, red[0]) != 1 or _step(op, types, k, p.cols[-1]) == 1:
+        return None
+    return products.Product(1 - p.row_factor, p.batch, p.cols, p.rows)
+
+
 @dataclass(frozen=True)
 class SelectProducts(Pass):
     """Products get `strategy = "product"` and their sizes; other kernels are left as they
@@ -60,7 +99,7 @@ class SelectProducts(Pass):
     """Measured choices from the descriptor's autotune cache: (dtype, MR, NV, KC, MC, NC)
     rows (none: the analytical model of `gdv.ir.products` decides)."""
 
-    def plan(self, op: Op, module: Module) -> dict | None:
+    def plan(self, op: Op, module: Module, types: dict | None = None) -> dict | None:
         """The new attributes of `op`, or None when it is not a product."""
         body = module.function(op.attrs["body"])
         if body is None:
@@ -68,6 +107,8 @@ class SelectProducts(Pass):
         found = products.find(op.attrs, op.type.dtype, body)
         if found is None:
             return None
+        if types is not None:
+            found = weights_as_rows(op, found, body, types) or found
         size = op.type.dtype.itemsize
         lanes = op.attrs.get("vector") or max(1, self.vector_bytes // size)
         width = lanes * size
@@ -100,7 +141,7 @@ class SelectProducts(Pass):
                     and "tile" in op.attrs
                     and "strategy" not in op.attrs
                 ):
-                    attrs = self.plan(op, module)
+                    attrs = self.plan(op, module, types)
                 if attrs is None:
                     ops.append(op)
                     continue

@@ -399,10 +399,13 @@ def _blocked(
 
     def in_place(value: str, unit: _Group, other: _Group) -> tuple[int, int] | None:
         """(operand, stride along `other`) when the factor `value` is an operand read
-        unchanged, adjacent along `unit`, in a product with few rows (each element meets only
-        a few products, so packing it costs more than it saves)."""
+        unchanged, adjacent along `unit`, in a product with few rows, or for the row factor
+        also few columns (each element meets only a few products, so packing it costs more
+        than it saves: `select-products` makes a weight matrix read along k the row factor of
+        a product with few tokens, `weights_as_rows`)."""
         k = pidx.get(value)
-        if m_ > DIRECT_MAX_ROWS or k is None or operand_types[k].dtype != dtype:
+        few = min(m_, n_) if value == con.left else m_
+        if few > DIRECT_MAX_ROWS or k is None or operand_types[k].dtype != dtype:
             return None
         stride = other.step(coefs[k][0])
         return (k, stride) if unit.step(coefs[k][0]) == 1 and stride is not None else None
@@ -415,8 +418,8 @@ def _blocked(
             op,
             "in-place factors",
             [side for side, used in (("rows", x_in), ("columns", y_in)) if used],
-            f"a product of at most {DIRECT_MAX_ROWS} rows reads full slivers of an operand "
-            "in place instead of packing them",
+            f"a product of at most {DIRECT_MAX_ROWS} rows (or columns) reads full slivers of an "
+            "operand in place instead of packing them",
         )
     skip_full = in_place_b = note = ""
     if y_in:

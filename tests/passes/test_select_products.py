@@ -10,8 +10,11 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import z3
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gdv.api import parse
 from gdv.backends import c
@@ -129,3 +132,60 @@ def test_the_mlp_bundle_verifies(tmp_path: Path, capsys) -> None:
     rc = main(["evidence", "verify", str(mlp_bundle), "--jobs", "1"])
     captured = capsys.readouterr()
     assert rc == 0, captured.out + captured.err
+
+
+LINEAR = """func @main(%x: f32[M, K], %w: f32[N, K]) -> f32[M, N] {
+  %t = transpose(%w) {perm = [1, 0]} : f32[K, N]
+  %y = matmul(%x, %t) : f32[M, N]
+  return %y
+}
+"""
+
+
+def _linear(m: int, k: int, n: int, transposed: bool = True) -> str:
+    text = (
+        LINEAR
+        if transposed
+        else LINEAR.replace("%w: f32[N, K]", "%w: f32[K, N]")
+        .replace("  %t = transpose(%w) {perm = [1, 0]} : f32[K, N]\n", "")
+        .replace("%x, %t", "%x, %w")
+    )
+    return text.replace("M", str(m)).replace("K", str(k)).replace("N", str(n))
+
+
+def _product_roles(text: str, level: int = 2) -> dict:
+    comp = compile_module(text, CompileOptions(target="c", level=level, jobs=1))
+    assert comp.verdict == "proved"
+    (k,) = [o for o in comp.module.entry.ops if o.name == "kernel"]
+    return comp, k.attrs
+
+
+def test_few_tokens_times_a_transposed_weight_run_the_weight_as_rows() -> None:
+    # x @ W^T with 12 rows of x: W's rows become the product's rows (read in place along k).
+    _, a = _product_roles(_linear(12, 64, 96))
+    assert (a["rows"], a["cols"], a["row_factor"]) == ([1], [0], 1)
+    # Not when W is [K, N] (its columns are read in place as they are), nor with many rows.
+    _, b = _product_roles(_linear(12, 64, 96, transposed=False))
+    assert (b["rows"], b["cols"], b["row_factor"]) == ([0], [1], 0)
+    _, c = _product_roles(_linear(64, 64, 96))
+    assert (c["rows"], c["cols"]) == ([0], [1])
+
+
+@given(
+    st.integers(1, 16),
+    st.integers(1, 80),
+    st.integers(17, 70),
+    st.sampled_from([2, 3]),
+    st.integers(0, 1000),
+)
+def test_weights_as_rows_is_bit_exact_on_c(m: int, k: int, n: int, level: int, seed: int):
+    from gdv.backends import reference
+
+    comp, a = _product_roles(_linear(m, k, n), level)
+    # (with k = 1, W^T is W reshaped: its columns are contiguous and read in place as they are)
+    assert a["rows"] == ([1] if k > 1 else [0])
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    got = comp(x=x, w=w)[0]
+    assert reference.bit_equal(got, reference.run(comp.module, {"x": x, "w": w})[0])
