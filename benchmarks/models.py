@@ -12,8 +12,10 @@ dynamo=False)` then `gdv.import_onnx`): import seconds; a cold `gdv compile -O2 
 (`gdv.driver.compile_module` with an empty proof cache and an empty
 `GDV_C_CACHE`; the compile builds the shared object), split into pass time, proof time and the
 rest (parse, C build); obligations and verdict; per pass its wall time, obligations and solver
-seconds; the run median (`--runs`, default 20, after 3 warm-up calls) of gdv's C target, torch
-eager and onnxruntime (CPU, 2 intra-op threads, 1 inter-op), the ratios gdv/torch and gdv/ORT
+seconds and its slowest obligations; the run median (`--runs`, default 20, after 3 warm-up
+rounds; the engines are timed round-robin, one call each per round, in one process, so that load
+from other processes falls on all of them alike) of gdv's C target on both paths, torch eager and
+onnxruntime (CPU, 2 intra-op threads, 1 inter-op), the ratios gdv/torch and gdv/ORT
 (time over time: below 1 is faster), and the largest absolute difference from torch.
 
 Peak memory is measured the same way for every engine, each in a fresh subprocess: load the
@@ -151,17 +153,6 @@ def build(name: str, quick: bool) -> tuple[Any, dict[str, Any], str]:
 # --- engines ----------------------------------------------------------------------------------
 
 
-def _median_s(fn, runs: int) -> float:
-    for _ in range(WARMUP):
-        fn()
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def export_onnx(model, inputs: dict[str, Any], path: Path) -> None:
     import torch
 
@@ -208,15 +199,14 @@ def gdv_compile(source: Path, cache: Path):
 def _pass_breakdown(comp) -> list[dict]:
     solver = defaultdict(float)
     kinds: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
-    slowest: dict[str, tuple[float, str]] = {}
+    slowest: dict[str, list] = defaultdict(list)
     for o in comp.outcomes:
         p = o.obligation.pass_name
         solver[p] += o.seconds
         k = kinds[p][o.obligation.kind]
         k[0] += 1
         k[1] += o.seconds
-        if o.seconds > slowest.get(p, (0.0, ""))[0]:
-            slowest[p] = (o.seconds, o.obligation.id)
+        slowest[p].append(o)
     rows = []
     for r in comp.records:
         rows.append(
@@ -228,11 +218,17 @@ def _pass_breakdown(comp) -> list[dict]:
                 "by_kind": {
                     k: {"n": n, "solver_s": round(s, 3)} for k, (n, s) in kinds[r.name].items()
                 },
-                "slowest": (
-                    {"id": slowest[r.name][1], "s": round(slowest[r.name][0], 3)}
-                    if r.name in slowest
-                    else None
-                ),
+                "slowest": [
+                    {
+                        "id": o.obligation.id,
+                        "s": round(o.seconds, 3),
+                        "src_ops": len(o.obligation.src.ops),
+                        "tgt_ops": len(o.obligation.tgt.ops),
+                        "body_ops": sum(len(f.ops) for f in o.obligation.functions),
+                        "loc": str(o.obligation.loc) if o.obligation.loc else None,
+                    }
+                    for o in sorted(slowest[r.name], key=lambda o: -o.seconds)[:3]
+                ],
             }
         )
     return rows
@@ -241,6 +237,21 @@ def _pass_breakdown(comp) -> list[dict]:
 def _error(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}"
     return text if len(text) < 600 else text[:600] + " ..."
+
+
+def _side_by_side(calls: dict[str, Any], runs: int) -> dict[str, float]:
+    """Median seconds of each engine's call, timed round-robin (one call of each per round, after
+    the warm-up rounds), so that load from other processes falls on every engine alike."""
+    for _ in range(WARMUP):
+        for fn in calls.values():
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(runs):
+        for k, fn in calls.items():
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def bench_model(name: str, quick: bool, runs: int, work: Path) -> dict:
@@ -255,7 +266,12 @@ def bench_model(name: str, quick: bool, runs: int, work: Path) -> dict:
     row["what"] = what
     with torch.no_grad():
         expected = model(**inputs).numpy()
-        row["torch_s"] = _median_s(lambda: model(**inputs), runs)
+
+    def torch_call() -> None:
+        with torch.no_grad():
+            model(**inputs)
+
+    calls: dict[str, Any] = {"torch": torch_call}
     feed = {k: v.numpy() for k, v in inputs.items()}
     np.savez(work / "inputs.npz", **feed)
     onnx_file = work / "model.onnx"
@@ -263,9 +279,8 @@ def bench_model(name: str, quick: bool, runs: int, work: Path) -> dict:
         export_onnx(model, inputs, onnx_file)
         sess = ort_session(onnx_file)
         ort_out = sess.run(None, feed)[0]
-        row["ort_s"] = _median_s(functools.partial(sess.run, None, feed), runs)
         row["ort_max_abs_diff"] = float(np.abs(ort_out - expected).max())
-        sess = None
+        calls["ort"] = functools.partial(sess.run, None, feed)
     except Exception as e:  # noqa: BLE001 -- reported, the torch.export path still runs
         row["onnx_export_error"] = _error(e)
     row["paths"] = {}
@@ -293,18 +308,19 @@ def bench_model(name: str, quick: bool, runs: int, work: Path) -> dict:
             res["compile_and_prove_s"] = time.perf_counter() - t
             res["prove_s"] = comp.prove_seconds
             res["obligations"] = len(comp.outcomes)
+            res["solved"] = sum(1 for o in comp.outcomes if not o.cached and not o.shared_with)
             res["verdict"] = comp.verdict
             res["solver_s"] = sum(o.seconds for o in comp.outcomes)
             res["passes"] = _pass_breakdown(comp)
             res["arena_bytes"] = int(comp.module.entry.attrs.get("arena_bytes", 0))
             res["kernels"] = sum(1 for op in comp.module.entry.ops if op.name == "kernel")
+            res["passes_s"] = sum(r.seconds for r in comp.records)
+            # compile_module builds the C shared object too (the target's `build`).
+            res["build_s"] = res["compile_and_prove_s"] - res["passes_s"] - res["prove_s"]
             if comp.verdict != "proved":
                 bad = next(o for o in comp.outcomes if o.status != "proved")
                 res["error"] = f"obligation {bad.obligation.id} is {bad.status}: {bad.reason}"
                 continue
-            res["passes_s"] = sum(r.seconds for r in comp.records)
-            # compile_module builds the C shared object too (the target's `build`).
-            res["build_s"] = res["compile_and_prove_s"] - res["passes_s"] - res["prove_s"]
             stage = "load"
             t = time.perf_counter()
             comp.executable()
@@ -313,15 +329,20 @@ def bench_model(name: str, quick: bool, runs: int, work: Path) -> dict:
             args = dict(feed, **weights)
             out = comp(**args)[0]
             res["max_abs_diff"] = float(np.abs(out - expected).max())
-            res["gdv_s"] = _median_s(functools.partial(comp, **args), runs)
-            res["vs_torch"] = res["gdv_s"] / row["torch_s"]
-            if "ort_s" in row:
-                res["vs_ort"] = res["gdv_s"] / row["ort_s"]
-            comp = args = weights = module = None
-            gc.collect()
+            calls[f"gdv:{path}"] = functools.partial(comp, **args)
         except Exception as e:  # noqa: BLE001 -- the error is the result
             res["error"] = f"{stage}: {_error(e)}"
             res["traceback"] = traceback.format_exc(limit=-4)
+    medians = _side_by_side(calls, runs)
+    row["torch_s"] = medians["torch"]
+    if "ort" in medians:
+        row["ort_s"] = medians["ort"]
+    for path, res in row["paths"].items():
+        if f"gdv:{path}" in medians:
+            res["gdv_s"] = medians[f"gdv:{path}"]
+            res["vs_torch"] = res["gdv_s"] / row["torch_s"]
+            if "ort_s" in row:
+                res["vs_ort"] = res["gdv_s"] / row["ort_s"]
     return row
 
 
