@@ -495,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in names:
         with tempfile.TemporaryDirectory(prefix=f"gdv-models-{name}-") as work:
+            load_before = os.getloadavg()
             t = time.perf_counter()
             row = _child(["--_one", name, work, *flags], args.model_timeout)
             row.setdefault("model", name)
@@ -506,6 +507,9 @@ def main(argv: list[str] | None = None) -> int:
                     for e in engines
                 }
             row["wall_s"] = time.perf_counter() - t
+            # The 1-minute load average around the model: other processes on a shared machine
+            # slow every engine, gdv's OpenMP threads most.
+            row["load_average_1min"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
         rows.append(row)
         brief = {k: v for k, v in row.items() if k not in ("paths",)}
         print(json.dumps(brief), file=sys.stderr, flush=True)
