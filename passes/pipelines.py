@@ -15,6 +15,7 @@ from gdv.passes.fold_constants import FoldConstants
 from gdv.passes.fold_layout import FoldLayout
 from gdv.passes.fuse_kernels import FuseKernels
 from gdv.passes.lower_to_kernels import LowerToKernels
+from gdv.passes.group_rows import GroupRows
 from gdv.passes.plan_memory import PlanMemory
 from gdv.passes.reassociate_reductions import ReassociateReductions
 from gdv.passes.schedule_kernels import VECTOR_BYTES, ScheduleKernels
@@ -36,6 +37,7 @@ PASSES: dict[str, type[Pass]] = {
         ScheduleKernels,
         SelectProducts,
         ReassociateReductions,
+        GroupRows,
         PlanMemory,
     )
 }
@@ -111,6 +113,10 @@ def pipeline(
         ]
     if reassociate and level >= 1:
         passes += [ReassociateReductions()]
+    if level >= 2 and compiled:
+        # Row-wise kernels run row block by row block, each row in cache for all of them.
+        l2 = int(cache_bytes[1]) if cache_bytes else GroupRows.l2_bytes
+        passes += [GroupRows(l2_bytes=l2)]
     if level >= 2:
         passes += [PlanMemory()]
     elif target_info(target).planned_memory:

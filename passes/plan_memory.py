@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from gdv.ir.core import Function, Module
 from gdv.ir.obligation import Obligation
-from gdv.ir.ops.kernel import bodies_used
+from gdv.ir.ops.kernel import bodies_used, group_spans
 from gdv.passes.base import Pass, PassResult, Step
 
 ALIGN = 64
@@ -57,15 +57,17 @@ def storage(fn: Function) -> tuple[dict[str, str], set[str]]:
 def plan(fn: Function) -> list[Buffer]:
     """First-fit placement of every intermediate storage group of `fn` by liveness."""
     root, external = storage(fn)
-    last = {op.result: i for i, op in enumerate(fn.ops) if root[op.result] == op.result}
+    spans = group_spans(fn)  # a row group is one step of liveness
+    first = {op.result: spans[i][0] for i, op in enumerate(fn.ops) if root[op.result] == op.result}
+    last = {op.result: spans[i][1] for i, op in enumerate(fn.ops) if root[op.result] == op.result}
     for i, op in enumerate(fn.ops):
         for v in [*op.operands, op.result]:
             r = root.get(v)
             if r in last:
-                last[r] = max(last[r], i)
+                last[r] = max(last[r], spans[i][1])
     types = fn.types()
     placed: list[Buffer] = []
-    for i, op in enumerate(fn.ops):
+    for op in fn.ops:
         if root[op.result] != op.result or op.result in external:
             continue
         t = types[op.result]
@@ -73,14 +75,14 @@ def plan(fn: Function) -> list[Buffer]:
         busy = sorted(
             (b.offset, b.offset + b.size)
             for b in placed
-            if b.start <= last[op.result] and i <= b.end
+            if b.start <= last[op.result] and first[op.result] <= b.end
         )
         offset = 0
         for lo, hi in busy:  # the lowest aligned gap that holds `size` bytes
             if offset + size <= lo:
                 break
             offset = max(offset, -(-hi // ALIGN) * ALIGN)
-        placed.append(Buffer(op.result, offset, size, i, last[op.result]))
+        placed.append(Buffer(op.result, offset, size, first[op.result], last[op.result]))
     return placed
 
 

@@ -16,6 +16,7 @@ import z3
 
 from gdv.ir.core import Function
 from gdv.ir.obligation import Obligation
+from gdv.ir.ops.kernel import group_spans
 
 
 def formula_text(violation: z3.BoolRef) -> str:
@@ -152,12 +153,14 @@ def live_buffers(fn: Function) -> list[Buffer]:
         shares = op.name == "reshape" and len(op.operands) == 1 and op.operands[0] in root
         root[op.result] = root[op.operands[0]] if shares else op.result
     caller = {p.name for p in fn.params} | {root[r] for r in fn.returns if r in root}
-    first = {op.result: i for i, op in enumerate(fn.ops) if root[op.result] == op.result}
-    last = dict(first)
+    # A row group (`row_group`) runs its members interleaved: one step of liveness.
+    spans = group_spans(fn)
+    first = {op.result: spans[i][0] for i, op in enumerate(fn.ops) if root[op.result] == op.result}
+    last = {op.result: spans[i][1] for i, op in enumerate(fn.ops) if root[op.result] == op.result}
     for i, op in enumerate(fn.ops):
         for v in [*op.operands, op.result]:
             if root.get(v) in last:
-                last[root[v]] = max(last[root[v]], i)
+                last[root[v]] = max(last[root[v]], spans[i][1])
     entries = [(str(b[0]), int(b[1]), int(b[2])) for b in fn.attrs.get("buffers", [])]
     recorded = {name: (offset, size) for name, offset, size in entries}
     if len(recorded) != len(entries):

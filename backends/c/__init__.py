@@ -40,6 +40,7 @@ from gdv.backends.c.toolchain import compiler, detect, flags, isa_features
 from gdv.ir.core import Module, Op
 from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.ops import get as get_spec
+from gdv.ir.ops.kernel import group_spans, row_dim
 
 __all__ = [
     "RULES",
@@ -135,7 +136,11 @@ def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
             )
     lowered = Lowered(Program(module, entry))
     prog = lowered.program
+    spans = group_spans(entry)
     for index, op in enumerate(entry.ops):
+        group = spans[index]
+        if group[0] == index and group[1] > index:  # a row group opens: its calls go below
+            group_start = len(prog.body)
         spec = get_spec(op.name)
         if spec is None:
             raise prog.error(op, "unknown op")
@@ -151,6 +156,12 @@ def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
                 raise
             _restore(prog, snap)
             _emit_fallback(lowered, index, op, e)
+        if group[1] > group[0] and index == group[1]:
+            # The group's loop holds every member's call: it is timed (`gdv profile`) as the
+            # last member's span.
+            _row_group_loop(prog, op, group_start)
+            lowered.spans = [sp for sp in lowered.spans if sp[0] < group[0]]
+            start = group_start
         if len(prog.body) > start:
             lowered.spans.append((index, start, len(prog.body)))
     for r in entry.returns:
@@ -161,6 +172,29 @@ def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
                 entry.loc or Loc(module.filename, 1, 1),
             )
     return lowered
+
+
+def _row_group_loop(prog: Program, op: Op, start: int) -> None:
+    """Wrap the calls of a row group's members (the body lines from `start`) in the group's
+    loop over blocks of B rows (`row_group = [G, B]`), the blocks shared by the threads: each
+    member runs on rows [r0, r1) of the block, in order (IR_SPEC.md section 7)."""
+    rows = op.attrs["space"][row_dim(op)[1]]
+    block = int(op.attrs["row_group"][1])
+    calls = prog.body[start:]
+    del prog.body[start:]
+    prog.body.append(
+        f"  /* row group {int(op.attrs['row_group'][0])}: {len(calls)} kernels over {rows} rows "
+        f"in blocks of {block} */"
+    )
+    if rows > block:
+        prog.body.append("#pragma omp parallel for schedule(static)")
+    prog.body.append(f"  for (int64_t rb = 0; rb < INT64_C({rows}); rb += INT64_C({block})) {{")
+    prog.body.append(
+        f"    const int64_t r0 = rb, r1 = rb + INT64_C({block}) < INT64_C({rows}) ? "
+        f"rb + INT64_C({block}) : INT64_C({rows});"
+    )
+    prog.body += ["  " + line for line in calls]
+    prog.body.append("  }")
 
 
 def _emit_fallback(lowered: Lowered, index: int, op: Op, error: IRError) -> None:

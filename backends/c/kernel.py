@@ -16,7 +16,7 @@ from gdv.ir.core import Function, Op
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.kernel import BODY_OPS
 
-SCHEDULE_KEYS = ("tile", "order", "vector", "parallel", "accumulators", "lanes")
+SCHEDULE_KEYS = ("tile", "order", "vector", "parallel", "accumulators", "lanes", "row_group")
 
 
 def body_code(prog: Program, body: Function):

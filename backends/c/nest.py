@@ -78,6 +78,31 @@ class Nest:
     schedule: dict[str, Any]
 
 
+def grouped_row(nest: Nest) -> int | None:
+    """The row loop dim of a kernel in a row group (`row_group`; its first out dim of extent
+    above 1), or None. Such a kernel's C function takes `int64_t r0, int64_t r1` and computes
+    only rows [r0, r1) of that dim, on the calling thread: the group's loop over row blocks
+    (`lower_module`) calls every member per block and is the one parallel loop."""
+    if nest.schedule.get("row_group") is None:
+        return None
+    return next((d for d in nest.out if nest.space[d] > 1), None)
+
+
+def _row_loop(nest: Nest, d: int, indent: str) -> str:
+    """The loop header over out dim `d`: rows [r0, r1) for a grouped kernel's row dim."""
+    if d == grouped_row(nest):
+        return f"{indent}for (int64_t i{d} = r0; i{d} < r1; i{d}++)"
+    return f"{indent}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)"
+
+
+def _params(nest: Nest, operand_types: list[TensorType], t: str) -> list[str]:
+    params = [f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)]
+    params.append(f"{t} *restrict r")
+    if grouped_row(nest) is not None:
+        params += ["int64_t r0", "int64_t r1"]
+    return params
+
+
 def vector_width(prog: Program, op: Op, nest: Nest, dtype: Any) -> int:
     """The vector width in bytes the nest's lanes are sized for: the schedule's `vector` lanes
     times the element size; without a schedule, the host's width (a printer choice, recorded)."""
@@ -146,9 +171,9 @@ def emit_nest(
         return
     name = prog.new_function()
     n = len(nest.space)
-    params = [f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)]
-    params.append(f"{t} *restrict r")
+    params = _params(nest, operand_types, t)
     lines = [f"/* {note} */", f"static void {name}({', '.join(params)})", "{"]
+    row = grouped_row(nest)
     order = [d for d in nest.schedule.get("order", list(range(n))) if d in nest.out]
     tile = nest.schedule.get("tile") or list(nest.space)
     parallel = set(nest.schedule.get("parallel", []))
@@ -170,7 +195,7 @@ def emit_nest(
     # Tiles pay where a read is strided (a transpose: both sides stay in cache); rows read and
     # written contiguously stream whole (measured: exp(x - max) over 64 MiB ran at 3.64 Gelem/s
     # by whole rows, 2.02 in 32 x 64 tiles).
-    tiled = [d for d in order if 0 < tile[d] < nest.space[d]] if simd < 0 else []
+    tiled = [d for d in order if 0 < tile[d] < nest.space[d] and d != row] if simd < 0 else []
     if simd >= 0 and any(0 < tile[d] < nest.space[d] for d in order):
         prog.record(op, "tile", "rows whole", "a contiguous omp simd innermost loop streams rows")
     if parallel and points < PARALLEL_MIN_POINTS:
@@ -178,7 +203,7 @@ def emit_nest(
 
     def pragma(d: int, inner: bool = False) -> None:
         nonlocal first_loop
-        par = first_loop and d in parallel and points >= PARALLEL_MIN_POINTS
+        par = first_loop and d in parallel and points >= PARALLEL_MIN_POINTS and row is None
         vec = inner and d == simd
         if par or vec:
             lines.append(
@@ -208,7 +233,7 @@ def emit_nest(
             hi += f"INT64_C({tile[d]}) : INT64_C({nest.space[d]}))"
             lines.append(f"{ind}for (int64_t i{d} = t{d}; i{d} < {hi}; i{d}++)")
         else:
-            lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)")
+            lines.append(_row_loop(nest, d, ind))
         ind += "  "
     lines.append(f"{ind[:-2]}{{" if order else f"{ind}{{")
     if not order:
@@ -340,6 +365,8 @@ def _finish(prog: Program, op: Op, name: str, lines: list[str]) -> None:
     prog.functions.append("\n".join(lines) + "\n")
     prog.new_slot(op.result, op.type)
     args = [prog.var(o) for o in op.operands] + [prog.var(op.result)]
+    if op.attrs.get("row_group") is not None:  # called per row block by the group's loop
+        args += ["r0", "r1"]
     prog.body.append(f"  {name}({', '.join(args)});  /* %{comment(op.result)} */")
 
 
@@ -389,12 +416,13 @@ def _emit_lanes(
             return f"{acc} {cmp} kv ? {acc} : kv"
 
         finish = f"gdv_unkey_{s}(acc)"
-    if math.prod(nest.space) >= PARALLEL_MIN_POINTS and len(order) > 0:
+    grouped = grouped_row(nest) is not None
+    if math.prod(nest.space) >= PARALLEL_MIN_POINTS and len(order) > 0 and not grouped:
         collapse = f" collapse({len(order)})" if len(order) > 1 else ""
         lines.append(f"#pragma omp parallel for{collapse}")
     ind = "  "
     for d in order:
-        lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)")
+        lines.append(_row_loop(nest, d, ind))
     lines.append(f"{ind}{{")
     ind += "  "
     lines.append(f"{ind}{acc_t} lane[{lanes}];")
@@ -471,8 +499,8 @@ def _emit_interleaved(
     t = CTYPE[dtype]
     n = len(nest.space)
     name = prog.new_function()
-    params = [f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)]
-    params.append(f"{t} *restrict r")
+    params = _params(nest, operand_types, t)
+    row = grouped_row(nest)
     how = "outputs interleaved" if nest.out else "one fold"
     lines = [f"/* {note}: {how} */", f"static void {name}({', '.join(params)})", "{"]
     count = math.prod(nest.space[d] for d in nest.reduce)
@@ -480,9 +508,11 @@ def _emit_interleaved(
         pass
     elif count == 0:  # every fold is empty: the identity
         ident = identity(nest.combiner, dtype)
-        lines.append(
-            f"  for (int64_t e = 0; e < INT64_C({result.num_elements}); e++) r[e] = {ident};"
-        )
+        lo, hi = "INT64_C(0)", f"INT64_C({result.num_elements})"
+        if row is not None:  # rows are contiguous: the dims before the row dim have extent 1
+            per = result.num_elements // nest.space[row]
+            lo, hi = f"r0 * INT64_C({per})", f"r1 * INT64_C({per})"
+        lines.append(f"  for (int64_t e = {lo}; e < {hi}; e++) r[e] = {ident};")
     else:
         coefs = [_coefficients(nest.maps[k], ot, n) for k, ot in enumerate(operand_types)]
         out_st = strides(result)
@@ -538,17 +568,17 @@ def _emit_interleaved(
         block = max(1, min(lanes, size))
         others = [d for d in order if d != inner]
         points = math.prod(nest.space)
-        if points >= PARALLEL_MIN_POINTS:
+        if points >= PARALLEL_MIN_POINTS and row is None:
             collapse = f" collapse({len(others) + 1})" if others else ""
             lines.append(f"#pragma omp parallel for{collapse}")
         ind = "  "
         for d in others:
-            lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({nest.space[d]}); i{d}++)")
-        lines.append(f"{ind}for (int64_t ib = 0; ib < INT64_C({size}); ib += INT64_C({block})) {{")
+            lines.append(_row_loop(nest, d, ind))
+        lo, hi = ("r0", "r1") if inner == row else ("INT64_C(0)", f"INT64_C({size})")
+        lines.append(f"{ind}for (int64_t ib = {lo}; ib < {hi}; ib += INT64_C({block})) {{")
         ind += "  "
         lines.append(
-            f"{ind}const int64_t rn = INT64_C({size}) - ib < INT64_C({block}) ? "
-            f"INT64_C({size}) - ib : INT64_C({block});"
+            f"{ind}const int64_t rn = {hi} - ib < INT64_C({block}) ? {hi} - ib : INT64_C({block});"
         )
         lines.append(f"{ind}{t} acc[{block}];")
         lines.append(

@@ -280,6 +280,7 @@ KERNEL = register(
             AttrSpec("parallel", kind_int_list, required=False),
             AttrSpec("accumulators", kind_int, required=False),
             AttrSpec("lanes", kind_int, required=False),
+            AttrSpec("row_group", kind_int_list, required=False),
             AttrSpec("contract", kind_choice(*CONTRACTIONS), required=False),
             AttrSpec("strategy", kind_choice(*STRATEGIES), required=False),
             AttrSpec("batch", kind_int_list, required=False),
@@ -342,6 +343,96 @@ def contracted_factors(body: Function) -> tuple[str, str] | None:
     return op.operands[0], op.operands[1]
 
 
+def row_dim(op) -> tuple[int, int] | None:
+    """(position, loop dim) of the rows a kernel runs over in a row group: its result's first
+    dim of extent above 1 (the dims before it have extent 1) and the out dim indexing it; None
+    for a kernel with no such dim, or a product."""
+    a = op.attrs
+    if op.name != "kernel" or a.get("strategy") == "product":
+        return None
+    for p, d in enumerate(a["out"]):
+        if a["space"][d] > 1:
+            return p, d
+    return None
+
+
+def _group_of(op) -> tuple[int, int] | None:
+    g = op.attrs.get("row_group") if op.name == "kernel" else None
+    return (int(g[0]), int(g[1])) if g is not None and len(g) == 2 else None
+
+
+def group_spans(fn: Function) -> list[tuple[int, int]]:
+    """Per op of `fn`, the first and last op index of its row group ((i, i) for an op in
+    none): a target may run any member while any other runs, so liveness treats a group as
+    one step (a value made in it is live from the group's first op, a value read in it to the
+    group's last)."""
+    spans = [(i, i) for i in range(len(fn.ops))]
+    groups = [_group_of(op) for op in fn.ops]
+    start = 0
+    for i, g in enumerate(groups):
+        if g is None:
+            continue
+        if i == 0 or groups[i - 1] != g:
+            start = i
+        for j in range(start, i + 1):
+            spans[j] = (start, i)
+    return spans
+
+
+def check_row_groups(module: Module) -> None:
+    """`row_group = [G, B]` (a schedule attribute, since gdv 0.4) puts a kernel in row group G
+    of its function, run in blocks of B rows: a target may run, for each block of rows, every
+    member of the group in order, instead of each member over all rows in turn. That is the
+    program's meaning only when each member reads what earlier members made at its own rows,
+    so the rules are: the members of a group are consecutive ops with one block size B >= 1,
+    all nest kernels (not products) with a row dim (`row_dim`: the first result dim of extent
+    above 1) of one extent R; and a member reads a value an earlier member made only with the
+    map row of that value's row dim equal to its own row loop dim (coefficient 1, nothing
+    else). A violation is an input error at the kernel's `row_group`."""
+    for fn in module.functions:
+        made: dict[str, tuple[int, int]] = {}  # value -> (its group, its row position)
+        previous = None
+        seen: set[int] = set()
+        shape: dict[int, tuple[int, int]] = {}  # group -> (rows, block)
+        for op in fn.ops:
+            raw = op.attrs.get("row_group") if op.name == "kernel" else None
+            if raw is None:
+                previous = None
+                continue
+            where = op.attr_locs.get("row_group", op.loc) or Loc(module.filename, 1, 1)
+            if len(raw) != 2 or raw[1] < 1:
+                raise IRError(f"row_group {raw} must be [group, block >= 1]", where)
+            group, block = int(raw[0]), int(raw[1])
+            if group != previous and group in seen:
+                raise IRError(f"row_group {group}: its kernels are not consecutive", where)
+            found = row_dim(op)
+            if found is None:
+                raise IRError(
+                    f"row_group {group}: %{op.result} has no dim of extent above 1 or is a product",
+                    where,
+                )
+            pos, d0 = found
+            rows = op.attrs["space"][d0]
+            if shape.setdefault(group, (rows, block)) != (rows, block):
+                raise IRError(
+                    f"row_group {group}: %{op.result} runs over {rows} rows in blocks of "
+                    f"{block}, the group over {shape[group][0]} in blocks of {shape[group][1]}",
+                    where,
+                )
+            n = len(op.attrs["space"])
+            own = [1 if d == d0 else 0 for d in range(n)] + [0]
+            for k, v in enumerate(op.operands):
+                if v in made and made[v][0] == group and op.attrs["maps"][k][made[v][1]] != own:
+                    raise IRError(
+                        f"row_group {group}: %{op.result} reads %{v}, made in the group, at "
+                        f"another row than its own",
+                        where,
+                    )
+            made[op.result] = (group, pos)
+            seen.add(group)
+            previous = group
+
+
 def bodies_used(functions: Iterable[Function]) -> set[str]:
     """Names of the bodies the kernels of `functions` call."""
     return {op.attrs["body"] for f in functions for op in f.ops if op.name == "kernel"}
@@ -351,6 +442,7 @@ def check_kernel_bodies(module: Module) -> None:
     """Every kernel's body exists, takes one rank-0 parameter per operand with the operand's
     dtype, returns one rank-0 value of the kernel's dtype, and uses only scalar elementwise ops
     (so it can be applied elementwise to whole arrays)."""
+    check_row_groups(module)
     for fn in module.functions:
         types = fn.types()
         for op in fn.ops:
