@@ -334,7 +334,11 @@ class _Replayer:
         changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
         if not changed <= PLAN_ATTRS:
             raise self.fail(n, step, f"changes attributes {sorted(changed - PLAN_ATTRS)}")
-        s.fn = dataclasses.replace(s.fn, attrs=dict(new))
+        # The attributes keep their order (the printer writes them in it): the function's own
+        # first, then the plan's (a certificate's JSON need not keep the order).
+        ordered = {k: new[k] for k in old if k in new}
+        ordered |= {k: new[k] for k in sorted(new) if k not in ordered}
+        s.fn = dataclasses.replace(s.fn, attrs=ordered)
         self.bodies.pop(s.fn.name, None)
 
     def drop(self, n: int, step: dict) -> None:

@@ -429,3 +429,18 @@ def test_the_encoding_does_not_depend_on_what_the_process_built_before() -> None
         for names in (("idx!3", "k!0"), ("k!0", "idx!3"))
     }
     assert len(texts) == 1, texts
+
+
+def test_a_function_with_its_own_attributes_replays_its_memory_plan(tmp_path, capsys) -> None:
+    # The plan's attributes come after the function's own in the stage text; the replayer
+    # keeps that order (it used to put them first, and a default verify failed).
+    src = tmp_path / "own.gdv"
+    src.write_text(
+        "func @main(%x: f32[4,8] {range = [-1.0, 1.0]}, %w: f32[8,4] {range = [-1.0, 1.0]})"
+        ' -> f32[4,4] {note = "mine"} {\n'
+        "  %m = matmul(%x, %w) : f32[4,4]\n  %r = relu(%m) : f32[4,4]\n  return %r\n}\n"
+    )
+    comp = compile_module(src, CompileOptions(jobs=1, cache_dir=str(tmp_path / "cache")))
+    bundle = write_evidence(comp, str(tmp_path / "ev"))
+    rc, out, _ = verify_cli(capsys, bundle)
+    assert rc == 0, out
