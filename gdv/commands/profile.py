@@ -88,7 +88,9 @@ def measure(comp, runs: int = 10, inputs: dict | None = None, seed: int = 0, war
     from gdv.backends.reference import random_inputs
     from gdv.evidence.reports import execution
 
-    if comp.options.target != "c":
+    from gdv.backends.targets import get_target
+
+    if get_target(comp.options.target).artifact_kind != "c-source":
         raise IRError(
             f"profiling runs the generated C: target c, not {comp.options.target}",
             Loc("<command line>", 1, 1),
