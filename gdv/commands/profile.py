@@ -86,9 +86,8 @@ def measure(comp, runs: int = 10, inputs: dict | None = None, seed: int = 0, war
     from gdv.backends.c import profile
     from gdv.backends.capabilities import descriptor
     from gdv.backends.reference import random_inputs
-    from gdv.evidence.reports import execution
-
     from gdv.backends.targets import get_target
+    from gdv.evidence.reports import execution
 
     if get_target(comp.options.target).artifact_kind != "c-source":
         raise IRError(
