@@ -14,8 +14,8 @@ from gdv.passes.fast_math import FastMath
 from gdv.passes.fold_constants import FoldConstants
 from gdv.passes.fold_layout import FoldLayout
 from gdv.passes.fuse_kernels import FuseKernels
-from gdv.passes.lower_to_kernels import LowerToKernels
 from gdv.passes.group_rows import GroupRows
+from gdv.passes.lower_to_kernels import LowerToKernels
 from gdv.passes.plan_memory import PlanMemory
 from gdv.passes.reassociate_reductions import ReassociateReductions
 from gdv.passes.schedule_kernels import VECTOR_BYTES, ScheduleKernels
