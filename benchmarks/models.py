@@ -191,9 +191,13 @@ def import_path(path: str, model, inputs: dict[str, Any], onnx_file: Path):
 
 
 def gdv_compile(source: Path, cache: Path):
+    """A cold compile at -O2 (the exact mode), or at `$GDV_MODELS_LEVEL` (3: the reassociating
+    mode; `--level`)."""
     from gdv.driver import CompileOptions, compile_module
 
-    return compile_module(str(source), CompileOptions(target="c", level=2, cache_dir=str(cache)))
+    level = int(os.environ.get("GDV_MODELS_LEVEL", "2"))
+    options = CompileOptions(target="c", level=level, cache_dir=str(cache))
+    return compile_module(str(source), options)
 
 
 def _pass_breakdown(comp) -> list[dict]:
@@ -484,9 +488,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=None, help="timed calls per engine (20)")
     ap.add_argument("--out", default=None, help="JSON file (default benchmarks/models.json)")
     ap.add_argument("--model-timeout", type=float, default=1800.0)
+    ap.add_argument(
+        "--level", type=int, choices=(2, 3), default=2, help="gdv's -O level (3: reassociating)"
+    )
     ap.add_argument("--_one", nargs=2, metavar=("MODEL", "WORKDIR"), help=SUPPRESS)
     ap.add_argument("--_memory", nargs=3, metavar=("MODEL", "ENGINE", "DIR"), help=SUPPRESS)
     args = ap.parse_args(argv)
+    if args._one is None and args._memory is None:  # the per-model subprocesses inherit it
+        os.environ["GDV_MODELS_LEVEL"] = str(args.level)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     runs = args.runs or (5 if args.quick else 20)
     if args._one:
