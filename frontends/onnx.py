@@ -173,6 +173,8 @@ class GraphEmitter(ABC):
     name counter) and `unsupported(reason)`, its refusal for the node being imported."""
 
     st: Any
+    origin: str | None = None
+    """The source node of the ops being emitted (`Op.origin`), set by the importer per node."""
 
     @abstractmethod
     def unsupported(self, reason: str) -> IRError:
@@ -195,7 +197,7 @@ class GraphEmitter(ABC):
         except OpTypeError as e:
             raise self.unsupported(f"cannot express as IR {name}: {e.message}") from None
         result = self.fresh()
-        self.st.ops.append(Op(result, name, list(operands), dict(attrs), t))
+        self.st.ops.append(Op(result, name, list(operands), dict(attrs), t, origin=self.origin))
         self.st.types[result] = t
         return result
 
@@ -339,8 +341,9 @@ class Importer(GraphEmitter):
         for index, node in enumerate(g.node):
             self.node = node
             self.node_label = node.name or f"#{index} ({', '.join(node.output)})"
+            self.origin = f"onnx:{printable(self.node_label, 120)} ({printable(node.op_type)})"
             self.import_node(node)
-        self.node = None
+        self.node = self.origin = None
         returns: list[str] = []
         results: list[TensorType] = []
         for out in g.output:

@@ -383,7 +383,17 @@ def test_gdv_import_then_gdv_run_matches_onnxruntime(
     capsys.readouterr()
     # The Python entry point gives the same module and weights.
     module, w = gdv.import_onnx(str(path))
-    assert print_module(module) == out_ir.read_text()
+    text = out_ir.read_text()
+    # The file is the canonical text with each op line ending in `// from onnx:NODE (Type)`.
+    assert "".join(line.split("  // from ")[0] + "\n" for line in text.splitlines()) == (
+        print_module(module)
+    )
+    from gdv.frontends.provenance import origins
+
+    named = set(origins(text).values())
+    assert named and all(o.startswith("onnx:") for o in named)
+    labels = {n.name or f"#{i} ({', '.join(n.output)})" for i, n in enumerate(m.graph.node)}
+    assert {o[5:].rsplit(" (", 1)[0] for o in named} <= labels
     assert sorted(w) == sorted(np.load(weights).files)
 
 
