@@ -86,6 +86,25 @@ def rescheduled(function: str, position: int, op: Op) -> Step:
     return Step("rewrite", function, position, op.result, op.result, [op.result], attrs=op.attrs)
 
 
+def reordered(function: str, position: int, op: Op, obligation: int) -> Step:
+    """The step that replaces the op at `position` of `function` by `op`, the same op with
+    attributes that change its meaning, citing obligation number `obligation` (a `real`
+    claim whose pair is the op before and after)."""
+    return Step("rewrite", function, position, op.result, op.result, [op.result], obligation)
+
+
+def operand_step(op: Op, types: dict, k: int, d: int) -> int:
+    """How far kernel `op`'s operand k moves in its row-major flat index per step of loop
+    dim d (its map's rows weighted by the operand's strides)."""
+    shape = types[op.operands[k]].shape
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= size
+    strides.reverse()
+    return sum(s * row[d] for s, row in zip(strides, op.attrs["maps"][k], strict=True))
+
+
 def fresh_function(prefix: str, taken: set[str]) -> str:
     """`prefix0`, `prefix1`, ...: the first not in `taken`, which it joins."""
     name = next(f"{prefix}{n}" for n in range(len(taken) + 1) if f"{prefix}{n}" not in taken)

@@ -31,20 +31,11 @@ from dataclasses import dataclass, replace
 from gdv.ir.core import Module, Op
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import bodies_used, contracted_factors
-from gdv.ir.types import TensorType
-from gdv.passes.base import Pass, PassResult, Step
-from gdv.passes.schedule_kernels import kernel_function
+from gdv.passes.base import Pass, PassResult, Step, operand_step, reordered
+from gdv.passes.schedule_kernels import reorder_obligation
 
 LANE_FACTORS = (4, 2, 1)
 """Vector accumulators per sum, most first (4 x 16 f32 lanes hide an AVX-512 add's latency)."""
-
-
-def _strides(t: TensorType) -> list[int]:
-    st, acc = [], 1
-    for n in reversed(t.shape):
-        st.append(acc)
-        acc *= n
-    return st[::-1]
 
 
 def lanes_for(op: Op, types: dict) -> int:
@@ -62,16 +53,11 @@ def lanes_for(op: Op, types: dict) -> int:
         return 1
     (r,) = red
     n = len(a["space"])
-
-    def step(k: int, d: int) -> int:
-        st = _strides(types[op.operands[k]])
-        return sum(s * row[d] for s, row in zip(st, a["maps"][k], strict=True))
-
-    steps = [[step(k, d) for d in range(n)] for k in range(len(op.operands))]
+    steps = [[operand_step(op, types, k, d) for d in range(n)] for k in range(len(op.operands))]
     if not all(s[r] in (0, 1) for s in steps) or not any(s[r] == 1 for s in steps):
         return 1  # the sum does not run along memory
-    out_st = _strides(op.type)
-    if any(out_st[p] == 1 and all(s[d] in (0, 1) for s in steps) for p, d in enumerate(a["out"])):
+    last_out = a["out"][-1] if a["out"] else None  # the result's unit-stride dim
+    if last_out is not None and all(s[last_out] in (0, 1) for s in steps):
         return 1  # adjacent outputs: the nest already folds them in vector lanes, in order
     vector = max(1, int(a.get("vector", 1)))
     extent = a["space"][r]
@@ -120,29 +106,12 @@ class ReassociateReductions(Pass):
                 ops.append(new)
                 rule = "contract" if "contract" in attrs else "lanes"
                 body = module.function(op.attrs["body"])
-                steps.append(
-                    Step(
-                        "rewrite",
-                        fn.name,
-                        len(ops) - 1,
-                        op.result,
-                        op.result,
-                        [op.result],
-                        len(obligations),
-                    )
-                )
+                steps.append(reordered(fn.name, len(ops) - 1, new, len(obligations)))
                 obligations.append(
-                    Obligation(
-                        id=f"{self.name}/{rule}/equivalence#{len(obligations)}",
-                        kind="equivalence",
-                        theory="real",
-                        src=kernel_function(op, types),
-                        tgt=replace(kernel_function(new, types), name="tgt"),
-                        claim=f"%{op.result}: {what}, the same sum over the reals",
-                        assumptions=assumptions,
-                        loc=op.loc,
-                        functions=[body] if body is not None else [],
+                    reorder_obligation(
+                        self.name, rule, op, new, types, body, len(obligations),
+                        f"{what}, the same sum over the reals", assumptions,
                     )
-                )
+                )  # fmt: skip
             functions.append(replace(fn, ops=ops))
         return PassResult(Module(functions, module.filename), obligations, bool(obligations), steps)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import bodies_used
-from gdv.passes.base import Pass, PassResult, Step, rescheduled
+from gdv.passes.base import Pass, PassResult, Step, reordered, rescheduled
 
 VECTOR_BYTES = 32
 """The default vector register width the lane count is chosen for (AVX2-sized); a target's
@@ -100,21 +100,29 @@ def coverage_obligation(
     )
 
 
-def split_obligation(
-    pass_name: str, before: Op, after: Op, types: dict, body: Function | None, index: int
+def reorder_obligation(
+    pass_name: str,
+    rule: str,
+    before: Op,
+    after: Op,
+    types: dict,
+    body: Function | None,
+    index: int,
+    claim: str,
+    assumptions: list[str],
 ) -> Obligation:
-    """The `real` claim that the blocked sum equals the sequential one (lemma `split`)."""
+    """The `real` claim that kernel `after` (`before` with attributes that change its fold's
+    order or rounding) sums the same reals, citing the lemmas in `assumptions`."""
     src = kernel_function(before, types)
     tgt = replace(kernel_function(after, types), name="tgt")
     return Obligation(
-        id=f"{pass_name}/split-accumulators/equivalence" + (f"#{index}" if index else ""),
+        id=f"{pass_name}/{rule}/equivalence" + (f"#{index}" if index else ""),
         kind="equivalence",
         theory="real",
         src=src,
         tgt=tgt,
-        claim=f"%{before.result}: {after.attrs['accumulators']} accumulators sum the same "
-        "reals in another order",
-        assumptions=["split"],
+        claim=f"%{before.result}: {claim}",
+        assumptions=assumptions,
         loc=before.loc,
         functions=[body] if body is not None else [],
     )
@@ -151,25 +159,17 @@ class ScheduleKernels(Pass):
                 ops.append(new)
                 body = module.function(new.attrs["body"])
                 if blocks > 1:  # the step cites the split claim, whose pair is its own
-                    steps.append(
-                        Step(
-                            "rewrite",
-                            fn.name,
-                            len(ops) - 1,
-                            op.result,
-                            op.result,
-                            [op.result],
-                            len(obligations),
+                    steps.append(reordered(fn.name, len(ops) - 1, new, len(obligations)))
+                    obligations.append(
+                        reorder_obligation(
+                            self.name, "split-accumulators", op, new, types, body, splits,
+                            f"{blocks} accumulators sum the same reals in another order",
+                            ["split"],
                         )
-                    )
+                    )  # fmt: skip
+                    splits += 1
                 else:  # schedule only: the checker builds the pair
                     steps.append(rescheduled(fn.name, len(ops) - 1, new))
-                if blocks > 1:
-                    splits += 1
-                    obligations.append(
-                        split_obligation(self.name, op, new, types, body, splits - 1)
-                    )
-                else:
                     assert keeps_reduction_order(new.attrs), new.attrs
                 claim = (
                     f"the tiled nest of %{op.result} visits each of its {new.attrs['space']} "

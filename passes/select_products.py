@@ -29,7 +29,7 @@ from gdv.ir import products
 from gdv.ir.core import Module, Op
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import bodies_used
-from gdv.passes.base import Pass, PassResult, Step, rescheduled
+from gdv.passes.base import Pass, PassResult, Step, operand_step, rescheduled
 from gdv.passes.schedule_kernels import VECTOR_BYTES, coverage_obligation
 
 
@@ -43,17 +43,6 @@ SMALL_SIDE = 16
 """A product with at most this many rows (tokens at batch 1) is a candidate for
 `weights_as_rows`: the C printer reads the factor of the side with at most this many rows or
 columns in place (`backends/c/matmul.py`, DIRECT_MAX_ROWS)."""
-
-
-def _step(op: Op, types: dict, k: int, d: int) -> int:
-    """How far operand k's flat index moves per step of loop dim d."""
-    shape = types[op.operands[k]].shape
-    strides, acc = [], 1
-    for size in reversed(shape):
-        strides.append(acc)
-        acc *= size
-    strides.reverse()
-    return sum(s * row[d] for s, row in zip(strides, op.attrs["maps"][k], strict=True))
 
 
 def weights_as_rows(op: Op, p: products.Product, body, types: dict) -> products.Product | None:
@@ -73,7 +62,7 @@ def weights_as_rows(op: Op, p: products.Product, body, types: dict) -> products.
     if len(reads) != 1:
         return None  # a computed column factor: leave it to the packing
     (k,) = reads
-    if _step(op, types, k, red[0]) != 1 or _step(op, types, k, p.cols[-1]) == 1:
+    if operand_step(op, types, k, red[0]) != 1 or operand_step(op, types, k, p.cols[-1]) == 1:
         return None
     return products.Product(1 - p.row_factor, p.batch, p.cols, p.rows)
 
