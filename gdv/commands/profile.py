@@ -111,24 +111,9 @@ def measure(comp, runs: int = 10, inputs: dict | None = None, seed: int = 0, war
 
 
 def _inputs(args: argparse.Namespace, module) -> dict:
-    from gdv.backends import reference
-    from gdv.commands.run import _as_param_dtype, _holds, read_inputs
+    from gdv.commands.run import entry_inputs
 
-    fn = module.entry
-    given = read_inputs(args.inputs)
-    params = {p.name: p for p in fn.params}
-    for key in given:
-        if key not in params:
-            source = next(p for p in reversed(args.inputs) if _holds(p, key))
-            raise IRError(
-                f"input '{printable(key)}' names no parameter of @{fn.name} (parameters: "
-                f"{', '.join(params) or 'none'})",
-                Loc(source, 1, 1),
-            )
-    inputs = reference.random_inputs(fn, args.seed)
-    for key, arr in given.items():
-        inputs[key] = _as_param_dtype(key, arr, params[key].type.dtype)
-    return inputs
+    return entry_inputs(args.inputs, module.entry, args.seed)
 
 
 def profile_command(args: argparse.Namespace) -> int:

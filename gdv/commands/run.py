@@ -76,26 +76,36 @@ def _as_param_dtype(name: str, arr: np.ndarray, dtype: DType) -> np.ndarray:
     return arr
 
 
+def entry_inputs(files: list[str], fn, seed: int) -> dict:
+    """The inputs of entry function `fn`: the arrays the `--inputs` files give (the last file
+    holding a key wins), converted to each parameter's dtype, and seeded random values within
+    the declared ranges for the rest; an input naming no parameter is an error at its file."""
+    from gdv.backends import reference
+
+    given = read_inputs(files)
+    params = {p.name: p for p in fn.params}
+    for key in given:
+        if key not in params:
+            # Point at the last file that holds the key (the one whose array would be used).
+            source = next(p for p in reversed(files) if _holds(p, key))
+            raise IRError(
+                f"input '{printable(key)}' names no parameter of @{fn.name} (parameters: "
+                f"{', '.join(params) or 'none'})",
+                Loc(source, 1, 1),
+            )
+    inputs = reference.random_inputs(fn, seed)
+    for key, arr in given.items():
+        inputs[key] = _as_param_dtype(key, arr, params[key].type.dtype)
+    return inputs
+
+
 def run(args: argparse.Namespace) -> int:
     from gdv.backends import reference
 
     target = target_info(args.target, Loc("<command line>", 1, 1))
     module = load_arg(args.file)
     fn = module.entry
-    given = read_inputs(args.inputs)
-    params = {p.name: p for p in fn.params}
-    for key in given:
-        if key not in params:
-            # Point at the last file that holds the key (the one whose array would be used).
-            source = next(p for p in reversed(args.inputs) if _holds(p, key))
-            raise IRError(
-                f"input '{printable(key)}' names no parameter of @{fn.name} (parameters: "
-                f"{', '.join(params) or 'none'})",
-                Loc(source, 1, 1),
-            )
-    inputs = reference.random_inputs(fn, args.seed)
-    for key, arr in given.items():
-        inputs[key] = _as_param_dtype(key, arr, params[key].type.dtype)
+    inputs = entry_inputs(args.inputs, fn, args.seed)
     if not target.interpreter:
         outputs = _run_compiled(args, module, inputs)
     else:
