@@ -28,7 +28,7 @@ from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import kernel_bodies
 from gdv.ir.printer import print_function
 from gdv.validate.counterexample import Counterexample
-from gdv.validate.equivalence import build_query, check_equivalence, replay_cost
+from gdv.validate.equivalence import build_query, check_equivalence, check_within, replay_cost
 from gdv.validate.schedules import claim_formula
 
 STATUSES = ("proved", "refuted", "unknown")
@@ -279,9 +279,8 @@ def _solve_formula(ob: Obligation, timeout: float) -> tuple[str, float, str, Non
     assert formula is not None
     start = time.perf_counter()
     s = z3.Solver()
-    s.set("timeout", max(1, int(timeout * 1000)))
     s.from_string(formula)
-    r = s.check()
+    r = check_within(s, timeout)
     seconds = time.perf_counter() - start
     if r == z3.unsat:
         return "proved", seconds, "", None

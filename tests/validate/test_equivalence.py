@@ -89,3 +89,22 @@ def test_decoding_a_model_is_vectorised_for_big_inputs():
     assert x.shape == t.shape and x.dtype == np.float32
     assert x[3, 5] == 1.5 and np.isnan(x[0, 0])
     assert x[4095, 4095] == 0 and np.signbit(x[4095, 4095])
+
+
+def test_a_query_past_its_deadline_is_interrupted_and_answers_unknown(monkeypatch):
+    """The wall-clock guard behind z3's own timeout: with the slack at zero the deadline (1 s)
+    fires long before z3's 30 s timeout would, and the check answers unknown, not a proof."""
+    import time
+
+    import z3
+
+    from gdv.validate import equivalence
+
+    monkeypatch.setattr(equivalence, "DEADLINE_SLACK", 0.0)
+    x, y, z = z3.Ints("x y z")
+    s = z3.Solver()
+    s.add(x * x * x + y * y * y == z * z * z, x > 1, y > 1, z > 1, x * y * z > 10**9)
+    start = time.perf_counter()
+    r = equivalence.check_within(s, 30.0)
+    assert r == z3.unknown
+    assert time.perf_counter() - start < 10
