@@ -153,7 +153,8 @@ def verify_bundle(
             _chain(manifest, stages, timeout, passed, failed)
         queries = _encoding(root, manifest, stages, pairs, claims, passed, failed)
         use = tuple(s for s in SOLVERS if s in set(solvers) | set(policy.required_solvers))
-        _resolve(queries, use, policy, timeout, jobs, passed, failed)
+        probes = {c.what: c.obligation for c in claims}
+        _resolve(queries, use, policy, timeout, jobs, passed, failed, probes)
         _conformance(manifest, rerun.conformance(), passed, failed)
         _bounds(manifest, rerun.bounds(), passed, failed)
         _bound_changes(manifest, stages, passed, failed)
@@ -681,8 +682,11 @@ def _encoding(root: Path, manifest, stages, pairs, claims: list[_Claim], passed,
     return distinct
 
 
-def _resolve(distinct: dict, use, policy: Policy, timeout, jobs, passed, failed) -> None:
-    """Every distinct query answered by every solver in `use`, in worker processes."""
+def _resolve(distinct: dict, use, policy: Policy, timeout, jobs, passed, failed, probes=None):
+    """Every distinct query answered by every solver in `use`, in worker processes. A
+    rescheduling claim (`probes`, by what it is about) that a required solver does not prove
+    is also run on random and special inputs: a bit-exact difference refutes it, with the
+    counterexample, where the solver only answered unknown."""
     import concurrent.futures
 
     work = [(what, t) for what, texts in distinct.values() for t in texts]
@@ -708,12 +712,34 @@ def _resolve(distinct: dict, use, policy: Policy, timeout, jobs, passed, failed)
             if a.result == "unsat":
                 continue
             if not (policy.allow_unknown and proved_by):
+                refuted = _refuted_on_inputs((probes or {}).get(what))
+                if refuted:
+                    failed("solvers", f"{what} is refuted: {refuted} ({s} gives {a.result})")
                 failed(
                     "solvers",
                     f"{s} gives {a.result} on the query of {what}: {a.reason} (required by "
                     f"policy {policy.origin})",
                 )
     passed("solvers", f"{len(work)} distinct quer(ies) unsat with {', '.join(use)}")
+
+
+def _refuted_on_inputs(ob) -> str:
+    """Where the rescheduled op `ob` claims equal to its old self differs from it bit for
+    bit on the reference interpreter (random and special inputs), or "" (no difference found,
+    or the claim is too large to run)."""
+    if ob is None:
+        return ""
+    from gdv.ir.ops.kernel import kernel_bodies
+    from gdv.validate.discharge import _quick_refute
+
+    with kernel_bodies(ob.functions):
+        cex = _quick_refute(ob)
+    if cex is None:
+        return ""
+    return (
+        f"on {cex.origin} out{cex.output}{list(cex.index)} is {cex.value_a} before and "
+        f"{cex.value_b} after (replayed on the reference interpreter)"
+    )
 
 
 def _solve_one(name: str, text: str, timeout: float):

@@ -1,5 +1,6 @@
 """The pass manager: runs a pipeline, verifies the module after every pass, collects the
-obligations, times each pass, and prints IR after passes on request."""
+obligations (adding the claim a pass forgot for a kernel whose fold it changed:
+`gdv.passes.unclaimed`), times each pass, and prints IR after passes on request."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from gdv.ir.obligation import Obligation
 from gdv.ir.printer import print_module
 from gdv.ir.verifier import verify
 from gdv.passes.base import Pass, Step
+from gdv.passes.unclaimed import snapshot, unclaimed_obligations
 
 STAGE_AFTER = {"decompose-composites": "core", "lower-to-kernels": "loop"}
 """The stage a module is at (and verified at) after these passes."""
@@ -66,6 +68,7 @@ class PassManager:
         for p in self.passes:
             if p.name in self.disabled:
                 continue
+            kernels = snapshot(module)
             start = time.perf_counter()
             out = p.run(module)
             seconds = time.perf_counter() - start
@@ -74,10 +77,18 @@ class PassManager:
                 verify(out.module, stage=stage)
             except IRError as e:
                 raise IRError(f"internal: pass {p.name} produced invalid IR: {e}") from None
+            # Fail-closed: a kernel whose meaning (fold order, rounding) the pass changed
+            # without an obligation of its own gets the claim it should have made, under `fp`
+            # (`gdv.passes.unclaimed`); appended, so the steps' obligation numbers still hold.
+            extra = unclaimed_obligations(p.name, kernels, module, out.module, out.obligations)
+            obligations = [*out.obligations, *extra] if extra else out.obligations
             module = out.module
             result.records.append(
-                PassRecord(p.name, out.obligations, out.changed, seconds, stage, steps=out.steps)
-            )
+                PassRecord(
+                    p.name, obligations, out.changed or bool(extra), seconds, stage,
+                    steps=out.steps,
+                )
+            )  # fmt: skip
             result.stages.append((p.name, module))
             if self.print_after_all or p.name in self.print_after:
                 self.printer(f"// ----- IR after {p.name} -----\n{print_module(module)}")

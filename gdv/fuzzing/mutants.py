@@ -203,7 +203,9 @@ def _drop_convert():
 def _unclaimed_accumulators():
     """schedule-kernels gives every float sum of an even extent 2 accumulators (folding two
     halves apart, then adding them: another order of the sum) but records it as a schedule
-    only, with no `real` claim."""
+    only, with no `real` claim. The pass manager sees the changed fold and adds the claim the
+    pass left out, bit-exact (`schedule-kernels/unclaimed-reorder/equivalence`,
+    `gdv.passes.unclaimed`): the proof refutes it with a replayed counterexample."""
     from gdv.passes import schedule_kernels as sk
 
     original = sk.ScheduleKernels.run
