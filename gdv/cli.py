@@ -30,6 +30,9 @@ COMMAND_MODULES = (
     "gdv.commands.targets",
     "gdv.commands.tune",
     "gdv.commands.profile",
+    "gdv.commands.reduce",
+    "gdv.commands.fuzz",
+    "gdv.commands.selftest",
 )
 """Each module has `register(subparsers)`, which adds its commands with a `handler`."""
 

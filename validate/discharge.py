@@ -271,6 +271,10 @@ def _quick_refute(ob: Obligation) -> Counterexample | None:
     return None
 
 
+quick_refute = _quick_refute
+"""The probe alone (gdv reduce decides `refuted:` signatures with it before any solver)."""
+
+
 def _solve_formula(ob: Obligation, timeout: float) -> tuple[str, float, str, None]:
     """A formula claim asserts a violation: unsat proves the claim, a model refutes it."""
     import z3
