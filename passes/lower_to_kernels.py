@@ -113,6 +113,12 @@ def _kernel(
     return Op(result, "kernel", operands, attrs, TensorType(dtype, shape), site_op.loc)
 
 
+def _sum(reduce: list[int]) -> str:
+    """A contraction's combiner: `add`, or `none` when it contracts nothing (an outer product,
+    a kernel over no reduced dims, which the verifier requires to say so)."""
+    return "add" if reduce else "none"
+
+
 def lower_op(
     op: Op, types: dict[str, TensorType], names: Names, bodies: Bodies, owner: str
 ) -> tuple[str, list[Op]] | None:
@@ -186,7 +192,7 @@ def lower_op(
             [identity_map(x.rank, x.rank)],
             kept,
             axes,
-            _COMBINER[op.name],
+            _COMBINER[op.name] if axes else "none",  # over no axes: a copy, no fold
         )
         return op.name, [k]
     if op.name == "dot":
@@ -324,9 +330,11 @@ def _lower_dot(op: Op, ts: list[TensorType], names: Names, bodies: Bodies, owner
     out = list(range(nb + na + nf))
     reduce = list(range(nb + na + nf, n))
     if acc == res:
-        return [_kernel(op, op.result, op.operands, acc, body, space, maps, out, reduce, "add")]
+        return [
+            _kernel(op, op.result, op.operands, acc, body, space, maps, out, reduce, _sum(reduce))
+        ]
     summed = names.fresh(f"{op.result}.acc")
-    k = _kernel(op, summed, op.operands, acc, body, space, maps, out, reduce, "add")
+    k = _kernel(op, summed, op.operands, acc, body, space, maps, out, reduce, _sum(reduce))
     conv = Op("r", "convert", ["a0"], {}, TensorType(res, ()))
     cbody = bodies.new(owner, [k.type], [conv], "r")
     c = _kernel(
