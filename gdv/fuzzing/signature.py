@@ -146,6 +146,7 @@ def slug(sig: str) -> str:
 
 
 _CLASS_PATTERNS = (
+    (re.compile(r"(?:\S+?|<[^>]*>):\d+:\d+: "), ""),  # positions: a file name must not matter
     (re.compile(r"'[^']*'|\"[^\"]*\""), "Q"),
     (re.compile(r"[%@][\w.$-]+"), "V"),
     (re.compile(r"\b(?:f64|f32|f16|bf16|i64|i32|i16|i8|i1|u8|u16|u32|u64)\[[^\]]*\]"), "T"),
