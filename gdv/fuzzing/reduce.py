@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import sys
 import time
@@ -44,6 +45,8 @@ from gdv.ir.types import TensorType
 
 NARROWER = {DType.F64: DType.F32, DType.I64: DType.I32, DType.I32: DType.I8}
 """The dtype each is narrowed to by the `dtypes` step (where the IR has it)."""
+MAX_ROUNDS = 20
+"""Rounds of all the steps at most (each round must change the case to go on)."""
 INPUT_KINDS = ("mismatch", "bound")
 """Signatures that depend on input values: the reducer keeps explicit inputs for them."""
 
@@ -140,31 +143,34 @@ class Oracle:
             return None
         return Case(modules, case.inputs, case.options)
 
-    def many(self, cases: list[Case]) -> list[bool]:
-        """Verdicts for `cases`; stops early after the first interesting one in order."""
-        verdicts: list[bool | None] = [None] * len(cases)
-        todo: list[tuple[int, Case, str]] = []
-        for i, c in enumerate(cases):
-            valid = self._valid(c)
-            if valid is None:
-                verdicts[i] = False
-                continue
-            key = valid.key()
-            if key in self.cache:
-                self.hits += 1
-                verdicts[i] = self.cache[key]
-            else:
-                todo.append((i, valid, key))
-        first_known = next((i for i, v in enumerate(verdicts) if v), len(cases))
-        todo = [t for t in todo if t[0] < first_known]
-        if self.jobs == 1 or len(todo) <= 1 or self.test is not None:
-            for i, c, key in todo:
+    def many(self, cases: list) -> list[bool]:
+        """Verdicts for `cases` (cases, or functions that build one: built only when needed),
+        taken in order in windows of `jobs`; after a window with an interesting candidate the
+        rest count as not interesting. The first interesting one is therefore the same
+        whatever `jobs` is."""
+        verdicts = [False] * len(cases)
+        window = 1 if self.test is not None else self.jobs
+        for start in range(0, len(cases), window):
+            todo: list[tuple[int, Case, str]] = []
+            for i in range(start, min(start + window, len(cases))):
+                c = cases[i]() if callable(cases[i]) else cases[i]
+                valid = None if c is None else self._valid(c)
+                if valid is None:
+                    continue
+                key = valid.key()
+                if key in self.cache:
+                    self.hits += 1
+                    verdicts[i] = self.cache[key]
+                else:
+                    todo.append((i, valid, key))
+            if len(todo) == 1 or (todo and window == 1):
+                i, c, key = todo[0]
                 verdicts[i] = self._run_one(c, key)
-                if verdicts[i]:
-                    break
-        else:
-            self._run_parallel(todo, verdicts)
-        return [bool(v) for v in verdicts]
+            elif todo:
+                self._run_parallel(todo, verdicts)
+            if any(verdicts[start : start + window]):
+                break
+        return verdicts
 
     def _run_one(self, case: Case, key: str) -> bool:
         self.tests += 1
@@ -179,22 +185,17 @@ class Oracle:
     def _run_parallel(self, todo, verdicts) -> None:
         if self._pool is None:
             self._pool = concurrent.futures.ProcessPoolExecutor(max_workers=self.jobs)
-        for start in range(0, len(todo), self.jobs):
-            batch = todo[start : start + self.jobs]
-            futures = [
-                self._pool.submit(_observe_worker, c, self.signature, self.quick)
-                for _, c, _ in batch
-            ]
-            for (i, _, key), fut in zip(batch, futures, strict=True):
-                self.tests += 1
-                try:
-                    ok = fut.result() == self.signature
-                except Exception:  # noqa: BLE001 - a worker that died shows nothing
-                    ok = False
-                self.cache[key] = ok
-                verdicts[i] = ok
-            if any(verdicts[i] for i, _, _ in batch):
-                return
+        futures = [
+            self._pool.submit(_observe_worker, c, self.signature, self.quick) for _, c, _ in todo
+        ]
+        for (i, _, key), fut in zip(todo, futures, strict=True):
+            self.tests += 1
+            try:
+                ok = fut.result() == self.signature
+            except Exception:  # noqa: BLE001 - a worker that died shows nothing
+                ok = False
+            self.cache[key] = ok
+            verdicts[i] = ok
 
     def one(self, case: Case) -> bool:
         return self.many([case])[0]
@@ -451,7 +452,10 @@ class Reducer:
             return self._make(new_fns, inputs)
 
         kept = ddmin(
-            items, interesting_many=lambda cands: self.oracle.many([build(c) for c in cands])
+            items,
+            interesting_many=lambda cands: self.oracle.many(
+                [functools.partial(build, c) for c in cands]
+            ),
         )
         if len(kept) == len(items):
             return False
@@ -477,7 +481,7 @@ class Reducer:
         kept = ddmin(
             list(range(len(fn.returns))),
             interesting_many=lambda cands: self.oracle.many(
-                [build(c) if c else self.case for c in cands]
+                [functools.partial(build, c) if c else None for c in cands]
             ),
         )
         if len(kept) == len(fn.returns) or not kept:
@@ -598,7 +602,8 @@ class Reducer:
 
     def run(self) -> Case:
         self._run_step("pipeline", self.pipeline)
-        while True:
+        for _ in range(MAX_ROUNDS):
+            before = self.case.key()
             changed = False
             for name, step in (
                 ("outputs", self.outputs),
@@ -610,7 +615,7 @@ class Reducer:
                 ("attributes", self.attributes),
             ):
                 changed |= self._run_step(name, step)
-            if not changed:
+            if not changed or self.case.key() == before:
                 break
         return self.case
 
@@ -661,14 +666,16 @@ def _attribute_candidates(fn: Function):
     for i, op in enumerate(fn.ops):
         spec = REGISTRY.get(op.name)
         if op.name == "constant":
-            for v in (0, 1):
-                value = (0.0 if v == 0 else 1.0) if op.type.dtype.is_float else v
-                if op.type.dtype.is_bool:
-                    value = bool(v)
-                if op.attrs.get("value") != value:
-                    ops = list(fn.ops)
-                    ops[i] = dataclasses.replace(op, attrs={**op.attrs, "value": value})
-                    yield dataclasses.replace(fn, ops=ops)
+            current = op.attrs.get("value")
+            simple = [False, True] if op.type.dtype.is_bool else [0, 1]
+            if op.type.dtype.is_float:
+                simple = [0.0, 1.0]
+            if current in simple:  # already simple: never flip between 0 and 1
+                continue
+            for value in simple:
+                ops = list(fn.ops)
+                ops[i] = dataclasses.replace(op, attrs={**op.attrs, "value": value})
+                yield dataclasses.replace(fn, ops=ops)
             continue
         for key in sorted(op.attrs):
             if spec is not None and key in getattr(spec, "required_attrs", ()):
