@@ -697,6 +697,8 @@ def reduce_case(
     `test(candidate)` true. Raises IRError when the case does not show it to begin with."""
     start = time.perf_counter()
     quick = False
+    if signature == "clean":
+        raise IRError("'clean' is no failure: give the signature of a failure to keep")
     if test is None:
         if signature is None:
             signature = observe(case)
