@@ -328,8 +328,9 @@ def _reduce_loop(op: Any) -> tuple[int, int] | None:
     return d, a["space"][d]
 
 
-def _c_off_by_one():
-    """The C nest printer's loop over a float sum's last reduce dim stops one short."""
+def _reduce_loop_rewrite(new_head: Callable[[int, int], str]):
+    """A patch of the C nest printer that replaces the loop head over a float sum's last
+    reduce dim `d` (extent `n`, at least 2) by `new_head(d, n)`."""
 
     def change(op, lines):
         found = _reduce_loop(op)
@@ -338,32 +339,25 @@ def _c_off_by_one():
         d, n = found
         head = re.compile(rf"for \(int64_t i{d} = 0; i{d} < INT64_C\({n}\); i{d}\+\+\)")
         for k, line in enumerate(lines):
-            lines[k], hits = head.subn(
-                f"for (int64_t i{d} = 0; i{d} < INT64_C({n - 1}); i{d}++)", line
-            )
+            lines[k], hits = head.subn(new_head(d, n), line)
             if hits:
                 _fire()
 
     return _nest_text_patch(change)
+
+
+def _c_off_by_one():
+    """The C nest printer's loop over a float sum's last reduce dim stops one short."""
+    return _reduce_loop_rewrite(
+        lambda d, n: f"for (int64_t i{d} = 0; i{d} < INT64_C({n - 1}); i{d}++)"
+    )
 
 
 def _c_reversed_fold():
     """The C nest printer iterates a float sum's last reduce dim backwards."""
-
-    def change(op, lines):
-        found = _reduce_loop(op)
-        if found is None or found[1] < 2:
-            return
-        d, n = found
-        head = re.compile(rf"for \(int64_t i{d} = 0; i{d} < INT64_C\({n}\); i{d}\+\+\)")
-        for k, line in enumerate(lines):
-            lines[k], hits = head.subn(
-                f"for (int64_t i{d} = INT64_C({n - 1}); i{d} >= 0; i{d}--)", line
-            )
-            if hits:
-                _fire()
-
-    return _nest_text_patch(change)
+    return _reduce_loop_rewrite(
+        lambda d, n: f"for (int64_t i{d} = INT64_C({n - 1}); i{d} >= 0; i{d}--)"
+    )
 
 
 def _c_fold_start():
