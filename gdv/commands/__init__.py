@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import tempfile
+
+from gdv.ir.diagnostics import IRError, Loc, printable
 
 MAX_SECONDS = 10**6
 """The longest timeout accepted (about 11 days): beyond it, a typo rather than a wish."""
@@ -41,3 +45,24 @@ def positive_int(text: str) -> int:
 def finite_float(text: str) -> float:
     """A finite number."""
     return _value(text, float, math.isfinite, "a finite number")
+
+
+def write_text_atomically(path: str, text: str) -> None:
+    """Write through a temporary file renamed into place: a failure leaves `path` intact."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise IRError(
+            f"cannot write {printable(path, 200)}: {e.strerror}", Loc(path, 1, 1)
+        ) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise IRError(
+            f"cannot write {printable(path, 200)}: {e.strerror}", Loc(path, 1, 1)
+        ) from None

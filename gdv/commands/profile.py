@@ -16,10 +16,9 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 
-from gdv.commands import positive_int
-from gdv.ir.diagnostics import IRError, Loc, printable
+from gdv.commands import positive_int, write_text_atomically
+from gdv.ir.diagnostics import IRError, Loc
 
 
 def _warmup(text: str) -> int:
@@ -135,7 +134,7 @@ def profile_command(args: argparse.Namespace) -> int:
         )
     report, runs = measure(comp, args.runs, inputs, args.seed, args.warmup)
     if args.trace:
-        _write_atomically(args.trace, json.dumps(chrome_trace(runs, report)) + "\n")
+        write_text_atomically(args.trace, json.dumps(chrome_trace(runs, report)) + "\n")
     if args.json:
         sys.stdout.write(json.dumps(report, indent=1, sort_keys=True) + "\n")
     else:
@@ -186,23 +185,3 @@ def table(report: dict, name: str) -> str:
         f"{total['predicted_seconds'] * 1e3:.4f} ms",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _write_atomically(path: str, text: str) -> None:
-    """Write through a temporary file renamed into place: a failure leaves `path` intact."""
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(suffix=".json", dir=directory)
-    except OSError as e:
-        raise IRError(
-            f"cannot write {printable(path, 200)}: {e.strerror}", Loc(path, 1, 1)
-        ) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        os.unlink(tmp)
-        raise IRError(
-            f"cannot write {printable(path, 200)}: {e.strerror}", Loc(path, 1, 1)
-        ) from None

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from gdv.commands import positive_int
+from gdv.commands import positive_int, write_text_atomically
 from gdv.ir.diagnostics import IRError, Loc, printable
 
 DEFAULT_LIT_DIR = os.path.join("tests", "lit", "regress")
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--signature",
         metavar="SIG",
         help="what to keep (default: what the case shows when first run), e.g. "
-        "refuted:fold-constants/fold, mismatch:c, crash:KeyError@gdv.passes.x.f",
+        "refuted:fold-constants/fold, mismatch:c, crash:KeyError@gdv.passes.canonicalize.run",
     )
     how.add_argument(
         "--test",
@@ -148,15 +148,15 @@ def reduce_command(args: argparse.Namespace) -> int:
     case, text = _read_case(args)
     if args.signature:
         check_signature(args.signature)
+    out = args.output or (os.path.splitext(args.case)[0] + ".reduced.gdv")
+    if os.path.abspath(out) == os.path.abspath(args.case):
+        raise IRError("-o would overwrite the case itself; choose another file")
     test = _external_test(args.test) if args.test else None
     progress = None if args.quiet else progress_bar()
     result = reduce_case(case, args.signature, jobs=args.jobs, test=test, progress=progress)
     if progress is not None and sys.stderr.isatty():
         sys.stderr.write("\n")
-    out = args.output or (os.path.splitext(args.case)[0] + ".reduced.gdv")
-    if os.path.abspath(out) == os.path.abspath(args.case):
-        raise IRError("-o would overwrite the case itself; choose another file")
-    _write_atomically(out, result.case.text())
+    write_text_atomically(out, result.case.text())
     print(
         f"reduced {result.original.ops} ops -> {result.case.ops} ops (largest dim "
         f"{result.original.largest_dim} -> {result.case.largest_dim}), signature "
@@ -171,19 +171,6 @@ def reduce_command(args: argparse.Namespace) -> int:
         log = result.log()
         log["original"]["file"] = args.case
         log["original"]["sha256"] = hashlib.sha256(text.encode()).hexdigest()
-        _write_atomically(args.emit_evidence, json.dumps(log, indent=2) + "\n")
+        write_text_atomically(args.emit_evidence, json.dumps(log, indent=2) + "\n")
         print(f"reduction log: {args.emit_evidence}")
     return 0
-
-
-def _write_atomically(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-    except OSError as e:
-        raise IRError(
-            f"cannot write {printable(path, 200)}: {e.strerror}", Loc(path, 1, 1)
-        ) from None
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +42,8 @@ def render(result, source_name: str, inputs_name: str | None = None) -> str:
     ]
     if inputs_name:
         lines.append(f"// INPUTS: {inputs_name}")
-    return "\n".join(lines) + "\n" + result.case.text()
+    text = result.case.text()
+    return "\n".join(lines) + "\n" + text + ("" if text.endswith("\n") else "\n")
 
 
 def write_lit(result, directory: str | os.PathLike, source_name: str) -> Path:
@@ -62,23 +62,13 @@ def write_lit(result, directory: str | os.PathLike, source_name: str) -> Path:
     inputs_name = None
     if needs_inputs and result.case.inputs is not None:
         inputs_name = path.with_suffix(".npz").name
-        _atomic_npz(path.with_suffix(".npz"), result.case.inputs)
-    _atomic_text(path, render(result, source_name, inputs_name))
+        from gdv.commands.run import _write_npz_atomically
+
+        _write_npz_atomically(str(path.with_suffix(".npz")), result.case.inputs)
+    from gdv.commands import write_text_atomically
+
+    write_text_atomically(str(path), render(result, source_name, inputs_name))
     return path
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def _atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
-    with os.fdopen(fd, "wb") as f:
-        np.savez(f, **arrays)
-    os.replace(tmp, path)
 
 
 HEADER_KEYS = ("REGRESS", "RUN", "SIGNATURE", "EXPECT", "INPUTS")
