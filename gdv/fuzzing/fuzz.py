@@ -7,8 +7,8 @@ largest finite value) for bit-exactness against the reference backend, and seede
 within the declared ranges for the observed error against the rigorous bound. Every
 obligation must be proved, or refuted with a counterexample that replays; nothing may crash.
 What a target refuses with a clear input error (`error:` signatures, except `error:internal`,
-a pass producing invalid IR) is counted as refused, not as a failure. Every failure is reduced with `gdv reduce` into the output folder as a lit
-regression test."""
+a pass producing invalid IR) is counted as refused, not as a failure. Every failure is
+reduced with `gdv reduce` into the output folder as a lit regression test."""
 
 from __future__ import annotations
 
