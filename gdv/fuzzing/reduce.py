@@ -429,18 +429,22 @@ class Reducer:
 
     def ops(self) -> bool:
         fns = [self._fn(k=k) for k in range(len(self.case.modules))]
-        items = [(k, i) for k, f in enumerate(fns) for i in range(len(f.ops))]
+        # A tv pair's ops are items by result name, so a value both sides define is kept or
+        # rerouted on both at once (to one shared parameter), never on one side alone.
+        if self.case.is_pair:
+            items = list(dict.fromkeys(op.result for f in fns for op in f.ops))
+        else:
+            items = [op.result for op in fns[0].ops]
         if not items:
             return False
         values = self._values()
 
-        def build(subset: list[tuple[int, int]]) -> Case:
+        def build(subset: list[str]) -> Case:
             chosen = set(subset)
-            new_fns, added = [], []
-            for k, f in enumerate(fns):
-                nf, new = keep_ops(f, {i for kk, i in chosen if kk == k})
+            new_fns = []
+            for f in fns:
+                nf, _ = keep_ops(f, {i for i, op in enumerate(f.ops) if op.result in chosen})
                 new_fns.append(nf)
-                added.append(new)
             if self.case.is_pair:
                 new_fns = _align_pair(new_fns, fns)
             inputs = None
@@ -491,25 +495,32 @@ class Reducer:
 
     def returns(self) -> bool:
         """A returned value replaced by one of its defining op's operands (the result type
-        follows): what ddmin over ops cannot do, since a removed op's result stays returned."""
-        if self.case.is_pair:
-            return False
+        follows): what ddmin over ops cannot do, since a removed op's result stays returned.
+        In a tv pair the same value replaces the return on both sides, where both have it."""
         changed = True
         any_change = False
         while changed:
             changed = False
-            fn = self._fn()
-            defs = {op.result: op for op in fn.ops}
-            types = fn.types()
+            fns = [self._fn(k=k) for k in range(len(self.case.modules))]
+            types = [f.types() for f in fns]
             cands = []
-            for i, r in enumerate(fn.returns):
-                op = defs.get(r)
-                for x in [] if op is None else dict.fromkeys(op.operands):
-                    rets, results = list(fn.returns), list(fn.results)
-                    rets[i], results[i] = x, types[x]
-                    nf = dead_code(dataclasses.replace(fn, returns=rets, results=results))
-                    inputs = self._inputs_for(nf)
-                    cands.append(self._make([nf], inputs))
+            for i in range(len(fns[0].returns)):
+                operands = [
+                    x for f in fns for op in f.ops if op.result == f.returns[i] for x in op.operands
+                ]
+                for x in dict.fromkeys(operands):
+                    if any(t.get(x) != types[0].get(x) for t in types):
+                        continue
+                    new_fns = []
+                    for f in fns:
+                        rets, results = list(f.returns), list(f.results)
+                        rets[i], results[i] = x, types[0][x]
+                        new_fns.append(
+                            dead_code(dataclasses.replace(f, returns=rets, results=results))
+                        )
+                    if self.case.is_pair:
+                        new_fns = _align_pair(new_fns, fns)
+                    cands.append(self._make(new_fns, self._inputs_for(new_fns[0])))
             verdicts = self.oracle.many(cands)
             hit = next((c for c, ok in zip(cands, verdicts, strict=True) if ok), None)
             if hit is not None:
@@ -518,7 +529,7 @@ class Reducer:
         return any_change
 
     def _inputs_for(self, fn: Function) -> dict | None:
-        if self.case.inputs is None:
+        if self.case.inputs is None or self.case.is_pair:  # a tv verdict reads no inputs
             return None
         return {p.name: self.case.inputs[p.name] for p in fn.params}
 
@@ -622,8 +633,9 @@ class Reducer:
 
 def _align_pair(new_fns: list[Function], old_fns: list[Function]) -> list[Function]:
     """Both functions of a tv pair with parameters that still correspond by position: the
-    original positions either side reads, then each side's new parameters, mirrored on the
-    other side as parameters it does not read."""
+    original positions either side reads, then each side's new parameters: a value rerouted
+    on both sides (same name and type) is one parameter at one position; any other is mirrored
+    on the other side as a parameter it does not read."""
     (a, b), (oa, ob) = new_fns, old_fns
     na, nb = {p.name for p in a.params}, {p.name for p in b.params}
     keep = [
@@ -642,12 +654,19 @@ def _align_pair(new_fns: list[Function], old_fns: list[Function]) -> list[Functi
             name += "_"
         return Param(name, p.type)
 
+    shared = {p.name: p for p in new_b}
     for p in new_a:
         params_a.append(p)
-        params_b.append(mirror(p, b, params_b))
+        twin = shared.get(p.name)
+        if twin is not None and twin.type == p.type:
+            # the same value rerouted on both sides: one parameter, at one position
+            params_b.append(shared.pop(p.name))
+        else:
+            params_b.append(mirror(p, b, params_b))
     for p in new_b:
-        params_a.append(mirror(p, a, params_a))
-        params_b.append(p)
+        if p.name in shared:
+            params_a.append(mirror(p, a, params_a))
+            params_b.append(p)
     return [dataclasses.replace(a, params=params_a), dataclasses.replace(b, params=params_b)]
 
 
