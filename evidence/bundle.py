@@ -526,11 +526,15 @@ def conformance(
 
 def _bound_sums(source: Any, final: Any, target: str) -> list[float] | None:
     """Per output, the source's bound on the reference backend plus the final module's on
-    `target`: how far the two runs may differ."""
+    `target`: how far the two runs may differ, on inputs `random_inputs` draws (within each
+    parameter's declared range, or the default range it draws from where none is declared)."""
+    from gdv.backends.reference.inputs import DEFAULT_FLOAT_RANGE
     from gdv.validate.bounds import analyze
 
+    rng = DEFAULT_FLOAT_RANGE
     try:
-        a, b = analyze(source).outputs, analyze(final, target=target).outputs
+        a = analyze(source, rng).outputs
+        b = analyze(final, rng, target=target).outputs
     except IRError:
         return None
     return [x.abs + y.abs for x, y in zip(a, b, strict=True)]

@@ -188,6 +188,36 @@ def test_c_evidence_bundle_verifies_and_catches_a_tampered_source(tmp_path, caps
     assert "is not the final stage regenerated" in capsys.readouterr().out
 
 
+TANH = """func @main(%x: f32[7,7]) -> f32[7,7] {
+  %t = tanh(%x) : f32[7,7]
+  return %t
+}
+"""
+
+
+def test_c_conformance_of_a_transcendental_without_a_range_is_close_not_disagree(
+    tmp_path, capsys
+) -> None:
+    # C's tanh is not the reference's (a few ulps apart); the seeded inputs come from the
+    # default range, so the two bounds under that range say how far apart the runs may be.
+    # It used to be `disagree` (no range, no bound), and `evidence verify` failed the bundle.
+    src = tmp_path / "tanh.gdv"
+    src.write_text(TANH)
+    bundle = tmp_path / "tanh.evidence"
+    args = ["compile", str(src), "--emit-evidence", str(bundle), "--cache-dir", str(tmp_path)]
+    assert main(args) == 0
+    conf = json.loads((bundle / "manifest.json").read_text())["conformance"]
+    assert conf["status"] == "close", conf
+    assert all(r["within_bounds"] for r in conf["results"])
+    capsys.readouterr()
+    assert main(["evidence", "verify", str(bundle)]) == 0
+    # ... and a final stage that computes something else is still `disagree`
+    from gdv.evidence.bundle import conformance
+
+    wrong = parse(TANH.replace("tanh(%x)", "sin(%x)"))
+    assert conformance(parse(TANH), wrong, target="c")["status"] == "disagree"
+
+
 def test_fallback_callback_failure_is_reported(transpose_unsupported, monkeypatch) -> None:
     module = parse(TRANSPOSE)
     from gdv.backends.reference import evaluate
