@@ -37,8 +37,8 @@ def wrong(mode: str) -> str:
     return f"{sys.executable} {WRONG_PASS} {mode}"
 
 
-def case(text: str, **options) -> Case:
-    return Case(parse_case_text(text), None, CaseOptions(**options))
+def case(text: str, inputs=None, **options) -> Case:
+    return Case(parse_case_text(text), inputs, CaseOptions(**options))
 
 
 def binary(op: str, t: str = "f32[4]", a: str = "%a", b: str = "%b", r: str = "%r") -> str:
@@ -150,6 +150,51 @@ def test_transcendental_within_its_bound_is_clean_with_a_range() -> None:
 
 def test_transcendental_within_its_bound_is_clean_without_a_range() -> None:
     assert observe(case(TANH)) == "clean"
+
+
+SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 3.0e38, 1e-40, 0.5, -0.7], np.float32)
+
+
+def test_transcendental_on_inputs_with_specials_is_clean_on_c() -> None:
+    # outside the ranges C's tanh still only has to lie within the bounds under ranges that
+    # hold the finite inputs; NaN and infinities must match exactly
+    inputs = {"a": np.resize(SPECIALS, (4, 4))}
+    assert observe(case(TANH, inputs=inputs)) == "clean"
+
+
+def test_wrong_c_results_on_inputs_with_specials_are_a_mismatch(monkeypatch) -> None:
+    from gdv.fuzzing import mutants
+
+    # tanh makes the C run loose (its tanh is not the reference's): checked against the bound
+    text = binary("sub", "f32[4,4]").replace(
+        "  return %r", "  %t = tanh(%r) : f32[4,4]\n  return %t"
+    )
+    # (no huge finite input here: the bounds under a range up to 3e38 allow any tanh result,
+    # and only the in-range run, checked against its bound, would see the swap)
+    a = np.resize(SPECIALS[np.abs(SPECIALS) != 3.0e38], (4, 4))
+    inputs = {"a": a, "b": np.full((4, 4), 0.25, np.float32)}
+    prog = case(text, inputs=inputs)
+    assert observe(prog) == "clean"
+    with mutants.MUTANTS["c-swapped-operands"].patch():
+        assert observe(prog) == "mismatch:c"
+
+
+@pytest.mark.parametrize(
+    ("want", "got", "limit", "differs"),
+    [
+        ([np.nan, 1.0], [np.nan, 1.0], 0.0, False),
+        ([np.nan, 1.0], [0.0, 1.0], np.inf, True),  # a NaN where the other has none
+        ([np.inf], [-np.inf], np.inf, True),  # the other infinity
+        ([np.inf], [3.0e38], np.inf, True),  # an infinity where the other is finite
+        ([1.0, np.inf], [1.0 + 1e-7, np.inf], 1e-6, False),
+        ([1.0], [1.1], 1e-6, True),
+        ([1.0], [1.1], np.inf, False),  # no bound: only the NaN and infinity pattern
+    ],
+)
+def test_differs(want, got, limit, differs) -> None:
+    from gdv.fuzzing.signature import _differs
+
+    assert _differs(np.array(want), np.array(got), limit) is differs
 
 
 # --- reducing a corpus case ------------------------------------------------------------------
