@@ -385,8 +385,11 @@ def _widened(module: Module, inputs: dict[str, np.ndarray]) -> Module:
     fn = module.entry
     params = []
     for p in fn.params:
-        x = np.asarray(inputs.get(p.name, ()), dtype=np.float64)
-        x = x[np.isfinite(x)] if p.type.dtype.is_float else x[:0]
+        if not p.type.dtype.is_float or p.name not in inputs:
+            params.append(p)
+            continue
+        x = np.asarray(inputs[p.name], dtype=np.float64).ravel()
+        x = x[np.isfinite(x)]
         if x.size:
             lo, hi = p.range or DEFAULT_RANGE
             lo, hi = min(lo, float(x.min())), max(hi, float(x.max()))
