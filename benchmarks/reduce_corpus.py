@@ -1,11 +1,18 @@
-"""Issue 18's acceptance figures for `gdv reduce`, on the corpus of tests/fuzzing/corpus.py
-(10 layered programs of 64 to 992 ops, each with a wrong external pass that the proof
-refutes) and three seeded bugs of `gdv selftest --mutants` in gdv's own passes, on layered
-programs of 480 to 800 ops: per case the reduced ops and largest dim, whether the signature
-is kept, whether the result is 1-minimal (removing any one remaining op, its uses rerouted
-to a parameter, loses the signature), and the seconds it took.
+"""Issue 18's acceptance figures for `gdv reduce`, on three kinds of case:
 
-    python benchmarks/reduce_corpus.py [--jobs N] [--json OUT.json]
+- the corpus of tests/fuzzing/corpus.py: 10 layered programs of 64 to 1,120 ops, each with a
+  wrong external pass (tests/fuzzing/wrong_pass.py) that the proof refutes;
+- four seeded bugs of `gdv selftest --mutants` on layered programs of 160 to 800 ops: three in
+  gdv's own passes (refuted proofs) and one in the C printer (a `mismatch:c` run);
+- the real all-MiniLM-L6-v2 sentence encoder imported through ONNX (6 layers, and its layers
+  stacked twice for a 12-layer, 1,000+-op module), with the wrong external pass `swap-sub`
+  (skipped with a note where torch, onnx or the model package are missing).
+
+Per case: the reduced ops and largest dim, whether the signature is kept, whether the result
+is 1-minimal (removing any one remaining op, its uses rerouted to a parameter, loses the
+signature), the candidates tested and the seconds the reduction took.
+
+    HF_HUB_OFFLINE=1 python benchmarks/reduce_corpus.py [--jobs N] [--json OUT.json] [--no-minilm]
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fuzzing"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from corpus import cases  # noqa: E402
 
@@ -38,15 +46,52 @@ def one_minimal(case: Case, signature: str) -> bool:
     return True
 
 
-MUTANT_CASES = (("swapped-operands", 30), ("off-by-one-extent", 40), ("overlapping-buffers", 50))
-"""Seeded bugs of `gdv selftest --mutants` in gdv's own passes, on layered programs of that
-many blocks (16 ops each): the failing compile is reduced with the mutant in place."""
+MUTANT_CASES = (
+    ("swapped-operands", 30),
+    ("off-by-one-extent", 40),
+    ("overlapping-buffers", 50),
+    ("c-swapped-operands", 10),
+)
+"""Seeded bugs of `gdv selftest --mutants`, on layered programs of that many blocks (16 ops
+each): the failing compile is reduced with the mutant in place. The C printer's mutant is on
+the smallest: its `mismatch:c` needs a run whose difference exceeds the rigorous bounds, and
+those grow with depth (at 30 blocks the bound under [-1, 1] is 5.9, the swap's effect 2.2)."""
 
 
-def _cases():
+def minilm_text(stack: int = 1) -> str:
+    """all-MiniLM-L6-v2 imported through ONNX, its 6 encoder layers repeated `stack` times."""
+    import tempfile
+    import warnings
+
+    import torch
+    from minilm import load_encoder
+
+    import gdv
+    from gdv.ir.printer import print_module
+
+    encoder, inputs = load_encoder()
+    bert = encoder.model[0].auto_model
+    bert.encoder.layer = torch.nn.ModuleList(list(bert.encoder.layer) * stack)
+    names = list(inputs)
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = Path(tmp, "minilm.onnx")
+        torch.onnx.export(
+            encoder,
+            tuple(inputs[k] for k in names),
+            str(path),
+            input_names=names,
+            output_names=["embedding"],
+            dynamo=False,
+        )
+        module, _ = gdv.import_onnx(path)
+    return print_module(module)
+
+
+def _cases(with_minilm: bool = True):
     import contextlib
 
-    from corpus import layered
+    from corpus import WRONG_PASS, layered
 
     from gdv.fuzzing.mutants import MUTANTS
 
@@ -59,15 +104,26 @@ def _cases():
             CaseOptions(),
             (MUTANTS[mutant].patch),
         )
+    if not with_minilm:
+        return
+    try:
+        texts = [(f"minilm-{6 * s}-layers-swap-sub", minilm_text(s)) for s in (1, 2)]
+    except ImportError as e:
+        print(f"(MiniLM cases skipped: {e.name} is not installed)", flush=True)
+        return
+    cmd = f"{sys.executable} {WRONG_PASS} swap-sub"
+    for name, text in texts:
+        yield name, text, CaseOptions(external_passes=(cmd,)), contextlib.nullcontext
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--json", metavar="OUT.json")
+    ap.add_argument("--no-minilm", action="store_true", help="only the synthetic cases")
     args = ap.parse_args()
     rows = []
-    for name, text, options, patch in _cases():
+    for name, text, options, patch in _cases(not args.no_minilm):
         case = Case(parse_case_text(text, name), None, options)
         with patch():
             sig = observe(case)

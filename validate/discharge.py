@@ -249,15 +249,17 @@ where Z3 proves the obligation in 70 ms; such probes were 99.5% of resnet18's pr
 Skipping the probe never proves anything: the solver still decides every obligation."""
 
 
-def _quick_refute(ob: Obligation) -> Counterexample | None:
+def _quick_refute(
+    ob: Obligation, elements: int = QUICK_REFUTE_ELEMENTS, cost: int = QUICK_REFUTE_COST
+) -> Counterexample | None:
     from gdv.backends import reference
     from gdv.validate.counterexample import replay, special_inputs
 
     size = sum(p.type.num_elements for p in ob.src.params)
     size += sum(o.type.num_elements for f in (ob.src, ob.tgt) for o in f.ops)
-    if ob.theory != "fp" or size > QUICK_REFUTE_ELEMENTS or ob.kind != "equivalence":
+    if ob.theory != "fp" or size > elements or ob.kind != "equivalence":
         return None
-    if replay_cost(ob.src) + replay_cost(ob.tgt) > QUICK_REFUTE_COST:
+    if replay_cost(ob.src) + replay_cost(ob.tgt) > cost:
         return None
     for seed in range(2):
         for origin, draw in (
@@ -272,7 +274,8 @@ def _quick_refute(ob: Obligation) -> Counterexample | None:
 
 
 quick_refute = _quick_refute
-"""The probe alone (gdv reduce decides `refuted:` signatures with it before any solver)."""
+"""The probe alone (gdv reduce decides `refuted:` signatures with it before any solver, with
+limits of its own: `elements` and `cost` as QUICK_REFUTE_ELEMENTS and QUICK_REFUTE_COST)."""
 
 
 def _solve_formula(ob: Obligation, timeout: float) -> tuple[str, float, str, None]:

@@ -68,6 +68,21 @@ def test_refuted_signature_from_a_wrong_external_pass() -> None:
     )
 
 
+def test_refuted_signature_of_a_large_program_needs_no_solver(monkeypatch) -> None:
+    # 2M elements a side: past discharge's own probe limit (1M), within the reducer's, so a
+    # real model's whole-function refutation never waits for its SMT query to be built
+    from gdv.validate import discharge
+
+    def no_solver(*args, **kwargs):
+        raise AssertionError("the solver was asked")
+
+    monkeypatch.setattr(discharge, "discharge", no_solver)
+    big = case(
+        binary("sub", "f32[1024,2048]"), external_passes=(wrong("swap-sub"),), passes=NO_PIPELINE
+    )
+    assert observe(big) == REFUTED
+
+
 def test_error_signature_class_drops_names_and_numbers() -> None:
     one = binary("add").replace("%b)", "%undefined)")
     two = binary("add", "f64[7,3]", "%x1", "%y22", "%out").replace("%y22)", "%nothing_here)")
