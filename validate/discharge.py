@@ -250,7 +250,10 @@ Skipping the probe never proves anything: the solver still decides every obligat
 
 
 def _quick_refute(
-    ob: Obligation, elements: int = QUICK_REFUTE_ELEMENTS, cost: int = QUICK_REFUTE_COST
+    ob: Obligation,
+    elements: int = QUICK_REFUTE_ELEMENTS,
+    cost: int = QUICK_REFUTE_COST,
+    seeds: int = 2,
 ) -> Counterexample | None:
     from gdv.backends import reference
     from gdv.validate.counterexample import replay, special_inputs
@@ -261,7 +264,7 @@ def _quick_refute(
         return None
     if replay_cost(ob.src) + replay_cost(ob.tgt) > cost:
         return None
-    for seed in range(2):
+    for seed in range(seeds):
         for origin, draw in (
             ("random inputs", reference.random_inputs),
             ("special values", special_inputs),
@@ -275,7 +278,8 @@ def _quick_refute(
 
 quick_refute = _quick_refute
 """The probe alone (gdv reduce decides `refuted:` signatures with it before any solver, with
-limits of its own: `elements` and `cost` as QUICK_REFUTE_ELEMENTS and QUICK_REFUTE_COST)."""
+limits of its own: `elements` and `cost` as QUICK_REFUTE_ELEMENTS and QUICK_REFUTE_COST, and
+`seeds` random and special input sets each)."""
 
 
 def _solve_formula(ob: Obligation, timeout: float) -> tuple[str, float, str, None]:
