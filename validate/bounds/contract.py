@@ -124,7 +124,11 @@ def contraction(
         return make_tb(
             op.type,
             (-math.inf, math.inf),
-            Err.infinite(f"{what}: K u >= 1 ({k} terms in {ctx.fmt(acc)})"),
+            Err.infinite(
+                f"{what}: K u >= 1 ({k} terms in {ctx.fmt(acc)})"
+                if math.isfinite(P) and math.isfinite(term_max)
+                else f"{what}: its terms have no finite bound"
+            ),
         )
     err = products + combine(summed)
     lo, hi = i_scale(i_mul(a.exact, b.exact), k)

@@ -126,8 +126,8 @@ def sequential_sum(
         return {}, 0.0
     u = ctx.u(dtype)
     g = gamma(n - 1, u)
-    if math.isinf(g):
-        return {}, math.inf
+    if math.isinf(g) or not (math.isfinite(p_exact) and math.isfinite(p_computed)):
+        return {}, math.inf  # (a term without a finite bound: inf / inf would be NaN below)
     s_exact, s_computed = min(s_exact, n * p_exact), min(s_computed, n * p_computed)
     lin_pairs = _pairs(n, s_exact / p_exact) if p_exact > 0 else 0.0
     pairs = _pairs(n, s_computed / p_computed) if p_computed > 0 else 0.0

@@ -81,3 +81,20 @@ def test_values_lists_every_value(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out.split("values:")[1]
     assert "%x: f32[8,784] in [-1, 1], error <= 0" in text
     assert "%0: f32[8,128] in [-39.2, 39.2], error <= " in text
+
+
+HUGE = """func @main(%a: f64[2,2,2] {range = [-1.7e308, 1.7e308]},
+           %b: f64[2,2,3] {range = [-1.7e308, 1.7e308]}) -> f32[2,2,3] {
+  %m = matmul(%a, %b) : f32[2,2,3]
+  return %m
+}
+"""
+
+
+def test_a_product_of_inputs_up_to_the_largest_f64_is_unbounded(tmp_path, capsys) -> None:
+    src = tmp_path / "huge.gdv"
+    src.write_text(HUGE)
+    assert main(["bounds", str(src), "--json"]) == 0, capsys.readouterr().err
+    (out,) = json.loads(capsys.readouterr().out)["outputs"]
+    assert out["abs"] is None and out["expr"] == "oo"  # unbounded, in JSON's terms
+    assert out["reason"] == "dot: its terms have no finite bound"

@@ -77,3 +77,13 @@ def test_pairwise_beats_sequential_for_long_sums() -> None:
     seq = ordered_sum(ctx, "sequential", 4096, DType.F32, 1.0, 1.0, 1)[1]
     pair = ordered_sum(ctx, "pairwise", 4096, DType.F32, 1.0, 1.0, 1)[1]
     assert pair < seq / 100
+
+
+@pytest.mark.parametrize("order", ["sequential", "pairwise"])
+def test_a_sum_of_terms_without_a_finite_bound_is_unbounded_not_nan(order: str) -> None:
+    # terms of an f64 matmul whose inputs may reach the largest f64: their bound is infinite,
+    # and s / p was inf / inf = NaN (a crash in `gdv bounds`, found by gdv fuzz)
+    ctx = Context()
+    lin, total = ordered_sum(ctx, order, 4, DType.F32, math.inf, math.inf, 12)
+    assert total == math.inf
+    assert not any(math.isnan(v) for v in lin.values())
