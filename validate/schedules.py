@@ -237,5 +237,16 @@ def claim_formula(ob: Obligation) -> str | None:
         (kernel,) = [op for op in ob.src.ops if op.name == "kernel"]
         return coverage_text(kernel.attrs)
     if ob.kind == "memory-safety":
-        return formula_text(memory_violation(ob.src))
+        try:
+            buffers = live_buffers(ob.src)
+        except ValueError:  # an incomplete plan is violated outright
+            return formula_text(z3.BoolVal(True))
+        return _memory_text(tuple(buffers), int(ob.src.attrs.get("arena_bytes", 0)))
     return ob.formula
+
+
+@functools.lru_cache(maxsize=256)
+def _memory_text(buffers: tuple[Buffer, ...], arena: int) -> str:
+    """The memory-safety formula of a plan, once per plan: a claim's text is asked for by its
+    cache key, its stored query and its solve, and building it is linear in the pairs."""
+    return formula_text(overlap_violation(list(buffers), arena))
