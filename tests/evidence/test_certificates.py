@@ -444,3 +444,49 @@ def test_a_function_with_its_own_attributes_replays_its_memory_plan(tmp_path, ca
     bundle = write_evidence(comp, str(tmp_path / "ev"))
     rc, out, _ = verify_cli(capsys, bundle)
     assert rc == 0, out
+
+
+FOLD = """func @main(%x: f32[2,2]) -> f32[2,2] {
+  %t = constant() {value = [[1, 2], [3, 4]]} : i32[2,2]
+  %f = convert(%t) : f32[2,2]
+  %y = add(%x, %f) : f32[2,2]
+  return %y
+}
+"""
+
+
+def test_a_forged_constant_fold_with_a_false_query_fails_the_encoding(tmp_path, capsys) -> None:
+    """A fold's claim has no inputs, so its query is decided as it is encoded and stored as
+    `false`. A forged fold (a different constant, consistent in every stage, pair and
+    artifact) with that `false` query stored is caught: the checker's own encoding of the
+    forged pair is no `false`."""
+    comp = compile_module(
+        FOLD, CompileOptions(target="reference", level=1, jobs=1, use_cache=False)
+    )
+    bundle = write_evidence(comp, tmp_path / "e")
+    m = _manifest(bundle)
+    (ob,) = [o for o in m["obligations"] if o["id"].startswith("fold-constants/")]
+    (query,) = ob["queries"]
+    stored = (bundle / query["file"]).read_text()
+    assert " ".join(stored.split()).endswith("(assert false) (check-sat)")
+    right, wrong = "[[1.0, 2.0], [3.0, 4.0]]", "[[1.0, 2.0], [3.0, 5.0]]"
+    entries = [*m["stages"][1:], ob["pair"], *m["artifact"]["files"]]
+    changed = 0
+    for entry in entries:
+        path = bundle / entry["file"]
+        text = path.read_text()
+        if right in text:
+            path.write_text(text.replace(right, wrong))
+            _rehash(bundle, entry)
+            changed += 1
+    assert changed >= 2  # the fold's stage and its pair at least
+    for stage in m["stages"]:
+        if stage.get("certificate"):
+            cert = bundle / stage["certificate"]["file"]
+            cert.write_text(cert.read_text().replace(right, wrong))
+            _rehash(bundle, stage["certificate"])
+    _save(bundle, m)
+    rc, out, err = _verify(capsys, str(bundle))
+    assert rc == 1, out
+    assert "ok    replay:" in out, out  # the forgery is consistent: only the encoding sees it
+    assert "not verified: encoding:" in err and ob["id"] in err, out + err
