@@ -33,6 +33,8 @@ class Finding:
     level: int
     signature: str
     text: str
+    specials: bool = True
+    """Whether the inputs with specials showed it (else the seeded in-range inputs did)."""
     reduced: str | None = None
     lit: str | None = None
     reduced_ops: int | None = None
@@ -87,16 +89,17 @@ def refused(sig: str) -> bool:
     return sig.startswith("error:") and not sig.startswith("error:internal")
 
 
-def check(module: Module, seed: int, target: str, level: int, timeout: float) -> str:
-    """The signature one program shows on one target and level: with special inputs (proofs,
-    crashes, bit-exactness), then, when clean, with in-range inputs (the bound)."""
+def check(module: Module, seed: int, target: str, level: int, timeout: float) -> tuple[str, bool]:
+    """The signature one program shows on one target and level, and whether the special
+    inputs showed it: with special inputs first (proofs, crashes, bit-exactness), then, when
+    clean, with in-range inputs (the bound, or a crash only they reach)."""
     from gdv.fuzzing.programs import inputs
 
     options = CaseOptions(target=target, level=level, timeout=timeout)
     sig = observe(Case([module], inputs(module, seed), options))
     if sig != "clean":
-        return sig
-    return observe(Case([module], None, options), "bound")
+        return sig, True
+    return observe(Case([module], None, options), "bound"), False
 
 
 def fuzz(
@@ -136,14 +139,14 @@ def fuzz(
         report.programs += 1
         for target in targets:
             for level in levels:
-                sig = check(module, seed * 100003 + k, target, level, timeout)
+                sig, specials = check(module, seed * 100003 + k, target, level, timeout)
                 report.checks += 1
                 if sig == "clean":
                     report.clean[(target, level)] += 1
                 elif refused(sig):
                     report.refused[(target, level)] += 1
                 else:
-                    f = Finding(k, target, level, sig, print_module(module))
+                    f = Finding(k, target, level, sig, print_module(module), specials)
                     report.failures.append(f)
                     if reduce and out is not None:
                         _reduce_into(f, module, seed * 100003 + k, out)
@@ -160,8 +163,7 @@ def _reduce_into(f: Finding, module: Module, seed: int, out: str | Path) -> None
     from gdv.ir.diagnostics import IRError
 
     options = CaseOptions(target=f.target, level=f.level)
-    uses_specials = not f.signature.startswith("bound:")
-    case = Case([module], inputs(module, seed) if uses_specials else None, options)
+    case = Case([module], inputs(module, seed) if f.specials else None, options)
     try:
         result = reduce_case(case, f.signature)
     except IRError as e:  # not reproducible on its own (should not happen): keep the original

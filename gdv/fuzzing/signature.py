@@ -344,7 +344,7 @@ def _execute(source: Module, final: Module, case: Case, kind: str | None) -> str
                 _differs(want[k], got[k], limit) for k, limit in zip(bad, limits, strict=True)
             ):
                 return f"mismatch:{case.options.target}"
-    if kind in (None, "bound") and _within_ranges(source, inputs):
+    if kind in (None, "bound", "crash") and _within_ranges(source, inputs):
         # The executed final module's error from the source's exact value is within the
         # source's bound on the target where every pass kept the floats (fp claims: the same
         # results bit for bit), and within the final's own bound where passes kept the exact

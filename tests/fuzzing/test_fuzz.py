@@ -75,3 +75,30 @@ def test_cli_bad_arguments_are_input_errors(args, message, capsys) -> None:
     assert cli.main(["fuzz", "--count", "1", *args]) == 3
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_failure_only_in_range_inputs_show_is_reduced_on_those_inputs(tmp_path, monkeypatch):
+    # a crash in the bound check, which only in-range inputs reach: its reduction must use
+    # in-range inputs too (it used to get the special inputs, not show, and stay unreduced)
+    from gdv.api import parse
+    from gdv.fuzzing.fuzz import Finding, _reduce_into
+    from gdv.fuzzing.signature import Case, CaseOptions
+    from gdv.validate import bounds
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("planted")
+
+    monkeypatch.setattr(bounds, "analyze", broken)
+    text = (
+        "func @main(%a: f32[4,4], %b: f32[4,4]) -> f32[4,4] {\n"
+        "  %s = add(%a, %b) : f32[4,4]\n  %t = mul(%s, %a) : f32[4,4]\n  return %t\n}\n"
+    )
+    module = parse(text)
+    options = CaseOptions(target="reference", level=0)
+    sig = observe(Case([module], None, options))
+    assert sig.startswith("crash:ZeroDivisionError@")
+    f = Finding(0, "reference", 0, sig, text, specials=False)
+    _reduce_into(f, module, 7, tmp_path)
+    assert f.reduced_ops is not None and f.reduced_ops <= 1, f.reduced
+    reduced, expect = load_lit(f.lit)
+    assert expect == sig and observe(reduced) == sig

@@ -161,7 +161,8 @@ def _floor(op: Op, args: list[TB], ctx: Context) -> TB:
         err = x.err
 
     def fl(i: Interval) -> Interval:
-        return EMPTY if is_empty(*i) else (math.floor(i[0]), math.floor(i[1]))
+        # an infinite end stays infinite (an unbounded operand: sqrt of a range below zero)
+        return EMPTY if is_empty(*i) else tuple(x if math.isinf(x) else math.floor(x) for x in i)
 
     return make_tb(op.type, fl(x.exact), err, fl(x.computed), x.specials)
 

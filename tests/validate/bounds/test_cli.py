@@ -98,3 +98,21 @@ def test_a_product_of_inputs_up_to_the_largest_f64_is_unbounded(tmp_path, capsys
     (out,) = json.loads(capsys.readouterr().out)["outputs"]
     assert out["abs"] is None and out["expr"] == "oo"  # unbounded, in JSON's terms
     assert out["reason"] == "dot: its terms have no finite bound"
+
+
+FLOOR = """func @main(%x: bf16[4] {range = [-1.0, 1.0]}) -> bf16[4] {
+  %s = sqrt(%x) : bf16[4]
+  %f = floor(%s) : bf16[4]
+  return %f
+}
+"""
+
+
+def test_floor_of_an_unbounded_operand_is_unbounded(tmp_path, capsys) -> None:
+    # sqrt over a range below zero has no finite bound; floor used to floor its infinite
+    # interval end (an OverflowError, exit 4; found by gdv fuzz)
+    src = tmp_path / "floor.gdv"
+    src.write_text(FLOOR)
+    assert main(["bounds", str(src), "--json"]) == 0, capsys.readouterr().err
+    (out,) = json.loads(capsys.readouterr().out)["outputs"]
+    assert out["abs"] is None and out["expr"] == "oo"
