@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from gdv.fuzzing.ddmin import ddmin
-from gdv.fuzzing.signature import Case, observe, pipeline_passes
-from gdv.ir.core import Function, Module, Op, Param
+from gdv.fuzzing.signature import Case, observe, pipeline_passes, with_entry
+from gdv.ir.core import Function, Op, Param
 from gdv.ir.diagnostics import IRError
 from gdv.ir.dtypes import DType
 from gdv.ir.types import TensorType
@@ -204,18 +204,6 @@ class Oracle:
 # --- rewriting the entry function -----------------------------------------------------------
 
 
-def _entry_index(module: Module) -> int:
-    e = module.entry
-    assert e is not None
-    return module.functions.index(e)
-
-
-def _with_entry(module: Module, fn: Function) -> Module:
-    fns = list(module.functions)
-    fns[_entry_index(module)] = fn
-    return Module(fns, module.filename)
-
-
 def dead_code(fn: Function) -> Function:
     """Only the ops the returned values need, and the parameters something reads."""
     live = set(fn.returns)
@@ -353,7 +341,7 @@ class Reducer:
         return fn
 
     def _make(self, fns: list[Function], inputs, options=None) -> Case:
-        modules = [_with_entry(m, f) for m, f in zip(self.case.modules, fns, strict=True)]
+        modules = [with_entry(m, f) for m, f in zip(self.case.modules, fns, strict=True)]
         return Case(modules, inputs, options or self.case.options)
 
     def _show(self, step: str, done: bool = False) -> None:

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from gdv.backends.reference.inputs import DEFAULT_FLOAT_RANGE
-from gdv.ir.core import Module
+from gdv.ir.core import Function, Module
 from gdv.ir.diagnostics import IRError
 from gdv.ir.printer import print_module
 
@@ -351,7 +351,7 @@ def _execute(source: Module, final: Module, case: Case, kind: str | None) -> str
         # value (real claims). A fold that rounds a literal is the first kind and changes
         # the exact value, so the check allows the larger of the two.
         try:
-            rng = DEFAULT_RANGE
+            rng = DEFAULT_FLOAT_RANGE
             target_name = case.options.target
             run_bounds = [
                 max(f.abs, s.abs)
@@ -382,12 +382,12 @@ def _limits(source: Module, final: Module, target: str, inputs, outputs: list[in
 
     wide = _widened(source, inputs)
     try:
-        a = analyze(wide, DEFAULT_RANGE).outputs
-        b = analyze(_with_ranges(final, wide), DEFAULT_RANGE, target=target).outputs
+        a = analyze(wide, DEFAULT_FLOAT_RANGE).outputs
+        b = analyze(_with_ranges(final, wide), DEFAULT_FLOAT_RANGE, target=target).outputs
         sums = [x.abs + y.abs for x, y in zip(a, b, strict=True)]
     except IRError:
         sums = [math.inf] * len(source.entry.results)
-    return [sums[k] if math.isfinite(sums[k]) else math.inf for k in outputs]
+    return [sums[k] for k in outputs]
 
 
 def _widened(module: Module, inputs: dict[str, np.ndarray]) -> Module:
@@ -401,11 +401,11 @@ def _widened(module: Module, inputs: dict[str, np.ndarray]) -> Module:
         x = np.asarray(inputs[p.name], dtype=np.float64).ravel()
         x = x[np.isfinite(x)]
         if x.size:
-            lo, hi = p.range or DEFAULT_RANGE
+            lo, hi = p.range or DEFAULT_FLOAT_RANGE
             lo, hi = min(lo, float(x.min())), max(hi, float(x.max()))
             p = dataclasses.replace(p, attrs={**p.attrs, "range": [lo, hi]})
         params.append(p)
-    return _with_entry_params(module, params)
+    return with_entry(module, dataclasses.replace(fn, params=params))
 
 
 def _with_ranges(final: Module, ranged: Module) -> Module:
@@ -417,13 +417,13 @@ def _with_ranges(final: Module, ranged: Module) -> Module:
         else p
         for p in final.entry.params
     ]
-    return _with_entry_params(final, params)
+    return with_entry(final, dataclasses.replace(final.entry, params=params))
 
 
-def _with_entry_params(module: Module, params: list) -> Module:
+def with_entry(module: Module, fn: Function) -> Module:
+    """`module` with `fn` in place of its entry function."""
     entry = module.entry
-    fns = [dataclasses.replace(f, params=params) if f is entry else f for f in module.functions]
-    return Module(fns, module.filename)
+    return Module([fn if f is entry else f for f in module.functions], module.filename)
 
 
 def _differs(want: np.ndarray, got: np.ndarray, limit: float) -> bool:
@@ -439,17 +439,13 @@ def _differs(want: np.ndarray, got: np.ndarray, limit: float) -> bool:
     return bool(both.any() and np.max(np.abs(x[both] - y[both])) > limit)
 
 
-DEFAULT_RANGE = DEFAULT_FLOAT_RANGE
-"""The range of float parameters that declare none: `random_inputs` draws from it."""
-
-
 def _within_ranges(fn_module: Module, inputs: dict[str, np.ndarray]) -> bool:
     """Whether every float input lies in its parameter's range (the bounds' assumption)."""
     fn = fn_module.entry
     for p in fn.params:
         if not p.type.dtype.is_float:
             continue
-        lo, hi = p.range or DEFAULT_RANGE
+        lo, hi = p.range or DEFAULT_FLOAT_RANGE
         x = np.asarray(inputs[p.name], dtype=np.float64)
         if x.size and not (np.all(np.isfinite(x)) and x.min() >= lo and x.max() <= hi):
             return False
