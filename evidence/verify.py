@@ -415,12 +415,12 @@ def _formula_claims(module: Module) -> dict[str, tuple[str, str]]:
     """{query text: (kind, what)} for every scheduled kernel and planned function of `module`,
     derived here from its IR."""
     from gdv.validate.discharge import stable_smt2
-    from gdv.validate.schedules import coverage_text, formula_text, memory_violation
+    from gdv.validate.schedules import coverage_text, memory_text
 
     out: dict[str, tuple[str, str]] = {}
     for fn in module.functions:
         if "buffers" in fn.attrs:
-            text = stable_smt2(formula_text(memory_violation(fn)))
+            text = stable_smt2(memory_text(fn))
             out.setdefault(text, ("memory-safety", f"the arena of @{fn.name}"))
         for op in fn.ops:
             if op.name == "kernel" and "tile" in op.attrs:

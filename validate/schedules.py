@@ -209,13 +209,30 @@ def overlap_violation(buffers: list[Buffer], arena: int) -> z3.BoolRef:
     return z3.And(*facts, z3.Or(*cases)) if cases else z3.BoolVal(False)
 
 
+def _plan(fn: Function) -> tuple[tuple[Buffer, ...], int] | None:
+    """`fn`'s recorded arena plan (its buffers and arena size), None when it is incomplete."""
+    try:
+        return tuple(live_buffers(fn)), int(fn.attrs.get("arena_bytes", 0))
+    except ValueError:
+        return None
+
+
 def memory_violation(fn: Function) -> z3.BoolRef:
     """The violation of `fn`'s recorded arena plan (an incomplete plan is violated outright)."""
-    try:
-        buffers = live_buffers(fn)
-    except ValueError:
-        return z3.BoolVal(True)
-    return overlap_violation(buffers, int(fn.attrs.get("arena_bytes", 0)))
+    plan = _plan(fn)
+    return z3.BoolVal(True) if plan is None else overlap_violation(list(plan[0]), plan[1])
+
+
+def memory_text(fn: Function) -> str:
+    """The SMT-LIB text of `memory_violation(fn)`, built once per plan: a memory-safety claim's
+    text is asked for by its cache key, its stored query, its solve and the checker."""
+    plan = _plan(fn)
+    return formula_text(z3.BoolVal(True)) if plan is None else _memory_text(*plan)
+
+
+@functools.lru_cache(maxsize=256)
+def _memory_text(buffers: tuple[Buffer, ...], arena: int) -> str:
+    return formula_text(overlap_violation(list(buffers), arena))
 
 
 def coverage_text(attrs: dict) -> str:
@@ -237,16 +254,5 @@ def claim_formula(ob: Obligation) -> str | None:
         (kernel,) = [op for op in ob.src.ops if op.name == "kernel"]
         return coverage_text(kernel.attrs)
     if ob.kind == "memory-safety":
-        try:
-            buffers = live_buffers(ob.src)
-        except ValueError:  # an incomplete plan is violated outright
-            return formula_text(z3.BoolVal(True))
-        return _memory_text(tuple(buffers), int(ob.src.attrs.get("arena_bytes", 0)))
+        return memory_text(ob.src)
     return ob.formula
-
-
-@functools.lru_cache(maxsize=256)
-def _memory_text(buffers: tuple[Buffer, ...], arena: int) -> str:
-    """The memory-safety formula of a plan, once per plan: a claim's text is asked for by its
-    cache key, its stored query and its solve, and building it is linear in the pairs."""
-    return formula_text(overlap_violation(list(buffers), arena))
