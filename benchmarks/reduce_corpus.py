@@ -63,27 +63,17 @@ those grow with depth (at 30 blocks the bound under [-1, 1] is 5.9, the swap's e
 def minilm_text() -> str:
     """all-MiniLM-L6-v2 imported through ONNX, as text."""
     import tempfile
-    import warnings
 
-    import torch
     from minilm import load_encoder
+    from models import export_onnx
 
     import gdv
     from gdv.ir.printer import print_module
 
     encoder, inputs = load_encoder()
-    names = list(inputs)
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "minilm.onnx")
-        torch.onnx.export(
-            encoder,
-            tuple(inputs[k] for k in names),
-            str(path),
-            input_names=names,
-            output_names=["embedding"],
-            dynamo=False,
-        )
+        export_onnx(encoder, inputs, path)
         module, _ = gdv.import_onnx(path)
     return print_module(module)
 
