@@ -311,14 +311,20 @@ def split(attrs: dict, p: Product, body: Function) -> str:
     """The thread split of a product, one of `SPLITS`: `none`, one thread; `columns`, column
     slivers when there are at least as many as threads, else row slivers; `rows`, row slivers
     when there are at least as many as threads, else column slivers when there are enough of
-    those, else row slivers. One thread below `PARALLEL_MIN_MACS` multiply-adds; rows first when
-    only the row factor has a costly prologue (threads given columns would each compute all of
-    it); else columns first."""
+    those, else row slivers. One thread below `PARALLEL_MIN_MACS` multiply-adds. Each thread
+    packs the whole of the factor it does not split, so: rows first when only the row factor
+    has a costly prologue (threads given columns would each compute all of it), columns first
+    when only the column factor has; else the larger side is split (rows when M > N: a late
+    CNN layer's 512 x 49 product packed its 2.4M-element weight factor once per thread when
+    its columns were split, 3.9 against 2.0 ms on this 2-core host)."""
     _, m, n, k = sizes(attrs, p)
     if m * n * k < PARALLEL_MIN_MACS:
         return "none"
     x, y = factors(attrs, body)
-    choice = "rows" if costly(body, x) and not costly(body, y) else "columns"
+    if costly(body, x) != costly(body, y):
+        choice = "rows" if costly(body, x) else "columns"
+    else:
+        choice = "rows" if m > n else "columns"
     assert choice in SPLITS
     return choice
 

@@ -21,6 +21,10 @@ from gdv.ir.core import Op
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.types import TensorType
 
+PARALLEL_MIN_MACS = 1 << 16
+"""A conv2d op with at least this many multiply-adds runs its (batch, output channel) pairs on
+OpenMP threads (each output still folded by one thread, in order)."""
+
 
 @lowering(OPS["conv2d"])
 def _conv2d(prog: Program, op: Op) -> None:
@@ -42,30 +46,51 @@ def _conv2d(prog: Program, op: Op) -> None:
     add = scalar(prog, Op("s", "add", ["a", "b"], {}, scalar_t), ["acc", "p"], [dtype, dtype])
     zero = value_literal(0, dtype)
     name = prog.new_function()
-    body = f"""/* conv2d %{comment(op.result)} */
+    macs = n * o * oh * ow * cg * kh * kw
+    par = n * o > 1 and macs >= PARALLEL_MIN_MACS
+    if par:
+        prog.record(op, "parallel", "batch and output channels", "the conv2d op's nest")
+    pragma = "#pragma omp parallel for collapse(2) schedule(static)\n" if par else ""
+    def _lanes(lo: str, hi: str, xv: str) -> str:
+        return f"""#pragma omp simd
+              for (int64_t ox = {lo}; ox < {hi}; ox++) {{
+                const {t} xv = {xv};
+                const {t} p = {mul};
+                const {t} acc = row[ox];
+                row[ox] = first ? p : {add};
+              }}"""
+
+    # A row of outputs at a time: each output's products are folded left over (c, kh, kw) in
+    # order, as in the reference; the row's outputs are independent lanes of one loop.
+    body = f"""/* conv2d %{comment(op.result)}: a row of {ow} outputs folded at a time */
 static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r)
 {{
-  for (int64_t in = 0; in < {n}; in++)
+{pragma}  for (int64_t in = 0; in < {n}; in++)
     for (int64_t io = 0; io < {o}; io++)
-      for (int64_t oy = 0; oy < {oh}; oy++)
-        for (int64_t ox = 0; ox < {ow}; ox++) {{
-          {t} acc = {zero};
-          int first = 1;
-          for (int64_t ci = 0; ci < {cg}; ci++)
-            for (int64_t i = 0; i < {kh}; i++)
-              for (int64_t j = 0; j < {kw}; j++) {{
-                const int64_t y = oy * {sh} + i * {dh} - {pt};
-                const int64_t z = ox * {sw} + j * {dw} - {pl};
-                const int64_t cx = (io / {max(1, og)}) * {cg} + ci;
-                const {t} xv = (y >= 0 && y < {h} && z >= 0 && z < {wd})
-                    ? x[((in * {c} + cx) * {h} + y) * {wd} + z] : {zero};
-                const {t} wv = w[((io * {cg} + ci) * {kh} + i) * {kw} + j];
-                const {t} p = {mul};
-                if (first) {{ acc = p; first = 0; }}
-                else acc = {add};
-              }}
-          r[((in * {o} + io) * {oh} + oy) * {ow} + ox] = acc;
-        }}
+      for (int64_t oy = 0; oy < {oh}; oy++) {{
+        {t} *restrict row = r + ((in * {o} + io) * {oh} + oy) * {ow};
+        for (int64_t ox = 0; ox < {ow}; ox++) row[ox] = {zero};
+        int64_t tap = 0;
+        for (int64_t ci = 0; ci < {cg}; ci++)
+          for (int64_t i = 0; i < {kh}; i++)
+            for (int64_t j = 0; j < {kw}; j++, tap++) {{
+              const int64_t y = oy * {sh} + i * {dh} - {pt};
+              const int64_t cx = (io / {max(1, og)}) * {cg} + ci;
+              const int ry = y >= 0 && y < {h};
+              const {t} *restrict xr = x + ((in * {c} + cx) * {h} + (ry ? y : 0)) * {wd};
+              const {t} wv = w[((io * {cg} + ci) * {kh} + i) * {kw} + j];
+              const int first = tap == 0;
+              /* outputs [lo, hi) read inside the input row; the others read the padding */
+              const int64_t off = j * {dw} - {pl};
+              int64_t lo = off >= 0 ? 0 : (-off + {sw - 1}) / {sw};
+              int64_t hi = {wd - 1} - off >= 0 ? ({wd - 1} - off) / {sw} + 1 : 0;
+              if (!ry || hi > {ow}) hi = ry ? {ow} : 0;
+              if (lo > hi) lo = hi;
+{_lanes("0", "lo", zero)}
+{_lanes("lo", "hi", f"xr[ox * {sw} + off]")}
+{_lanes("hi", str(ow), zero)}
+            }}
+      }}
 }}
 """
     prog.functions.append(body)

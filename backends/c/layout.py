@@ -15,6 +15,9 @@ from gdv.backends.c.registry import lowering
 from gdv.ir.core import Op
 from gdv.ir.ops import REGISTRY as OPS
 
+PAD_PARALLEL_MIN = 1 << 16
+"""A pad with at least this many result elements fills and copies its rows on OpenMP threads."""
+
 
 def _copy(prog: Program, op: Op, rows: list[list[int]]) -> None:
     """op's result[i] = operand[rows . i + c], a loop nest over the result's shape."""
@@ -115,32 +118,56 @@ def _concat(prog: Program, op: Op) -> None:
 
 @lowering(OPS["pad"])
 def _pad(prog: Program, op: Op) -> None:
-    """result = value everywhere, then result[low + i] = operand[i]."""
+    """result = value where no operand element lands, result[low + i] = operand[i]: a row of
+    the result (its last dim) at a time, the padding filled and the operand's row copied once,
+    rows on OpenMP threads when there are `PAD_PARALLEL_MIN` elements or more."""
     dtype = op.type.dtype
     t = ctype(dtype, op, prog.module)
     x = prog.entry.types()[op.operands[0]]
     low = op.attrs["low"]
     value = attr_literal(op.attrs["value"], dtype)
-    out_st, x_st = strides(op.type), strides(x)
     name = prog.new_function()
     lines = [
-        f"/* pad %{comment(op.result)} */",
+        f"/* pad %{comment(op.result)}: row by row */",
         f"static void {name}(const {t} *restrict a0, {t} *restrict r)",
         "{",
-        f"  for (int64_t i = 0; i < INT64_C({op.type.num_elements}); i++) r[i] = {value};",
     ]
-    ind = "  "
-    for d, size in enumerate(x.shape):
-        lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({size}); i{d}++)")
-        ind += "  "
-    dst = " + ".join(
-        [f"INT64_C({sum(lo * s for lo, s in zip(low, out_st, strict=True))})"]
-        + [f"INT64_C({s}) * i{d}" for d, s in enumerate(out_st)]
-    )
-    src = " + ".join(["INT64_C(0)"] + [f"INT64_C({s}) * i{d}" for d, s in enumerate(x_st)])
-    if x.num_elements:
-        lines.append(f"{ind}r[{dst}] = a0[{src}];")
-    else:
-        lines = lines[:4] + ["  (void)a0;"]
-    lines.append("}")
+    shape, xs = list(op.type.shape), list(x.shape)
+    if not shape:  # rank 0: nothing is padded
+        lines += ["  r[0] = a0[0];", "}"]
+        _call(prog, op, name, lines)
+        return
+    width, xw, lw = shape[-1], xs[-1], low[-1]
+    rows = math.prod(shape[:-1])
+    par = op.type.num_elements >= PAD_PARALLEL_MIN and rows > 1
+    if par:
+        prog.record(op, "parallel", "rows", f"at least {PAD_PARALLEL_MIN} elements")
+    lines += [
+        "#pragma omp parallel for schedule(static)" if par else "",
+        f"  for (int64_t o = 0; o < INT64_C({rows}); o++) {{",
+        f"    {t} *restrict row = r + o * INT64_C({width});",
+        "    int64_t q = o, src = 0, inside = 1;",
+    ]
+    x_st = strides(x)
+    for d in reversed(range(len(shape) - 1)):
+        lines += [
+            f"    {{ const int64_t u = q % INT64_C({shape[d]}) - INT64_C({low[d]}); "
+            f"q /= INT64_C({shape[d]});",
+            f"      inside = inside && u >= 0 && u < INT64_C({xs[d]}); "
+            f"src += INT64_C({x_st[d]}) * u; }}",
+        ]
+    inside = "inside" if x.num_elements else "0"
+    lines += [
+        f"    if ({inside}) {{",
+        f"      for (int64_t k = 0; k < INT64_C({lw}); k++) row[k] = {value};",
+        f"      memcpy(row + INT64_C({lw}), a0 + src, sizeof({t}) * (size_t)INT64_C({xw}));",
+        f"      for (int64_t k = INT64_C({lw + xw}); k < INT64_C({width}); k++) row[k] = {value};",
+        "    } else {",
+        f"      for (int64_t k = 0; k < INT64_C({width}); k++) row[k] = {value};",
+        "    }",
+        "  }",
+        "  (void)a0;",
+        "}",
+    ]
+    lines = [line for line in lines if line]
     _call(prog, op, name, lines)

@@ -189,3 +189,19 @@ def test_weights_as_rows_is_bit_exact_on_c(m: int, k: int, n: int, level: int, s
     w = rng.standard_normal((n, k)).astype(np.float32)
     got = comp(x=x, w=w)[0]
     assert reference.bit_equal(got, reference.run(comp.module, {"x": x, "w": w})[0])
+
+
+@pytest.mark.parametrize(("m", "k", "n", "want"), [(512, 576, 49, "rows"), (49, 576, 512, "columns")])
+def test_threads_split_the_factor_whose_packing_is_larger(m: int, k: int, n: int, want: str):
+    """Each thread packs the whole factor it does not split: with more rows than columns (a late
+    CNN layer as a product: output channels by a 7x7 image) the rows are split, so each thread
+    packs half the weights instead of all of them; with more columns, the columns."""
+    from gdv.backends import reference
+
+    comp, a = _product_roles(_linear(m, k, n, transposed=False))
+    assert (a["rows"], a["cols"], a["split"]) == ([0], [1], want)
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    got = comp(x=x, w=w)[0]
+    assert reference.bit_equal(got, reference.run(comp.module, {"x": x, "w": w})[0])

@@ -325,3 +325,71 @@ def test_accumulators_fold_blocks_then_partials(blocks: int) -> None:
     for schedule in ({"accumulators": blocks}, {"accumulators": blocks, "tile": [3, 21]}):
         text = _kernel_text([4, 21], maps, [(4, 21)], [1], "add", schedule, None)
         _check(text, {"a0": x})
+
+
+@settings(max_examples=30)
+@given(
+    data=st.data(),
+    dtype=st.sampled_from([DType.F32, DType.BF16, DType.I32]),
+    hw=st.tuples(st.integers(1, 7), st.integers(1, 9)),
+    k=st.tuples(st.integers(1, 3), st.integers(0, 3)),
+    stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    dilation=st.tuples(st.integers(1, 3), st.integers(1, 2)),
+    pads=st.lists(st.integers(0, 4), min_size=4, max_size=4),
+    groups=st.sampled_from([1, 2, "depthwise"]),
+)
+def test_conv2d_op_rows_bit_exact(data, dtype, hw, k, stride, dilation, pads, groups) -> None:
+    """The conv2d op's nest (a row of outputs folded at a time, the outputs that read padding
+    apart from those that read the input): rectangular inputs and windows, an empty window
+    (kw = 0), unequal padding larger than the window, strides and dilations, depthwise."""
+    c, o = (4, 4) if groups == "depthwise" else (2, 4)
+    g = c if groups == "depthwise" else groups
+    (h, w), (kh, kw), (sh, sw), (dh, dw) = hw, k, stride, dilation
+    pt, pb, pl, pr = pads
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        return
+    xs, ws, ys = (1, c, h, w), (o, c // g, kh, kw), (1, o, oh, ow)
+    text = (
+        f"func @main(%x: {_ty(dtype, xs)}, %w: {_ty(dtype, ws)}) -> {_ty(dtype, ys)} {{\n"
+        f"  %y = conv2d(%x, %w) {{stride = [{sh}, {sw}], padding = [[{pt}, {pb}], [{pl}, {pr}]], "
+        f"dilation = [{dh}, {dw}], groups = {g}}} : {_ty(dtype, ys)}\n"
+        "  return %y\n}"
+    )
+    _check(text, {"x": data.draw(_array(dtype, xs)), "w": data.draw(_array(dtype, ws))})
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv2d_op_on_threads_bit_exact(stride: int) -> None:
+    """A conv2d op large enough for OpenMP threads (depthwise, strided: it stays an op after
+    lower-to-kernels) computes the reference's bits; weights with NaN, infinity and -0.0."""
+    rng = np.random.default_rng(stride)
+    x = rng.standard_normal((2, 32, 30, 31)).astype(np.float32)
+    w = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
+    w[0, 0, 0, 0], w[1, 0, 1, 1], w[2, 0, 2, 2] = np.nan, np.inf, -0.0
+    ys = (2, 32, (30 - 1) // stride + 1, (31 - 1) // stride + 1)
+    text = (
+        f"func @main(%x: f32[2,32,30,31], %w: f32[32,1,3,3]) -> {_ty(DType.F32, ys)} {{\n"
+        f"  %y = conv2d(%x, %w) {{stride = [{stride}, {stride}], padding = [[1, 1], [1, 1]], "
+        f"dilation = [1, 1], groups = 32}} : {_ty(DType.F32, ys)}\n  return %y\n}}"
+    )
+    assert c.printer_choices(parse(text)), "the op should record its thread split"
+    _check(text, {"x": x, "w": w})
+
+
+@pytest.mark.parametrize("dtype", [DType.F32, DType.BF16, DType.I8])
+def test_large_pad_on_threads_bit_exact(dtype: DType) -> None:
+    """A pad with enough elements for OpenMP threads: unequal low and high padding on every
+    dim, a value that is not zero."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 40, 50, 17)).astype(dtype.np)
+    low, high = [1, 0, 2, 3], [0, 2, 1, 4]
+    out = tuple(a + s + b for a, s, b in zip(low, x.shape, high, strict=True))
+    text = (
+        f"func @main(%x: {_ty(dtype, x.shape)}) -> {_ty(dtype, out)} {{\n"
+        f"  %y = pad(%x) {{low = {low}, high = {high}, value = {3 if dtype is DType.I8 else 3.0}}} : {_ty(dtype, out)}\n"
+        "  return %y\n}"
+    )
+    assert 3 * 40 * 50 * 17 >= 1 << 16
+    _check(text, {"x": x})
