@@ -55,7 +55,8 @@ def choose(op: Op, vector_bytes: int = VECTOR_BYTES) -> dict:
             tile.append(max(1, min(n, 64 if out and d == out[-1] else 32)))
     bytes_ = max(1, op.type.dtype.bits // 8)
     lanes = max(1, vector_bytes // bytes_) if not op.type.dtype.is_bool else 1
-    parallel = [out[0]] if out and space[out[0]] > 1 else []
+    # the outermost out dim with more than one position (a batch of 1 leaves the channels)
+    parallel = [d for d in out if space[d] > 1][:1]
     return {
         "tile": tile,
         "order": [*out, *red],

@@ -393,3 +393,38 @@ def test_large_pad_on_threads_bit_exact(dtype: DType) -> None:
     )
     assert 3 * 40 * 50 * 17 >= 1 << 16
     _check(text, {"x": x})
+
+
+@settings(max_examples=20)
+@given(
+    data=st.data(),
+    shape=st.tuples(st.integers(1, 2), st.integers(1, 5), st.integers(1, 9), st.integers(1, 9)),
+    level=st.sampled_from([1, 2]),
+)
+def test_merged_image_dims_bit_exact(data, shape, level) -> None:
+    """A batch-norm-like elementwise kernel over NCHW (per-channel values, one computed with
+    a square root): H and W run as one loop with a per-channel value computed once per
+    channel, the channels on threads; the reference's bits, NaN and signed zeros included."""
+    from gdv.driver import CompileOptions, compile_module
+
+    n, ch, h, w = shape
+    t, v = _ty(DType.F32, shape), _ty(DType.F32, (ch,))
+    text = (
+        f"func @main(%x: {t}, %m: {v}, %s: {v}) -> {t} {{\n"
+        f"  %r = sqrt(%s) : {v}\n"
+        f"  %bm = broadcast(%m) {{dims = [1]}} : {t}\n"
+        f"  %br = broadcast(%r) {{dims = [1]}} : {t}\n"
+        f"  %a = sub(%x, %bm) : {t}\n"
+        f"  %b = mul(%a, %br) : {t}\n"
+        f"  %z = constant() {{value = 0.0}} : {t}\n"
+        f"  %y = max(%b, %z) : {t}\n"
+        "  return %y\n}"
+    )
+    comp = compile_module(text, CompileOptions(target="c", level=level, jobs=1))
+    assert comp.verdict == "proved"
+    inputs = {k: data.draw(_array(DType.F32, s)) for k, s in (("x", shape), ("m", (ch,)), ("s", (ch,)))}
+    got = comp(**inputs)[0]
+    want = reference.run(parse(text), inputs)[0]
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+    merged = [ch_ for ch_ in c.printer_choices(comp.module) if ch_["value"] == "dims merged"]
+    assert merged or not (h > 1 and w > 1), c.printer_choices(comp.module)
