@@ -246,13 +246,20 @@ def _error(e: BaseException) -> str:
 ROUNDS = 4
 
 
+QUIET_S = 0.2
+"""Seconds of quiet before each engine's block of timed calls (as benchmarks/side_by_side.py)."""
+
+
 def _side_by_side(calls: dict[str, Any], runs: int) -> dict[str, float]:
     """Median seconds of each engine's call. The runs are split into `ROUNDS` blocks; each
     round gives every engine one untimed call and then its block of timed calls back to back,
     so load from other processes falls on every engine alike, while each engine runs warm (its
     threads awake, as in a loop over inputs). One call of each engine, strictly alternating,
     would time every call cold: gdv's OpenMP threads fall asleep during the other engines'
-    calls (MiniLM: 3.6 ms a call back to back, 13.6 ms alternating)."""
+    calls (MiniLM: 3.6 ms a call back to back, 13.6 ms alternating). Each block starts after
+    `QUIET_S` of quiet, so that the previous engine's idle threads (onnxruntime's spin) no
+    longer compete for the 2 cores: without it, the engine timed after onnxruntime paid for it
+    (mobilenet_v2's torch.export path ran at 14.0 ms after ORT, its ONNX path at 7.1 ms)."""
     for _ in range(WARMUP):
         for fn in calls.values():
             fn()
@@ -260,6 +267,7 @@ def _side_by_side(calls: dict[str, Any], runs: int) -> dict[str, float]:
     per_round = [runs // ROUNDS + (1 if r < runs % ROUNDS else 0) for r in range(ROUNDS)]
     for n in per_round:
         for k, fn in calls.items():
+            time.sleep(QUIET_S)
             fn()
             for _ in range(n):
                 t = time.perf_counter()
