@@ -240,3 +240,31 @@ def test_the_conv_block_bundle_verifies(tmp_path: Path) -> None:
     )  # fmt: skip
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "verified:" in checked.stdout
+
+
+@pytest.mark.parametrize(("cout", "hw"), [(37, 5), (40, 15), (24, 16)])
+def test_weights_of_a_small_image_are_read_in_place(cout: int, hw: int) -> None:
+    """A conv over a small image (at most `IN_PLACE_ROWS_MAX_COLS` output positions) reads its
+    weight rows in place, contiguous along (C, KH, KW), instead of packing them every call;
+    row counts that leave an edge sliver and reductions longer than one KC block; bit-exact."""
+    from gdv.backends.c import matmul
+
+    cin = 48  # K = 432: more than one KC block
+    text = _program(
+        "f32", (1, cin, hw, hw), (cout, cin, 3, 3), (1, cout, hw, hw),
+        "stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1], groups = 1",
+    )  # fmt: skip
+    module = parse(text)
+    compiled = _compiled(module)
+    in_place = [ch for ch in c.printer_choices(compiled) if ch["choice"] == "in-place factors"]
+    assert hw * hw <= matmul.IN_PLACE_ROWS_MAX_COLS
+    assert in_place and "rows" in in_place[0]["value"], in_place
+    rng = np.random.default_rng(cout)
+    # (specials in one output channel only: a NaN in most sums would hide a misread weight)
+    x = rng.standard_normal((1, cin, hw, hw)).astype(np.float32)
+    w = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
+    w[1, 0, 0, 0], w[2, 5, 1, 1], x[0, 3, 0, 0] = np.inf, np.nan, -0.0
+    got = c.run(compiled, {"x": x, "w": w})[0]
+    want = reference.run(module, {"x": x, "w": w})[0]
+    assert np.isfinite(want).mean() > 0.8
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)

@@ -244,8 +244,11 @@ def test_few_rows_read_both_factors_in_place(m: int, vector: str) -> None:
     a[-1, 9] = np.inf
     source = _check(_matmul_text("f32", m, n, k), {"a": a, "b": b}, **{VECTOR_BYTES_ENV: vector})
     few = m <= matmul.DIRECT_MAX_ROWS
+    # (the row factor also when there are few columns: n = 45)
+    rows_in_place = few or n <= matmul.IN_PLACE_ROWS_MAX_COLS
+    assert rows_in_place
     assert ("column slivers of Y are read in place" in source) == few
-    assert ("row slivers of X are read in place" in source) == few
+    assert ("row slivers of X are read in place" in source) == rows_in_place
     # B^T stored [n, k]: a column of B is a row of the operand, one step of j moves k elements.
     text = (
         _matmul_text("f32", m, n, k)
@@ -254,7 +257,7 @@ def test_few_rows_read_both_factors_in_place(m: int, vector: str) -> None:
     )
     source = _check(text, {"a": a, "b": np.ascontiguousarray(b.T)})
     assert "micro-kernel" in source and "column slivers of Y are read in place" not in source
-    assert ("row slivers of X are read in place" in source) == few
+    assert ("row slivers of X are read in place" in source) == rows_in_place
     # A^T stored [k, m]: one step of k moves m elements, so A is packed (unless m is 1).
     text = (
         _matmul_text("f32", m, n, k)
@@ -264,6 +267,18 @@ def test_few_rows_read_both_factors_in_place(m: int, vector: str) -> None:
     source = _check(text, {"a": np.ascontiguousarray(a.T), "b": b})
     assert ("row slivers of X are read in place" in source) == (m == 1)
     assert ("column slivers of Y are read in place" in source) == few
+
+
+def test_many_rows_and_columns_pack_the_row_factor() -> None:
+    """More than DIRECT_MAX_ROWS rows and more than IN_PLACE_ROWS_MAX_COLS columns: both
+    factors are packed (the edge slivers too); bit-exact."""
+    m, n, k = 17, matmul.IN_PLACE_ROWS_MAX_COLS + 3, 300
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a[2, 3], b[4, 5] = -0.0, np.inf
+    source = _check(_matmul_text("f32", m, n, k), {"a": a, "b": b})
+    assert "micro-kernel" in source and "read in place" not in source
 
 
 def test_fold_starts_from_the_first_product_not_plus_zero() -> None:
