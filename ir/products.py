@@ -205,6 +205,20 @@ def costly(body: Function, value: str) -> bool:
 DEFAULT_CHAINS = 8
 """Independent add chains assumed when no descriptor gives them: 4-cycle adds on 2 pipes."""
 
+WIDE_ROWS_MAX = 16
+"""Products with at most this many rows (a few tokens times a weight, whose columns
+`backends/c/matmul.py` reads in place) get a wide micro-tile when that weight streams from
+beyond L2 (`wide_tile`)."""
+
+WIDE_BYTES = 256
+"""The wide tile reads this many contiguous bytes of a weight row per reduce step (4 vectors).
+Measured on this 2-core AVX-512 host, models' weights not in cache (12 x 384 @ 384 x 1536,
+calls cycling through 40 weights, timed in interleaved turns): 12 x 16 columns 0.48 ms, 6 x
+32 0.38, 6 x 64 0.23 (numpy's OpenBLAS 0.26); with the weight in cache 0.11 for both. 16 x
+384 @ 384 x 1536: 0.57 against 0.30. The 8 x 784 @ 784 x 128 of the mlp example (weights in
+L2) was faster narrow: 0.014 against 0.022. AVX2's 16 registers hold only 2 rows of 4 ymm
+vectors, which was slower than 12 x 8 (0.37 against 0.35 cold, 0.25 against 0.21 warm)."""
+
 LOOP_OVERHEAD = 2
 """Issue slots one k step of the micro-kernel spends besides its multiplies and adds (the B
 vector load and the pointer updates), in vector-op units; it favours taller tiles."""
@@ -222,6 +236,20 @@ class Tuned:
     nc: int
 
 
+def wide_tile(
+    rows: int, cols: int, vl: int, vector_bytes: int, registers: int
+) -> tuple[int, int, int] | None:
+    """(MR, NV, VL) of a wide micro-tile for a product of at most `WIDE_ROWS_MAX` rows whose
+    column factor streams from beyond L2: 4 vectors of at least `WIDE_BYTES` in all, and as
+    many rows as the registers hold besides (MR * 4 + 4 + 1 <= registers, at least 4 rows);
+    None where that does not fit (16 registers: AVX2, SSE2)."""
+    nv = max(1, min(4, -(-cols // vl)))
+    cap = (registers - 1 - nv) // nv
+    if not 0 < rows <= WIDE_ROWS_MAX or 4 * vector_bytes < WIDE_BYTES or cap < 4:
+        return None
+    return min(rows, cap), nv, vl
+
+
 def micro_tile(
     elem_bytes: int,
     rows: int,
@@ -229,6 +257,7 @@ def micro_tile(
     vector_bytes: int,
     registers: int,
     chains: int = DEFAULT_CHAINS,
+    streamed: bool = False,
 ) -> tuple[int, int, int]:
     """(MR, NV, VL) of the micro-kernel: MR rows by NV vectors of VL lanes, for vectors of
     `vector_bytes` bytes of which the target has `registers`, whose add pipeline needs `chains`
@@ -255,11 +284,17 @@ def micro_tile(
     A problem with fewer rows than `chains` gets as many rows as it has and more vectors per
     row, up to 4 and what the registers hold, to keep `chains` accumulators: (measured on the
     mlp example's 8 x 784 x 128 product, one core, CPU time: 8x16 19.6 us, 8x32 24.5 us,
-    8x48 26.4 us)."""
+    8x48 26.4 us).
+
+    `streamed`: the column factor is larger than L2, so each reduce step of the micro-kernel
+    reads it from L3 or memory; a product with few rows then gets `wide_tile`'s tile."""
     vl = max(1, vector_bytes // elem_bytes)
     chains = max(1, chains)
     top = max(1, min(2 * chains, registers - 2))
     low = min(chains, top)
+    wide = wide_tile(rows, cols, vl, vector_bytes, registers) if streamed else None
+    if wide is not None:
+        return wide
     if 0 < rows < low:
         fit = max(1, (registers - 1) // (rows + 1))
         nv = max(1, min(4, fit, -(-chains // rows), -(-cols // vl)))
@@ -352,7 +387,9 @@ def plan(
         mr, nv = tuned.mr, tuned.nv
         kc, mc, nc = blocking(size, mr, nv * vl, caches, override or (tuned.kc, tuned.mc, tuned.nc))
     else:
-        mr, nv, vl = micro_tile(size, m, n, vector_bytes, registers, chains)
+        _, _, _, k = sizes(attrs, p)
+        streamed = k * n * size > caches[1]  # the column factor is larger than L2
+        mr, nv, vl = micro_tile(size, m, n, vector_bytes, registers, chains, streamed)
         kc, mc, nc = blocking(size, mr, nv * vl, caches, override)
     return {
         "strategy": "product",

@@ -83,3 +83,52 @@ def test_rows_that_divide_evenly_are_preferred() -> None:
     sliver), one of 1024 rows keeps 14 (2 rows of edge beat 10 more slivers)."""
     assert products.micro_tile(4, 13 * 20, 512, 32, 16, 8)[0] == 13
     assert products.micro_tile(4, 1024, 512, 32, 16, 8)[0] == 14
+
+
+@given(
+    rows=st.integers(1, 40),
+    cols=st.integers(1, 5000),
+    vb=WIDTHS,
+    registers=st.sampled_from([16, 32]),
+)
+def test_wide_tiles_for_streamed_weights(rows: int, cols: int, vb: int, registers: int) -> None:
+    """A product of few rows whose column factor is larger than L2 reads 4 vectors (256 bytes
+    of AVX-512) of it per step, with as many rows as the registers hold besides; only where 4
+    vectors make 256 bytes and at least 4 rows fit; otherwise the usual tile."""
+    wide = products.wide_tile(rows, cols, vb // 4, vb, registers)
+    usual = products.micro_tile(4, rows, cols, vb, registers, 8)
+    got = products.micro_tile(4, rows, cols, vb, registers, 8, streamed=True)
+    assert got == (wide or usual)
+    nv = min(4, -(-cols // (vb // 4)))
+    if wide is None:
+        cap = (registers - 1 - nv) // nv
+        assert rows > products.WIDE_ROWS_MAX or 4 * vb < products.WIDE_BYTES or cap < 4
+        return
+    mr, nv, vl = wide
+    assert rows <= products.WIDE_ROWS_MAX and vb * 4 >= products.WIDE_BYTES
+    assert mr * nv + nv + 1 <= registers and 1 <= mr <= rows
+
+
+def test_the_plan_widens_only_streamed_weights() -> None:
+    """plan(): 12 tokens times a 384 x 1536 f32 weight (2.4 MB, more than the 1 MiB L2) on
+    AVX-512 get 6 x 64; times a 784 x 128 weight (400 KB) the narrow 12 x 16; AVX2 keeps 12 x 8."""
+    from gdv.api import parse
+    from gdv.passes.lower_to_kernels import LowerToKernels
+    from gdv.passes.manager import PassManager
+
+    def tile(k: int, n: int, vb: int, registers: int) -> list[int]:
+        text = (
+            f"func @main(%x: f32[12,{k}], %w: f32[{k},{n}]) -> f32[12,{n}] {{\n"
+            f"  %y = dot(%x, %w) {{lhs_contract = [1], rhs_contract = [0], lhs_batch = [], "
+            f"rhs_batch = []}} : f32[12,{n}]\n  return %y\n}}"
+        )
+        module = PassManager([LowerToKernels()]).run(parse(text)).module
+        (op,) = module.entry.ops
+        body = next(f for f in module.functions if f.name == op.attrs["body"])
+        p = products.find(op.attrs, op.type.dtype, body)
+        caches = (32 << 10, 1 << 20)
+        return products.plan(op.attrs, op.type.dtype, body, p, vb, registers, caches)["micro"]
+
+    assert tile(384, 1536, 64, 32) == [6, 64]
+    assert tile(784, 128, 64, 32) == [12, 16]
+    assert tile(384, 1536, 32, 16) == [12, 8]
