@@ -286,8 +286,9 @@ def micro_tile(
     mlp example's 8 x 784 x 128 product, one core, CPU time: 8x16 19.6 us, 8x32 24.5 us,
     8x48 26.4 us).
 
-    `streamed`: the column factor is larger than L2, so each reduce step of the micro-kernel
-    reads it from L3 or memory; a product with few rows then gets `wide_tile`'s tile."""
+    `streamed`: the column factor comes from beyond L2 (it is larger than L2, or it is one of a
+    model's weights, which together are: `select-products`), so each reduce step of the
+    micro-kernel reads it from L3 or memory; a product with few rows then gets `wide_tile`'s tile."""
     vl = max(1, vector_bytes // elem_bytes)
     chains = max(1, chains)
     top = max(1, min(2 * chains, registers - 2))
@@ -375,11 +376,13 @@ def plan(
     override: tuple[int, int, int] | None = None,
     chains: int = DEFAULT_CHAINS,
     tuned: Tuned | None = None,
+    streamed: bool | None = None,
 ) -> dict[str, Any]:
     """The schedule attributes of product `p`: strategy, roles, `micro = [MR, NR]`,
     `blocks = [MC, KC, NC]` and `split`. `tuned` (a measured choice for this dtype) replaces
     the model's micro-kernel and blocking for products with at least its MR rows; `override`
-    (the descriptor's imposed blocking) wins over both."""
+    (the descriptor's imposed blocking) wins over both. `streamed`: whether the column factor
+    comes from beyond L2 (None: when it is larger than L2)."""
     size = dtype.itemsize
     _, m, n, _ = sizes(attrs, p)
     vl = max(1, vector_bytes // size)
@@ -388,7 +391,8 @@ def plan(
         kc, mc, nc = blocking(size, mr, nv * vl, caches, override or (tuned.kc, tuned.mc, tuned.nc))
     else:
         _, _, _, k = sizes(attrs, p)
-        streamed = k * n * size > caches[1]  # the column factor is larger than L2
+        if streamed is None:
+            streamed = k * n * size > caches[1]  # the column factor is larger than L2
         mr, nv, vl = micro_tile(size, m, n, vector_bytes, registers, chains, streamed)
         kc, mc, nc = blocking(size, mr, nv * vl, caches, override)
     return {

@@ -88,8 +88,13 @@ class SelectProducts(Pass):
     """Measured choices from the descriptor's autotune cache: (dtype, MR, NV, KC, MC, NC)
     rows (none: the analytical model of `gdv.ir.products` decides)."""
 
-    def plan(self, op: Op, module: Module, types: dict | None = None) -> dict | None:
-        """The new attributes of `op`, or None when it is not a product."""
+    def plan(
+        self, op: Op, module: Module, types: dict | None = None, weights: frozenset = frozenset()
+    ) -> dict | None:
+        """The new attributes of `op`, or None when it is not a product. `weights`: the
+        function's parameters when together they are larger than L2 (a model's weights, each
+        read once a call, so not in L2 when a product reads it); a column factor read from
+        one of them is streamed (`products.micro_tile`)."""
         body = module.function(op.attrs["body"])
         if body is None:
             return None
@@ -108,9 +113,12 @@ class SelectProducts(Pass):
             (products.Tuned(*row[1:]) for row in self.tuned if row[0] == str(op.type.dtype)),
             None,
         )
+        _, y = products.factors({**op.attrs, **found.attrs()}, body)
+        index = {q.name: k for k, q in enumerate(body.params)}
+        reads = {op.operands[index[v]] for v in products.closure(body, y) if v in index}
         plan = products.plan(
             op.attrs, op.type.dtype, body, found, width, registers, cache, block,
-            self.chains, measured,
+            self.chains, measured, streamed=bool(reads & weights) or None,
         )  # fmt: skip
         return {**op.attrs, "vector": lanes, **plan}
 
@@ -121,6 +129,10 @@ class SelectProducts(Pass):
         functions = []
         for fn in module.functions:
             types = fn.types()
+            sizes = [q.type.num_elements * q.type.dtype.itemsize for q in fn.params]
+            weights = frozenset(
+                q.name for q in fn.params if sum(sizes) > self.cache_bytes[1]
+            )
             ops = []
             for op in fn.ops:
                 attrs = None
@@ -130,7 +142,7 @@ class SelectProducts(Pass):
                     and "tile" in op.attrs
                     and "strategy" not in op.attrs
                 ):
-                    attrs = self.plan(op, module, types)
+                    attrs = self.plan(op, module, types, weights)
                 if attrs is None:
                     ops.append(op)
                     continue
