@@ -549,11 +549,45 @@ def _blocked(
             f"dst[kk * {mr} + ii]",
         )  # fmt: skip
 
+    # Y's columns through an index table (a conv's output positions, H x W flattened): a full
+    # sliver whose table entries are one stride apart at run time (it does not cross a row of
+    # the image) is packed with offsets from its first entry, a copy the compiler vectorises;
+    # the entries are compared first, so both loops read the same elements.
+    runs = {}
+    for k in y_offs:
+        table = f"t{k}j"
+        live = [(coefs[k][0][d], z) for d, z in zip(gj.dims, gj.sizes, strict=True) if z != 1]
+        if table in tables and f"{table}[j]" in y_offs[k] and live:
+            runs[k] = (table, live[-1][0])
+
+    def pack_y_full(ext: str, ind: str) -> str:
+        if not runs:
+            return pack_y_as(ext, ind)
+        fast = dict(y_offs)
+        for k, (table, step) in runs.items():
+            fast[k] = y_offs[k].replace(f"{table}[j]", f"({table}[j0] + INT64_C({step}) * jj)")
+        check = " && ".join(
+            f"{table}[j0 + jj] == {table}[j0] + INT64_C({step}) * jj"
+            for table, step in runs.values()
+        )
+        fast_pack = _pack(
+            prog, body, con.right, fast, ind + "  ", ("jj", ext, "j", "j0 + jj"), y_k_inner,
+            f"dst[kk * {nr} + jj]",
+        )  # fmt: skip
+        return (
+            f"{ind}int run = 1;\n"
+            f"{ind}for (int64_t jj = 1; jj < {ext}; jj++) run = run && {check};\n"
+            f"{ind}if (run) {{\n{fast_pack}{ind}}} else {{\n{pack_y_as(ext, ind + '  ')}{ind}}}\n"
+        )
+
     # A factor read in place only ever packs its edge sliver.
     if y_in:
         pack_y = edge_y(ind_y) if masked_y else pack_y_as("nr", ind_y)
     else:
-        pack_y = both(nr, "nr", ind_y, pack_y_as, edge_y(ind_y + "  ") if masked_y else "")
+        pack_y = both(
+            nr, "nr", ind_y, lambda ext, ind: pack_y_full(ext, ind) if ext == str(nr)
+            else pack_y_as(ext, ind), edge_y(ind_y + "  ") if masked_y else "",
+        )  # fmt: skip
     pack_x = pack_x_as("mr", ind_x) if x_in else both(mr, "mr", ind_x, pack_x_as)
     # The thread split the kernel's `split` gives (gdv.ir.products.split says what each means).
     split = op.attrs["split"]
