@@ -537,10 +537,14 @@ def _blocked(
     if masked_y:
         zero_y = ""
 
+    # Y's reads adjacent along j (one step of j moves one element, or none): its sliver rows
+    # are copies in vector lanes (left to itself, GCC unrolled them into scalar moves).
+    y_unit = not y_k_inner and all(gj.step(coefs[k][0]) in (0, 1) for k in y_offs)
+
     def pack_y_as(ext: str, ind: str) -> str:
         return _pack(
             prog, body, con.right, y_offs, ind, ("jj", ext, "j", "j0 + jj"), y_k_inner,
-            f"dst[kk * {nr} + jj]",
+            f"dst[kk * {nr} + jj]", y_unit,
         )  # fmt: skip
 
     def pack_x_as(ext: str, ind: str) -> str:
@@ -572,12 +576,46 @@ def _blocked(
         )
         fast_pack = _pack(
             prog, body, con.right, fast, ind + "  ", ("jj", ext, "j", "j0 + jj"), y_k_inner,
-            f"dst[kk * {nr} + jj]",
+            f"dst[kk * {nr} + jj]", not y_k_inner,
         )  # fmt: skip
+        two = ""
+        if len(runs) == 1:
+            # A sliver that crosses one row of the image: two runs, [0, cut) from the first
+            # entry and [cut, NR) from entry `cut`, each checked entry by entry.
+            ((k, (table, step)),) = runs.items()
+            low = dict(y_offs)
+            low[k] = y_offs[k].replace(f"{table}[j]", f"({table}[j0] + INT64_C({step}) * jj)")
+            high = dict(y_offs)
+            high[k] = y_offs[k].replace(
+                f"{table}[j]", f"({table}[j0 + cut] + INT64_C({step}) * jq)"
+            )
+            first_run = _pack(
+                prog, body, con.right, low, ind + "  ", ("jj", "cut", "j", "j0 + jj"),
+                y_k_inner, f"dst[kk * {nr} + jj]", not y_k_inner,
+            )  # fmt: skip
+            second_run = _pack(
+                prog, body, con.right, high, ind + "  ",
+                ("jq", f"{ext} - cut", "j", "j0 + cut + jq"), y_k_inner,
+                f"dst[kk * {nr} + cut + jq]", not y_k_inner,
+            )  # fmt: skip
+            two = (
+                f"{ind}}} else if (two) {{\n{first_run}{second_run}"
+            )
+            check_two = (
+                f"{ind}int64_t cut = 1;\n"
+                f"{ind}while (cut < {ext} && {table}[j0 + cut] == {table}[j0] + "
+                f"INT64_C({step}) * cut) cut++;\n"
+                f"{ind}int two = 1;\n"
+                f"{ind}for (int64_t jj = cut + 1; jj < {ext}; jj++) two = two && "
+                f"{table}[j0 + jj] == {table}[j0 + cut] + INT64_C({step}) * (jj - cut);\n"
+            )
+        else:
+            check_two = ""
         return (
             f"{ind}int run = 1;\n"
             f"{ind}for (int64_t jj = 1; jj < {ext}; jj++) run = run && {check};\n"
-            f"{ind}if (run) {{\n{fast_pack}{ind}}} else {{\n{pack_y_as(ext, ind + '  ')}{ind}}}\n"
+            f"{check_two}"
+            f"{ind}if (run) {{\n{fast_pack}{two}{ind}}} else {{\n{pack_y_as(ext, ind + '  ')}{ind}}}\n"
         )
 
     # A factor read in place only ever packs its edge sliver.
@@ -699,10 +737,12 @@ def _pack(
     side: tuple[str, str, str, str],
     k_inner: bool,
     store: str,
+    simd: bool = False,
 ) -> str:
     """C loops over a sliver storing the factor `value`: `side` = (counter, extent, index
     variable, index expression) of its rows or columns, the reduce positions kk < kc at
-    k = pc + kk; k innermost when `k_inner`."""
+    k = pc + kk; k innermost when `k_inner`. `simd`: the inner loop in vector lanes (its
+    reads are adjacent)."""
     first, second = (side, ("kk", "kc", "k", "pc + kk"))
     if not k_inner:
         first, second = second, first
@@ -712,7 +752,7 @@ def _pack(
     lines = [
         f"{ind}for (int64_t {first[0]} = 0; {first[0]} < {first[1]}; {first[0]}++) {{",
         f"{ind}  const int64_t {first[2]} = {first[3]};",
-        *(["#pragma omp simd"] if costly else []),
+        *(["#pragma omp simd"] if costly or simd else []),
         f"{ind}  for (int64_t {second[0]} = 0; {second[0]} < {second[1]}; {second[0]}++) {{",
         f"{ind}    const int64_t {second[2]} = {second[3]};",
     ]
