@@ -288,7 +288,8 @@ def micro_tile(
 
     `streamed`: the column factor comes from beyond L2 (it is larger than L2, or it is one of a
     model's weights, which together are: `select-products`), so each reduce step of the
-    micro-kernel reads it from L3 or memory; a product with few rows then gets `wide_tile`'s tile."""
+    micro-kernel reads it from L3 or memory; a product with few rows then gets `wide_tile`'s
+    tile."""
     vl = max(1, vector_bytes // elem_bytes)
     chains = max(1, chains)
     top = max(1, min(2 * chains, registers - 2))
@@ -384,13 +385,12 @@ def plan(
     (the descriptor's imposed blocking) wins over both. `streamed`: whether the column factor
     comes from beyond L2 (None: when it is larger than L2)."""
     size = dtype.itemsize
-    _, m, n, _ = sizes(attrs, p)
+    _, m, n, k = sizes(attrs, p)
     vl = max(1, vector_bytes // size)
     if tuned is not None and m >= tuned.mr and tuned.mr * tuned.nv + tuned.nv + 1 <= registers:
         mr, nv = tuned.mr, tuned.nv
         kc, mc, nc = blocking(size, mr, nv * vl, caches, override or (tuned.kc, tuned.mc, tuned.nc))
     else:
-        _, _, _, k = sizes(attrs, p)
         if streamed is None:
             streamed = k * n * size > caches[1]  # the column factor is larger than L2
         mr, nv, vl = micro_tile(size, m, n, vector_bytes, registers, chains, streamed)

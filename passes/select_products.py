@@ -45,6 +45,12 @@ SMALL_SIDE = 16
 columns in place (`backends/c/matmul.py`, DIRECT_MAX_ROWS)."""
 
 
+def factor_operands(body, value: str) -> list[int]:
+    """The positions of the kernel operands that the body value `value` reads."""
+    index = {q.name: k for k, q in enumerate(body.params)}
+    return [index[v] for v in products.closure(body, value) if v in index]
+
+
 def weights_as_rows(op: Op, p: products.Product, body, types: dict) -> products.Product | None:
     """The roles swapped (rows <-> cols, the other factor packed by rows) for x @ W^T with few
     rows of x: W's rows then run as the product's rows, read in place, contiguous along the
@@ -57,8 +63,7 @@ def weights_as_rows(op: Op, p: products.Product, body, types: dict) -> products.
     if m > SMALL_SIDE or n <= SMALL_SIDE or len(red) != 1:
         return None
     _, y = products.factors({**op.attrs, **p.attrs()}, body)
-    index = {q.name: k for k, q in enumerate(body.params)}
-    reads = [index[v] for v in products.closure(body, y) if v in index]
+    reads = factor_operands(body, y)
     if len(reads) != 1:
         return None  # a computed column factor: leave it to the packing
     (k,) = reads
@@ -114,11 +119,11 @@ class SelectProducts(Pass):
             None,
         )
         _, y = products.factors({**op.attrs, **found.attrs()}, body)
-        index = {q.name: k for k, q in enumerate(body.params)}
-        reads = {op.operands[index[v]] for v in products.closure(body, y) if v in index}
+        # a column factor read from a model's weights streams; else the model judges by size
+        streamed = any(op.operands[k] in weights for k in factor_operands(body, y)) or None
         plan = products.plan(
             op.attrs, op.type.dtype, body, found, width, registers, cache, block,
-            self.chains, measured, streamed=bool(reads & weights) or None,
+            self.chains, measured, streamed,
         )  # fmt: skip
         return {**op.attrs, "vector": lanes, **plan}
 
@@ -129,9 +134,9 @@ class SelectProducts(Pass):
         functions = []
         for fn in module.functions:
             types = fn.types()
-            sizes = [q.type.num_elements * q.type.dtype.itemsize for q in fn.params]
-            weights = frozenset(
-                q.name for q in fn.params if sum(sizes) > self.cache_bytes[1]
+            total = sum(q.type.num_elements * q.type.dtype.itemsize for q in fn.params)
+            weights = (
+                frozenset(q.name for q in fn.params) if total > self.cache_bytes[1] else frozenset()
             )
             ops = []
             for op in fn.ops:

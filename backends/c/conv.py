@@ -51,6 +51,11 @@ def _conv2d(prog: Program, op: Op) -> None:
     if par:
         prog.record(op, "parallel", "batch and output channels", "the conv2d op's nest")
     pragma = "#pragma omp parallel for collapse(2) schedule(static)\n" if par else ""
+    # The first tap writes each output; an empty window (a dim of 0 in the weights) gives 0.
+    fill = (
+        "" if cg * kh * kw else f"        for (int64_t ox = 0; ox < {ow}; ox++) row[ox] = {zero};\n"
+    )
+
     def _lanes(lo: str, hi: str, xv: str) -> str:
         return f"""#pragma omp simd
               for (int64_t ox = {lo}; ox < {hi}; ox++) {{
@@ -69,8 +74,7 @@ static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r
     for (int64_t io = 0; io < {o}; io++)
       for (int64_t oy = 0; oy < {oh}; oy++) {{
         {t} *restrict row = r + ((in * {o} + io) * {oh} + oy) * {ow};
-        for (int64_t ox = 0; ox < {ow}; ox++) row[ox] = {zero};
-        int64_t tap = 0;
+{fill}        int64_t tap = 0;
         for (int64_t ci = 0; ci < {cg}; ci++)
           for (int64_t i = 0; i < {kh}; i++)
             for (int64_t j = 0; j < {kw}; j++, tap++) {{

@@ -407,13 +407,13 @@ def _blocked(
     def in_place(value: str, unit: _Group, other: _Group) -> tuple[int, int] | None:
         """(operand, stride along `other`) when the factor `value` is an operand read
         unchanged, adjacent along `unit`, in a product with few rows, or for the row factor
-        also few columns (at most `IN_PLACE_ROWS_MAX_COLS`; each element meets only a few products, so packing it costs more
-        than it saves: `select-products` makes a weight matrix read along k the row factor of
-        a product with few tokens, `weights_as_rows`)."""
+        also few columns (at most `IN_PLACE_ROWS_MAX_COLS`; each element meets only a few
+        products, so packing it costs more than it saves: `select-products` makes a weight
+        matrix read along k the row factor of a product with few tokens, `weights_as_rows`)."""
         k = pidx.get(value)
         few = min(m_, n_) if value == con.left else m_
         if value == con.left and n_ <= IN_PLACE_ROWS_MAX_COLS:
-            few = 0  # each row sliver meets few column slivers (IN_PLACE_ROWS_MAX_COLS)
+            few = 0  # each row sliver meets few column slivers
         if few > DIRECT_MAX_ROWS or k is None or operand_types[k].dtype != dtype:
             return None
         stride = other.step(coefs[k][0])
@@ -564,68 +564,67 @@ def _blocked(
         if table in tables and f"{table}[j]" in y_offs[k] and live:
             runs[k] = (table, live[-1][0])
 
+    def from_entry(entry: str, counter: str) -> dict[int, str]:
+        """Y's offsets with each run table's lookup at j replaced by its entry at `entry`
+        plus `counter` strides."""
+        return {
+            k: off.replace(
+                f"{runs[k][0]}[j]", f"({runs[k][0]}[{entry}] + INT64_C({runs[k][1]}) * {counter})"
+            )
+            if k in runs
+            else off
+            for k, off in y_offs.items()
+        }
+
     def pack_y_full(ext: str, ind: str) -> str:
+        """A sliver of `ext` columns of Y: where its columns go through index tables, copied
+        from table entries in vector lanes when the entries (compared first) allow it."""
         if not runs:
             return pack_y_as(ext, ind)
-        fast = dict(y_offs)
-        for k, (table, step) in runs.items():
-            fast[k] = y_offs[k].replace(f"{table}[j]", f"({table}[j0] + INT64_C({step}) * jj)")
-        check = " && ".join(
-            f"{table}[j0 + jj] == {table}[j0] + INT64_C({step}) * jj"
-            for table, step in runs.values()
+
+        def copy(offs: dict[int, str], side: tuple[str, str, str, str], store: str) -> str:
+            return _pack(
+                prog, body, con.right, offs, ind + "  ", side, y_k_inner, store, not y_k_inner
+            )
+
+        whole = copy(from_entry("j0", "jj"), ("jj", ext, "j", "j0 + jj"), f"dst[kk * {nr} + jj]")
+        generic = pack_y_as(ext, ind + "  ")
+        if len(runs) > 1:
+            check = " && ".join(
+                f"{table}[j0 + jj] == {table}[j0] + INT64_C({step}) * jj"
+                for table, step in runs.values()
+            )
+            return (
+                f"{ind}int run = 1;\n"
+                f"{ind}for (int64_t jj = 1; jj < {ext}; jj++) run = run && {check};\n"
+                f"{ind}if (run) {{\n{whole}{ind}}} else {{\n{generic}{ind}}}\n"
+            )
+        # One table (a conv's input): entries [0, cut) are one run from the first entry; a
+        # sliver that crosses one row of the image is a second run [cut, ext) from entry cut.
+        ((table, step),) = runs.values()
+        two_runs = copy(
+            from_entry("j0", "jj"), ("jj", "cut", "j", "j0 + jj"), f"dst[kk * {nr} + jj]"
+        ) + copy(
+            from_entry("j0 + cut", "jq"),
+            ("jq", f"{ext} - cut", "j", "j0 + cut + jq"),
+            f"dst[kk * {nr} + cut + jq]",
         )
-        fast_pack = _pack(
-            prog, body, con.right, fast, ind + "  ", ("jj", ext, "j", "j0 + jj"), y_k_inner,
-            f"dst[kk * {nr} + jj]", not y_k_inner,
-        )  # fmt: skip
-        two = ""
-        if len(runs) == 1:
-            # A sliver that crosses one row of the image: two runs, [0, cut) from the first
-            # entry and [cut, NR) from entry `cut`, each checked entry by entry.
-            ((k, (table, step)),) = runs.items()
-            low = dict(y_offs)
-            low[k] = y_offs[k].replace(f"{table}[j]", f"({table}[j0] + INT64_C({step}) * jj)")
-            high = dict(y_offs)
-            high[k] = y_offs[k].replace(
-                f"{table}[j]", f"({table}[j0 + cut] + INT64_C({step}) * jq)"
-            )
-            first_run = _pack(
-                prog, body, con.right, low, ind + "  ", ("jj", "cut", "j", "j0 + jj"),
-                y_k_inner, f"dst[kk * {nr} + jj]", not y_k_inner,
-            )  # fmt: skip
-            second_run = _pack(
-                prog, body, con.right, high, ind + "  ",
-                ("jq", f"{ext} - cut", "j", "j0 + cut + jq"), y_k_inner,
-                f"dst[kk * {nr} + cut + jq]", not y_k_inner,
-            )  # fmt: skip
-            two = (
-                f"{ind}}} else if (two) {{\n{first_run}{second_run}"
-            )
-            check_two = (
-                f"{ind}int64_t cut = 1;\n"
-                f"{ind}while (cut < {ext} && {table}[j0 + cut] == {table}[j0] + "
-                f"INT64_C({step}) * cut) cut++;\n"
-                f"{ind}int two = 1;\n"
-                f"{ind}for (int64_t jj = cut + 1; jj < {ext}; jj++) two = two && "
-                f"{table}[j0 + jj] == {table}[j0 + cut] + INT64_C({step}) * (jj - cut);\n"
-            )
-        else:
-            check_two = ""
         return (
-            f"{ind}int run = 1;\n"
-            f"{ind}for (int64_t jj = 1; jj < {ext}; jj++) run = run && {check};\n"
-            f"{check_two}"
-            f"{ind}if (run) {{\n{fast_pack}{two}{ind}}} else {{\n{pack_y_as(ext, ind + '  ')}{ind}}}\n"
+            f"{ind}int64_t cut = 1;\n"
+            f"{ind}while (cut < {ext} && {table}[j0 + cut] == {table}[j0] + "
+            f"INT64_C({step}) * cut) cut++;\n"
+            f"{ind}int two = 1;\n"
+            f"{ind}for (int64_t jj = cut + 1; jj < {ext}; jj++) two = two && "
+            f"{table}[j0 + jj] == {table}[j0 + cut] + INT64_C({step}) * (jj - cut);\n"
+            f"{ind}if (cut == {ext}) {{\n{whole}{ind}}} else if (two) {{\n{two_runs}"
+            f"{ind}}} else {{\n{generic}{ind}}}\n"
         )
 
     # A factor read in place only ever packs its edge sliver.
     if y_in:
         pack_y = edge_y(ind_y) if masked_y else pack_y_as("nr", ind_y)
     else:
-        pack_y = both(
-            nr, "nr", ind_y, lambda ext, ind: pack_y_full(ext, ind) if ext == str(nr)
-            else pack_y_as(ext, ind), edge_y(ind_y + "  ") if masked_y else "",
-        )  # fmt: skip
+        pack_y = both(nr, "nr", ind_y, pack_y_full, edge_y(ind_y + "  ") if masked_y else "")
     pack_x = pack_x_as("mr", ind_x) if x_in else both(mr, "mr", ind_x, pack_x_as)
     # The thread split the kernel's `split` gives (gdv.ir.products.split says what each means).
     split = op.attrs["split"]

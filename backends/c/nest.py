@@ -206,9 +206,7 @@ def emit_nest(
         for d in reversed(order[:-1]):
             if d in parallel and points >= PARALLEL_MIN_POINTS:
                 break  # the threads' loop
-            if nest.space[d] > 1 and any(
-                c[d] != c[simd] * inner_extent for c in [*flat, out_coef]
-            ):
+            if nest.space[d] > 1 and any(c[d] != c[simd] * inner_extent for c in [*flat, out_coef]):
                 break
             merged.append(d)
             inner_extent *= nest.space[d]

@@ -191,7 +191,9 @@ def test_weights_as_rows_is_bit_exact_on_c(m: int, k: int, n: int, level: int, s
     assert reference.bit_equal(got, reference.run(comp.module, {"x": x, "w": w})[0])
 
 
-@pytest.mark.parametrize(("m", "k", "n", "want"), [(512, 576, 49, "rows"), (49, 576, 512, "columns")])
+@pytest.mark.parametrize(
+    ("m", "k", "n", "want"), [(512, 576, 49, "rows"), (49, 576, 512, "columns")]
+)
 def test_threads_split_the_factor_whose_packing_is_larger(m: int, k: int, n: int, want: str):
     """Each thread packs the whole factor it does not split: with more rows than columns (a late
     CNN layer as a product: output channels by a 7x7 image) the rows are split, so each thread

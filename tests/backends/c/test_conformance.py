@@ -386,9 +386,10 @@ def test_large_pad_on_threads_bit_exact(dtype: DType) -> None:
     x = rng.standard_normal((3, 40, 50, 17)).astype(dtype.np)
     low, high = [1, 0, 2, 3], [0, 2, 1, 4]
     out = tuple(a + s + b for a, s, b in zip(low, x.shape, high, strict=True))
+    value = 3 if dtype is DType.I8 else 3.0
     text = (
         f"func @main(%x: {_ty(dtype, x.shape)}) -> {_ty(dtype, out)} {{\n"
-        f"  %y = pad(%x) {{low = {low}, high = {high}, value = {3 if dtype is DType.I8 else 3.0}}} : {_ty(dtype, out)}\n"
+        f"  %y = pad(%x) {{low = {low}, high = {high}, value = {value}}} : {_ty(dtype, out)}\n"
         "  return %y\n}"
     )
     assert 3 * 40 * 50 * 17 >= 1 << 16
@@ -422,7 +423,9 @@ def test_merged_image_dims_bit_exact(data, shape, level) -> None:
     )
     comp = compile_module(text, CompileOptions(target="c", level=level, jobs=1))
     assert comp.verdict == "proved"
-    inputs = {k: data.draw(_array(DType.F32, s)) for k, s in (("x", shape), ("m", (ch,)), ("s", (ch,)))}
+    inputs = {
+        k: data.draw(_array(DType.F32, s)) for k, s in (("x", shape), ("m", (ch,)), ("s", (ch,)))
+    }
     got = comp(**inputs)[0]
     want = reference.run(parse(text), inputs)[0]
     assert reference.bit_equal(got, want), reference.describe_difference(got, want)

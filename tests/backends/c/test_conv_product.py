@@ -212,7 +212,7 @@ def test_images_run_as_batch_and_tiles_are_stored_in_place(hw: int) -> None:
     assert ("[j0] + INT64_C(1) * jj + " in source) == (hw % nr == 0), (hw, nr)
     # Otherwise a full sliver is checked at run time, and copied from its first entry when
     # it does not cross a row of the image.
-    assert ("int run = 1;" in source) == (hw % nr != 0), (hw, nr)
+    assert ("int64_t cut = 1;" in source) == (hw % nr != 0), (hw, nr)
     got = c.run(compiled, inputs)[0]
     assert reference.bit_equal(got, reference.run(module, inputs)[0])
     choices = {ch["choice"] for ch in c.printer_choices(compiled)}
