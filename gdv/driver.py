@@ -87,6 +87,21 @@ class Compilation:
             )
         return self.executable()(inputs)
 
+    def bind(self, **weights: np.ndarray) -> Bound:
+        """The compiled program with the parameters `weights` fixed (a model's weights, as
+        onnxruntime fixes its initializers), called with the other parameters as keywords.
+        The weights are copied; on the C target each product factor read only from them is
+        packed once here instead of on every call (`gdv.backends.c.Executable.bind`)."""
+        if self.verdict != "proved":
+            raise IRError(
+                f"refusing to run a compile whose obligations are {self.verdict}",
+                Loc(self.source.filename, 1, 1),
+            )
+        exe = self.executable()
+        if not hasattr(exe, "bind"):
+            return Bound(_Fixed(exe, {k: np.array(v, copy=True) for k, v in weights.items()}))
+        return Bound(exe.bind(weights))
+
     def executable(self):
         """The final module's executable on the target, built once (its proof unchecked: the
         evidence writer runs it for conformance whatever the verdict)."""
@@ -94,6 +109,31 @@ class Compilation:
             target = get_target(self.options.target)
             self._executable = target.executable(self.module, self.options.allow_fallback)
         return self._executable
+
+
+@dataclass
+class Bound:
+    """A compiled program with some parameters fixed (`Compilation.bind`)."""
+
+    executable: Any
+
+    def __call__(self, **inputs: np.ndarray) -> list[np.ndarray]:
+        """Run it on the other parameters, as keywords."""
+        return self.executable(inputs)
+
+
+@dataclass
+class _Fixed:
+    """Fixed parameters for a target whose executable cannot bind: passed on every call."""
+
+    executable: Any
+    weights: dict
+
+    def __call__(self, inputs) -> list[np.ndarray]:
+        clash = sorted(set(inputs) & set(self.weights))
+        if clash:
+            raise IRError(f"{', '.join(clash)}: bound by bind, not an input any more")
+        return self.executable({**inputs, **self.weights})
 
 
 def _load(source: str | os.PathLike) -> tuple[Module, bytes]:

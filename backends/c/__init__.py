@@ -12,6 +12,7 @@ registered in `RULES` against the op specs of `gdv.ir.ops`.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import functools
 import os
@@ -287,9 +288,15 @@ class Executable:
         """One buffer per slot: parameters (replaced by the caller's arrays in each call),
         returned values, values of an unplanned function, and the planned arena."""
         self._arena_of = {v: (offset, t) for v, (offset, t) in prog.arena_of.items()}
+        self._prepacks = list(prog.prepacks)
+        """Factors the program can pack once (`bind`): their slots hold NULL until then."""
+        for pre in self._prepacks:
+            self._buffers[pre.slot] = np.empty(0, np.uint8)
         self._pointers = (ctypes.c_void_p * max(1, len(self._buffers)))(
-            *[b.ctypes.data for b in self._buffers]
+            *[b.ctypes.data if b.size else None for b in self._buffers]
         )
+        self._held: dict[str, np.ndarray] = {}
+        """Parameters bound by `bind` (read-only copies), by name."""
         self._read_in_place: dict[int, np.ndarray] = {}
         self._params = [
             (p.name, np.dtype(p.type.dtype.np), p.type.shape, self._slot_of[p.name])
@@ -334,6 +341,69 @@ class Executable:
         if self.lowered.fallbacks:
             self._lib.gdv_set_fallback.argtypes = [_FALLBACK_FN]
 
+    def bind(self, weights: Mapping[str, np.ndarray]) -> Executable:
+        """An executable with the parameters `weights` fixed, as onnxruntime fixes a model's
+        initializers: it is called with the other parameters only. Each weight is checked as
+        a call checks it and copied (later changes to the caller's arrays change nothing);
+        every product factor read only from bound weights is packed once, here, into the
+        slivers the per-call packing would build (the same C code), and the calls read those.
+        The result shares this executable's buffers: call one of them at a time."""
+        from gdv.backends.reference import Context
+        from gdv.backends.reference.interpreter import check_inputs
+
+        names = {p.name for p in self.entry.params}
+        unknown = sorted(set(weights) - names)
+        if unknown:
+            raise IRError(f"bind: no parameter named {', '.join(unknown)}")
+        if set(weights) & set(self._held):
+            raise IRError(
+                f"bind: {', '.join(sorted(set(weights) & set(self._held)))} already bound"
+            )
+        sub = self.entry.__class__(
+            self.entry.name,
+            [p for p in self.entry.params if p.name in weights],
+            [],
+            [],
+            [],
+        )
+        env = check_inputs(sub, dict(weights), Context())
+        bound = copy.copy(self)
+        bound._held = dict(self._held)
+        for name in weights:
+            x = np.array(env[name], copy=True, order="C")
+            x.setflags(write=False)
+            bound._held[name] = x
+        bound._seen = {}
+        bound._read_in_place = {}
+        bound._buffers = list(self._buffers)
+        bound._pointers = (ctypes.c_void_p * len(self._pointers))(*self._pointers)
+        slots = {p.name: self._slot_of[p.name] for p in self.entry.params}
+        for name, x in bound._held.items():
+            bound._pointers[slots[name]] = (
+                x.ctypes.data if x.size else self._buffers[slots[name]].ctypes.data
+            )
+        bound._params = [spec for spec in self._params if spec[0] not in bound._held]
+        bound._fast_inputs = all(
+            p.type.num_elements for p in self.entry.params if p.name not in bound._held
+        )
+        packed = [pre for pre in self._prepacks if set(pre.params) <= set(bound._held)]
+        for pre in packed:
+            if bound._pointers[pre.slot]:
+                continue  # packed by an earlier bind (its weights are bound here too)
+            panels = _aligned(pre.elements * pre.dtype.itemsize).view(pre.dtype.np)
+            bound._buffers[pre.slot] = panels
+            bound._pointers[pre.slot] = panels.ctypes.data
+        if packed:
+            self._lib.gdv_prepack.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        if packed and self._lib.gdv_prepack(bound._pointers) != 0:
+            raise IRError("target c: out of memory (packing the bound weights)")
+        return bound
+
+    @property
+    def bound(self) -> tuple[str, ...]:
+        """The parameters `bind` fixed, in the entry's order."""
+        return tuple(p.name for p in self.entry.params if p.name in self._held)
+
     def _value(self, name: str) -> np.ndarray:
         """`name`'s elements in this call (see `_slot_view`); a planned value's are its bytes
         in the arena."""
@@ -377,6 +447,11 @@ class Executable:
         specs = self._params
         read = self._read_in_place = {}
         seen, pointers = self._seen, self._pointers
+        held = self._held
+        if held:
+            clash = [name for name in inputs if name in held]
+            if clash:
+                raise IRError(f"{', '.join(sorted(clash))}: bound by bind, not an input any more")
         fast = (
             self._fast_inputs
             and (type(inputs) is dict or isinstance(inputs, Mapping))
@@ -405,7 +480,7 @@ class Executable:
             from gdv.backends.reference import Context
             from gdv.backends.reference.interpreter import check_inputs
 
-            env = check_inputs(self.entry, inputs, Context())
+            env = check_inputs(self.entry, {**inputs, **held}, Context())
             read.clear()
             for name, _, _, slot in specs:
                 seen.pop(slot, None)  # its pointer now goes to this call's copy
@@ -415,6 +490,10 @@ class Executable:
                     pointers[slot] = x.ctypes.data
                 else:
                     pointers[slot] = self._buffers[slot].ctypes.data
+        if held and self._keep_read:
+            for name, x in held.items():
+                if x.size:
+                    read[self._slot_of[name]] = x
         fresh = {}
         for i, slot, shape, dt in self._fresh:
             arr = fresh[i] = np.empty(shape, dt)

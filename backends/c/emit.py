@@ -156,6 +156,22 @@ def strides(t: TensorType) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class Prepack:
+    """A product factor packed once, when the weights it reads are bound
+    (`Executable.bind`), instead of on every call: slot `slot` holds the packed panels
+    (`elements` of `dtype`; a NULL pointer, the default, means "pack on every call"), which
+    `call` (C, in `gdv_prepack`) fills from the parameters `params`."""
+
+    kernel: str
+    side: str
+    slot: int
+    elements: int
+    dtype: DType
+    params: tuple[str, ...]
+    call: str
+
+
 @dataclass
 class Program:
     """The C translation unit of one module's entry function, built op by op.
@@ -184,6 +200,8 @@ class Program:
     """The entry function's buffer plan, name -> (offset, bytes); None: it has none."""
     choices: list[dict] = field(default_factory=list)
     """What the printer chose itself, no attribute of the IR deciding it (`record`)."""
+    prepacks: list[Prepack] = field(default_factory=list)
+    """Factors packed once at `bind` time (`prepack_slot`), in slot order."""
 
     def __post_init__(self) -> None:
         for p in self.entry.params:
@@ -223,6 +241,21 @@ class Program:
         else:
             self.slot_of[value] = self.slot_of[operand]
         self._var[value] = f"v{len(self._var)}"
+
+    def param_of(self, value: str) -> str | None:
+        """The entry parameter whose storage `value` is (itself, or a reshape sharing it)."""
+        slot = self.slot_of.get(value)
+        return next((p.name for p in self.entry.params if self.slot_of[p.name] == slot), None)
+
+    def prepack_slot(
+        self, kernel: str, side: str, elements: int, dtype: DType, params: list[str], call: str
+    ) -> int:
+        """A slot for the packed panels of a product's factor read only from `params`, filled
+        by the C statement `call` (its `{dst}` the slot's pointer) in `gdv_prepack`."""
+        slot = len(self.slot_types)
+        self.slot_types.append(TensorType(dtype, (max(1, elements),)))
+        self.prepacks.append(Prepack(kernel, side, slot, elements, dtype, tuple(params), call))
+        return slot
 
     def record(self, op: Op | None, choice: str, value: object, why: str) -> None:
         """Note a choice the printer makes itself (`gdv.backends.c.printer_choices`)."""
@@ -294,4 +327,30 @@ class Program:
         lines += self.body
         lines.append("  return 0;")
         lines.append("}")
+        lines += self._prepack_source()
         return "\n".join(lines) + "\n"
+
+    def _prepack_source(self) -> list[str]:
+        """`gdv_prepack(buf)`: each prepack slot that holds a pointer (the caller bound its
+        parameters) is filled from them; the entry reads panels from those slots instead of
+        packing. Absent when the program has no prepackable factor."""
+        if not self.prepacks:
+            return []
+        lines = ["int gdv_prepack(void *const *buf)", "{"]
+        params = {p for pre in self.prepacks for p in pre.params}
+        for value, var in self._var.items():
+            if value in self.arena_of or self.param_of(value) not in params:
+                continue
+            t = self.slot_types[self.slot_of[value]]
+            lines.append(
+                f"  const {CTYPE[t.dtype]} *const {var} = (const {CTYPE[t.dtype]} *)"
+                f"buf[{self.slot_of[value]}];  /* %{comment(value)} */"
+            )
+        for pre in self.prepacks:
+            dst = f"(({CTYPE[pre.dtype]} *)buf[{pre.slot}])"
+            lines.append(
+                f"  if (buf[{pre.slot}] && {pre.call.format(dst=dst)} != 0) return -1;"
+                f"  /* %{comment(pre.kernel)}: its {pre.side} factor */"
+            )
+        lines += ["  return 0;", "}"]
+        return lines

@@ -336,13 +336,8 @@ def emit(prog: Program, op: Op, operand_types: list[TensorType], body: Function)
     name = prog.new_function()
     params = [f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)]
     params.append(f"{t} *restrict r")
-    head = (
-        f"/* kernel %{comment(op.result)} body @{comment(op.attrs['body'])}: contraction "
-        f"M={m_} N={n_} K={k_} batch={nb}; packed {mr}x{nr} micro-kernel, {vb}-byte vectors, "
-        f"KC={kc_max} MC={mc_max} NC={nc_max} */\n"
-        f"static int {name}({', '.join(params)})\n"
-    )
     total = op.type.num_elements
+    pre_slots: list[int] = []
     if total == 0:
         code = "{\n  return 0;\n}\n"
     elif k_ == 0:  # the empty fold of every output: +0.0
@@ -350,10 +345,21 @@ def emit(prog: Program, op: Op, operand_types: list[TensorType], body: Function)
     else:
         _runtime_includes(prog)
         micro = micro_kernel(prog, dtype, mr, nv, vb, fma=fused)
-        code = _blocked(prog, op, con, operand_types, body, (gb, gi, gj, gk), micro, mr, nr, vb)
+        code, pre_slots = _blocked(
+            prog, op, con, operand_types, body, (gb, gi, gj, gk), micro, mr, nr, vb, name
+        )
+    if pre_slots:
+        params += [f"const {t} *restrict pre_x", f"const {t} *restrict pre_y"]
+    head = (
+        f"/* kernel %{comment(op.result)} body @{comment(op.attrs['body'])}: contraction "
+        f"M={m_} N={n_} K={k_} batch={nb}; packed {mr}x{nr} micro-kernel, {vb}-byte vectors, "
+        f"KC={kc_max} MC={mc_max} NC={nc_max} */\n"
+        f"static int {name}({', '.join(params)})\n"
+    )
     prog.functions.append(head + code)
     prog.new_slot(op.result, op.type)
     args = [prog.var(o) for o in op.operands] + [prog.var(op.result)]
+    args += [f"(const {t} *)buf[{slot}]" if slot >= 0 else "NULL" for slot in pre_slots]
     prog.body.append(
         f"  if ({name}({', '.join(args)}) != 0) return -1;  /* %{comment(op.result)}; "
         "-1: out of memory */"
@@ -371,8 +377,11 @@ def _blocked(
     mr: int,
     nr: int,
     vb: int,
-) -> str:
-    """The body of a contraction's C function (at least one output, a non-empty fold)."""
+    name: str,
+) -> tuple[str, list[int]]:
+    """The body of a contraction's C function (at least one output, a non-empty fold), and
+    the slots of its factors' prepacked panels ([X's, Y's], -1 for a factor packed on every
+    call; empty when neither can be prepacked: the function then takes no panel pointers)."""
     dtype = op.type.dtype
     t = CTYPE[dtype]
     n = len(op.attrs["space"])
@@ -626,11 +635,100 @@ def _blocked(
     else:
         pack_y = both(nr, "nr", ind_y, pack_y_full, edge_y(ind_y + "  ") if masked_y else "")
     pack_x = pack_x_as("mr", ind_x) if x_in else both(mr, "mr", ind_x, pack_x_as)
+    # A factor read only from the entry's parameters (a model's weights) is packed once, when
+    # those are bound (`Executable.bind`), by the same packing code run over all of K, into
+    # slivers laid out as the per-call packing lays out one panel: sliver s of Y at
+    # s * K * NR (X: s * K * MR), reduce position k at k * NR (k * MR) within it.
+    pre_slots: list[int] = []
+    y_guard = pre_b = x_guard = ""
+    pa_expr = f"ap + is * kc * {mr}"
+    bindable = {
+        side: _bindable(prog, op, offs, nb) for side, offs in (("x", x_offs), ("y", y_offs))
+    }
+    if any(v is not None for v in bindable.values()):
+        table_alloc = "".join(
+            f"  int64_t *{v} = malloc(sizeof(int64_t) * {sizes[v[-1]]});\n" for v in tables
+        )
+        if tables:
+            table_alloc += (
+                f"  if ({' || '.join(f'!{v}' for v in tables)}) {{\n"
+                f"    {' '.join(f'free({v});' for v in tables)}\n    return 1;\n  }}\n"
+            )
+        table_alloc += "".join(f"{init}\n" for init in tables.values())
+        table_free = "".join(f"  free({v});\n" for v in tables)
+        args = ", ".join(
+            f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)
+        )
+        sides = {
+            "x": (mr, m_, "r0", both(mr, "mr", ind_x, pack_x_as), zero_x_all(mr)),
+            "y": (
+                nr,
+                n_,
+                "j0",
+                both(nr, "nr", ind_y, pack_y_as, edge_y(ind_y + "  ") if masked_y else ""),
+                zero_y,
+            ),
+        }
+        for side, params in bindable.items():
+            if params is None:
+                pre_slots.append(-1)
+                continue
+            width, extent, first, pack, zero = sides[side]
+            slivers = -(-extent // width)
+            fn = f"{name}_pre_{side}"
+            prog.functions.append(
+                f"/* the {side.upper()} factor of %{comment(op.result)} packed whole, once */\n"
+                f"static int {fn}({args}, {t} *restrict pre)\n{{\n{table_alloc}"
+                f"  int64_t q = 0;\n{batch}  (void)q;\n"
+                f"  const int64_t pc = 0, kc = {k_};\n"
+                f"  for (int64_t s = 0; s < {slivers}; s++) {{\n"
+                f"    {t} *restrict dst = pre + s * INT64_C({k_ * width});\n"
+                f"    const int64_t {first} = s * {width};\n"
+                f"    const int64_t {'m' if side == 'x' else 'n'}r = {extent} - {first} < {width} "
+                f"? {extent} - {first} : {width};\n"
+                f"{pack}{zero}  }}\n{table_free}  return 0;\n}}\n"
+            )
+            call_args = ", ".join(
+                prog.var(o) if k in (x_offs if side == "x" else y_offs) else "NULL"
+                for k, o in enumerate(op.operands)
+            )
+            pre_slots.append(
+                prog.prepack_slot(
+                    op.result,
+                    side,
+                    slivers * k_ * width,
+                    dtype,
+                    params,
+                    f"{fn}({call_args}, {{dst}})",
+                )
+            )
+        prog.record(
+            op,
+            "prepacked factors",
+            [s for s, v in (("rows", bindable["x"]), ("columns", bindable["y"])) if v is not None],
+            "a factor read only from parameters is packed once when they are bound "
+            "(Executable.bind), into the per-call packing's sliver layout",
+        )
+        y_guard = "          if (!pre_y)\n"
+        x_guard = "            if (!pre_x)\n"
+        pre_b = (
+            f"                if (pre_y) {{\n"
+            f"                  pb = pre_y + ((ja / {nr}) * INT64_C({k_}) + pc) * {nr};\n"
+            f"                  ldb = {nr};\n"
+            "                }\n"
+        )
+        pa_expr = f"pre_x ? pre_x + ((ia / {mr}) * INT64_C({k_}) + pc) * {mr} : ap + is * kc * {mr}"
+        if x_in:
+            plain_full = f"{micro}(kc, pa, pb, ldb, ct, {n_}, pc == 0);"
+            pad = " " * 18
+            call_full = f"if (pre_x)\n{pad}  {plain_full}\n{pad}else\n{pad}  {call_full}"
+            call_tile = call_tile.replace(f"if (mr == {mr})", f"if (mr == {mr} && !pre_x)", 1)
     # The thread split the kernel's `split` gives (gdv.ir.products.split says what each means).
     split = op.attrs["split"]
     parallel = int(split != "none")
     by_columns = "nsl >= nt" if split != "rows" else "nsl >= nt && msl < nt"
-    return f"""{{
+    return (
+        f"""{{
 {note}  int nthreads = 1;
 #ifdef _OPENMP
   nthreads = omp_get_max_threads();
@@ -668,7 +766,7 @@ def _blocked(
         for (int64_t pc = 0; pc < {k_}; pc += {kc_max}) {{
           const int64_t kc = {k_} - pc < {kc_max} ? {k_} - pc : {kc_max};
           /* Pack Y: sliver s holds columns jc + s*NR.. for reduce positions pc..pc+kc-1. */
-          for (int64_t s = 0; s < ns; s++) {{
+{y_guard}          for (int64_t s = 0; s < ns; s++) {{
             {t} *restrict dst = bp + s * kc * {nr};
             const int64_t j0 = jc + s * {nr};
             const int64_t nr = jc + nc - j0 < {nr} ? jc + nc - j0 : {nr};
@@ -677,7 +775,7 @@ def _blocked(
             const int64_t mcur = i_hi - i0 < {mc_top} ? i_hi - i0 : {mc_top};
             const int64_t nis = (mcur + {mr - 1}) / {mr};
             /* Pack X: row slivers of MR rows. */
-            for (int64_t is = 0; is < nis; is++) {{
+{x_guard}            for (int64_t is = 0; is < nis; is++) {{
               {t} *restrict dst = ap + is * kc * {mr};
               const int64_t r0 = i0 + is * {mr};
               const int64_t mr = i0 + mcur - r0 < {mr} ? i0 + mcur - r0 : {mr};
@@ -691,10 +789,10 @@ def _blocked(
                 const int64_t ja = jc + js * {nr};
                 const int64_t nr = jc + nc - ja < {nr} ? jc + nc - ja : {nr};
                 {t} *ct = c + ia * {n_} + ja;
-                const {t} *pa = ap + is * kc * {mr};
+                const {t} *pa = {pa_expr};
                 const {t} *pb = bp + js * kc * {nr};
                 int64_t ldb = {nr};
-{in_place_b}                if (mr == {mr} && nr == {nr}) {{
+{in_place_b}{pre_b}                if (mr == {mr} && nr == {nr}) {{
                   {call_full}
                 }} else {{ /* an edge tile: through a full-size tile, partial sums in order */
                   {t} tile[{mr * nr}] __attribute__((aligned(64)));
@@ -715,7 +813,28 @@ def _blocked(
   {free}
   return 0;
 }}
-"""
+""",
+        pre_slots,
+    )
+
+
+def zero_x_all(mr: int) -> str:
+    """C zeroing the rows of an X sliver past its `mr` rows (the edge sliver)."""
+    return (
+        f"    for (int64_t ii = mr; ii < {mr}; ii++)\n"
+        f"      for (int64_t kk = 0; kk < kc; kk++) dst[kk * {mr} + ii] = 0;\n"
+    )
+
+
+def _bindable(prog: Program, op: Op, offsets: dict[int, str], nb: int) -> list[str] | None:
+    """The entry parameters a factor reads when it reads nothing else (and the product has
+    one batch position): it can be packed once when they are bound. None otherwise."""
+    if nb != 1 or not offsets:
+        return None
+    params = [prog.param_of(op.operands[k]) for k in sorted(offsets)]
+    if any(p is None for p in params):
+        return None
+    return sorted(set(params))  # type: ignore[arg-type]
 
 
 def _round64(elems: int, size: int) -> int:
