@@ -388,11 +388,11 @@ def _c_skip_remainder():
     original = matmul._blocked
 
     def _blocked(*args, **kwargs):
-        code = original(*args, **kwargs)
+        code, pre_slots = original(*args, **kwargs)
         code, hits = _EDGE_STORE.subn("(void)0;  /* mutant: the edge tile is dropped */", code)
         if hits:
             _fire()
-        return code
+        return code, pre_slots
 
     return mock.patch.object(matmul, "_blocked", _blocked)
 
