@@ -14,15 +14,19 @@ dynamo=False)` then `gdv.import_onnx`): import seconds; a cold `gdv compile -O2 
 rest (parse, C build); obligations and verdict; per pass its wall time, obligations and solver
 seconds and its slowest obligations; the run median (`--runs`, default 20, after 3 warm-up
 calls; all engines in one process, in 4 rounds of back-to-back blocks, see `_side_by_side`) of
-gdv's C target on both paths, torch eager and onnxruntime (CPU, 2 intra-op threads, 1
-inter-op), the ratios gdv/torch and gdv/ORT (time over time: below 1 is faster), and the largest
-absolute difference from torch.
+gdv's C target on both paths, called with the weights as arguments and bound once
+(`Compilation.bind`, as onnxruntime's session fixes its initializers: product factors read
+only from weights are packed at bind time; the bound result must equal the unbound one bit for
+bit), torch eager and onnxruntime (CPU, 2 intra-op threads, 1 inter-op), the ratios gdv/torch
+and gdv/ORT (time over time: below 1 is faster), and the largest absolute difference from torch.
 
 Peak memory is measured the same way for every engine, each in a fresh subprocess: load the
 engine (torch: build the model; ORT: create the session; gdv: compile with the proof and C
-caches the timed compile filled, and load the shared object), read VmRSS, reset VmHWM through
-/proc/self/clear_refs, make the warm-up and timed calls, read VmHWM. The figure is VmHWM minus
-that VmRSS. gdv's planned arena (`arena_bytes` of the entry function) is given beside it.
+caches the timed compile filled, and load the shared object; bound: also bind the weights,
+so their copy and packed panels count as loaded, as ORT's initializers do), read VmRSS, reset
+VmHWM through /proc/self/clear_refs, make the warm-up and timed calls, read VmHWM. The figure
+is VmHWM minus that VmRSS. gdv's planned arena (`arena_bytes` of the entry function) is
+given beside it.
 
 Each model runs in its own subprocess, so a model that fails (import, compile, a crash) is
 reported with its error and the others still run. Writes `benchmarks/models.json` and prints a
@@ -352,6 +356,17 @@ def bench_model(name: str, quick: bool, runs: int, work: Path) -> dict:
             out = comp(**args)[0]
             res["max_abs_diff"] = float(np.abs(out - expected).max())
             calls[f"gdv:{path}"] = functools.partial(comp, **args)
+            # The weights fixed once, as onnxruntime fixes its initializers at session
+            # creation: the product factors read only from them are packed once, here.
+            stage = "bind"
+            t = time.perf_counter()
+            bound = comp.bind(**weights)
+            res["bind_s"] = time.perf_counter() - t
+            bout = bound(**feed)[0]
+            res["bound_max_abs_diff"] = float(np.abs(bout - expected).max())
+            if not np.array_equal(bout, out, equal_nan=True):
+                raise AssertionError("the bound program's result differs from the unbound one's")
+            calls[f"gdv-bound:{path}"] = functools.partial(bound, **feed)
         except Exception as e:  # noqa: BLE001 -- the error is the result
             res["error"] = f"{stage}: {_error(e)}"
             res["traceback"] = traceback.format_exc(limit=-4)
@@ -365,6 +380,11 @@ def bench_model(name: str, quick: bool, runs: int, work: Path) -> dict:
             res["vs_torch"] = res["gdv_s"] / row["torch_s"]
             if "ort_s" in row:
                 res["vs_ort"] = res["gdv_s"] / row["ort_s"]
+        if f"gdv-bound:{path}" in medians:
+            res["gdv_bound_s"] = medians[f"gdv-bound:{path}"]
+            res["bound_vs_torch"] = res["gdv_bound_s"] / row["torch_s"]
+            if "ort_s" in row:
+                res["bound_vs_ort"] = res["gdv_bound_s"] / row["ort_s"]
     return row
 
 
@@ -398,14 +418,26 @@ def measure_memory(name: str, engine: str, quick: bool, runs: int, work: Path) -
         def call():
             sess.run(None, feed)
     else:
-        tag = engine.removeprefix("gdv:").replace(".", "_")
+        kind, _, path = engine.partition(":")
+        tag = path.replace(".", "_")
         os.environ["GDV_C_CACHE"] = str(work / f"c-cache-{tag}")
         comp = gdv_compile(work / f"{tag}.gdv", work / f"proof-cache-{tag}")
         comp.executable()
-        args = dict(feed, **dict(np.load(work / f"{tag}-weights.npz")))
+        weights = dict(np.load(work / f"{tag}-weights.npz"))
+        if kind == "gdv-bound":
+            # As onnxruntime's session holds its initializers, the bound program holds its
+            # copy of the weights (and their packed panels): that copy is part of what is
+            # loaded; the caller's arrays are dropped, as an ORT user drops the model file.
+            bound = comp.bind(**weights)
+            del weights
 
-        def call():
-            comp(**args)
+            def call():
+                bound(**feed)
+        else:
+            args = dict(feed, **weights)
+
+            def call():
+                comp(**args)
 
     gc.collect()
     loaded = _status_kb("VmRSS")
@@ -446,14 +478,16 @@ def _f(x: Any, fmt: str) -> str:
 def table(rows: list[dict]) -> str:
     head = (
         "| model | path | imported ops | import s | compile+prove s | passes s | prove s "
-        "| obligations | verdict | gdv ms | torch ms | ORT ms | gdv/torch | gdv/ORT | max abs diff "
-        "| peak MB gdv | torch | ORT | arena MB |"
+        "| obligations | verdict | gdv ms | bound ms | torch ms | ORT ms | gdv/torch "
+        "| bound/torch | bound/ORT | max abs diff | peak MB gdv | bound | torch | ORT "
+        "| arena MB |"
     )
-    out = [head, "|" + "---|" * 19]
+    ncols = head.count("|") - 1
+    out = [head, "|" + "---|" * ncols]
     for r in rows:
         if "error" in r and "paths" not in r:
             why = str(r["error"]).replace("|", "/")[:300]
-            out.append(f"| {r['model']} | (all) | error: {why} |" + " |" * 16)
+            out.append(f"| {r['model']} | (all) | error: {why} |" + " |" * (ncols - 3))
             continue
         mem = r.get("memory", {})
         for path, p in r["paths"].items():
@@ -462,8 +496,12 @@ def table(rows: list[dict]) -> str:
                 cells += [_f(p.get("import_s"), ".1f"), _f(p.get("compile_and_prove_s"), ".1f")]
                 cells += ["-", "-", _f(p.get("obligations"), "d"), p.get("verdict", "-")]
                 cells += ["error: " + p.get("error", "?").replace("|", "/")[:200]]
-                out.append("| " + " | ".join(cells) + " |" + " |" * 9)
+                out.append("| " + " | ".join(cells) + " |" + " |" * (ncols - len(cells)))
                 continue
+
+            def peak(engine: str, mem: dict = mem) -> str:
+                return _f(mem.get(engine, {}).get("peak_above_loaded_mb"), ".1f")
+
             cells = [
                 r["model"],
                 path,
@@ -475,14 +513,17 @@ def table(rows: list[dict]) -> str:
                 _f(p["obligations"], "d"),
                 p["verdict"],
                 _f(p["gdv_s"] * 1e3, ".2f"),
+                _f(p["gdv_bound_s"] * 1e3, ".2f") if "gdv_bound_s" in p else "-",
                 _f(r["torch_s"] * 1e3, ".2f"),
                 _f(r.get("ort_s", 0) * 1e3, ".2f") if "ort_s" in r else "-",
                 _f(p["vs_torch"], ".2f") + "x",
-                _f(p.get("vs_ort"), ".2f") + "x",
+                _f(p.get("bound_vs_torch"), ".2f") + "x",
+                _f(p.get("bound_vs_ort"), ".2f") + "x",
                 _f(p["max_abs_diff"], ".1e"),
-                _f(mem.get(f"gdv:{path}", {}).get("peak_above_loaded_mb"), ".1f"),
-                _f(mem.get("torch", {}).get("peak_above_loaded_mb"), ".1f"),
-                _f(mem.get("ort", {}).get("peak_above_loaded_mb"), ".1f"),
+                peak(f"gdv:{path}"),
+                peak(f"gdv-bound:{path}"),
+                peak("torch"),
+                peak("ort"),
                 _f(p["arena_bytes"] / 2**20, ".1f"),
             ]
             out.append("| " + " | ".join(cells) + " |")
@@ -529,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
             if "paths" in row:
                 engines = ["torch"] + (["ort"] if "ort_s" in row else [])
                 engines += [f"gdv:{p}" for p, r in row["paths"].items() if "gdv_s" in r]
+                engines += [f"gdv-bound:{p}" for p, r in row["paths"].items() if "gdv_bound_s" in r]
                 row["memory"] = {
                     e: _child(["--_memory", name, e, work, *flags], args.model_timeout)
                     for e in engines
