@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from gdv.api import parse
     from gdv.backends import c
+    from gdv.backends.targets import get_target
     from gdv.passes import lower_to_kernels
     from gdv.passes.manager import PassManager
     from gdv.passes.pipelines import pipeline
@@ -80,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
             f"f32[1,{ch},{oh},{oh}]\n  return %y\n}}\n"
         )
         module = parse(text)
-        compiled = c.Executable(PassManager(pipeline("c", 2)).run(module).module)
+        # As the driver builds it: the micro-tile, blocks and vector width come from the
+        # host's capability descriptor (without them the pipeline schedules for a default).
+        passes = pipeline("c", 2, **get_target("c").schedule_parameters())
+        compiled = c.Executable(PassManager(passes).run(module).module)
         rng = np.random.default_rng(0)
         x = rng.standard_normal((1, ch, hw, hw)).astype(np.float32)
         w = rng.standard_normal((ch, og, 3, 3)).astype(np.float32)
