@@ -113,7 +113,11 @@ def op_cost(module: Module, op: Op, types: dict[str, TensorType]) -> tuple[int, 
         per_point = sum(1 for b in body.ops if b.name not in FREE) if body is not None else 0
         if op.attrs.get("reduce") and op.attrs.get("combiner", "none") != "none":
             per_point += 1
-        return points * per_point, traffic
+        flops = points * per_point
+        epi = module.function(op.attrs["epilogue"]) if "epilogue" in op.attrs else None
+        if epi is not None:  # once per result element
+            flops += result.num_elements * sum(1 for b in epi.ops if b.name not in FREE)
+        return flops, traffic
     spec = get_spec(op.name)
     family = spec.family if spec is not None else ""
     if family == "elementwise":

@@ -151,10 +151,12 @@ def execution(
     source: str = "",
     level: int = 2,
     warmup: int = 1,
+    bound: list[str] | None = None,
 ) -> dict:
     """The execution report of `runs` (`gdv.backends.c.profile.Runs`) of the final `module`:
     per timed op the median over the runs, its share of the whole entry's median, GFLOP/s, GB/s
-    and percent of the roofline; sorted by time, longest first."""
+    and percent of the roofline; sorted by time, longest first. `bound`: the parameters fixed
+    before the runs (`Executable.bind`), written only when there are some."""
     roof = Roofline.from_descriptor(descriptor)
     costs = {c.index: c for c in module_costs(module)}
     lines = origins(source_text)
@@ -207,7 +209,7 @@ def execution(
             "predicted_seconds": sum(r["predicted_seconds"] for r in kernels),
         },
         "kernels": kernels,
-    }
+    } | ({"bound": list(bound)} if bound else {})
 
 
 def chrome_trace(runs: Any, report: dict) -> dict:

@@ -129,6 +129,30 @@ def drop_unused_bodies(
     return kept
 
 
+def rewrite_each_function(module: Module, rewrite_one: Callable) -> PassResult:
+    """A pass that rewrites one op pair at a time: for each function that is not a kernel body,
+    `rewrite_one(fn, ops, functions, taken, index, steps)` changes `ops` in place (adding new
+    bodies to `functions` and their names to `taken`, its steps to `steps`) and returns the
+    obligation of the change, or None when nothing is left to change. Bodies no kernel uses
+    any more are dropped."""
+    from gdv.ir.ops.kernel import bodies_used
+
+    used_before = bodies_used(module.functions)
+    functions = {f.name: f for f in module.functions}
+    taken = set(functions)
+    obligations: list = []
+    steps: list[Step] = []
+    for fn in module.functions:
+        if fn.name in used_before:
+            continue
+        ops = list(fn.ops)
+        while found := rewrite_one(fn, ops, functions, taken, len(obligations), steps):
+            obligations.append(found)
+        functions[fn.name] = dataclasses.replace(fn, ops=ops)
+    kept = drop_unused_bodies(module, functions, taken, steps)
+    return PassResult(Module(kept, module.filename), obligations, bool(obligations), steps)
+
+
 @dataclass
 class PassResult:
     module: Module

@@ -19,13 +19,12 @@ into each of them, one fusion and one obligation per copy, and dropped with its 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.elementwise import TRANSCENDENTAL
-from gdv.ir.ops.kernel import bodies_used
-from gdv.passes.base import Pass, PassResult, Step, drop_unused_bodies, fresh_function
+from gdv.passes.base import Pass, PassResult, Step, fresh_function, rewrite_each_function
 from gdv.passes.lower_to_kernels import rewrite_obligation
 
 
@@ -120,20 +119,7 @@ class FuseKernels(Pass):
     stage_in = "loop"
 
     def run(self, module: Module) -> PassResult:
-        used_before = bodies_used(module.functions)
-        functions = {f.name: f for f in module.functions}
-        taken = set(functions)
-        obligations: list[Obligation] = []
-        steps: list[Step] = []
-        for fn in module.functions:
-            if fn.name in used_before:
-                continue
-            ops = list(fn.ops)
-            while found := self._fuse_one(fn, ops, functions, taken, len(obligations), steps):
-                obligations.append(found)
-            functions[fn.name] = replace(fn, ops=ops)
-        kept = drop_unused_bodies(module, functions, taken, steps)
-        return PassResult(Module(kept, module.filename), obligations, bool(obligations), steps)
+        return rewrite_each_function(module, self._fuse_one)
 
     def _fuse_one(
         self,

@@ -13,6 +13,7 @@ from gdv.passes.eliminate_dead_code import EliminateDeadCode
 from gdv.passes.fast_math import FastMath
 from gdv.passes.fold_constants import FoldConstants
 from gdv.passes.fold_layout import FoldLayout
+from gdv.passes.fuse_epilogues import FuseEpilogues
 from gdv.passes.fuse_kernels import FuseKernels
 from gdv.passes.group_rows import GroupRows
 from gdv.passes.lower_to_kernels import LowerToKernels
@@ -37,6 +38,7 @@ PASSES: dict[str, type[Pass]] = {
         ScheduleKernels,
         SelectProducts,
         ReassociateReductions,
+        FuseEpilogues,
         GroupRows,
         PlanMemory,
     )
@@ -114,6 +116,9 @@ def pipeline(
     if reassociate and level >= 1:
         passes += [ReassociateReductions()]
     if level >= 2 and compiled:
+        # A product's elementwise consumer (bias, activation, residual) runs on each of its
+        # tiles while the tile is in cache.
+        passes += [FuseEpilogues()]
         # Row-wise kernels run row block by row block, each row in cache for all of them.
         l2 = int(cache_bytes[1]) if cache_bytes else GroupRows.l2_bytes
         passes += [GroupRows(l2_bytes=l2)]

@@ -38,7 +38,8 @@ def test_table_lists_kernels_by_time_with_their_source(capsys) -> None:
         assert column in head
     rows = [ln for ln in out.splitlines() if re.match(r"\s*\d+\.\d+\s+\d+\.\d", ln)]
     times = [float(r.split()[0]) for r in rows]
-    assert len(rows) == 4 and times == sorted(times, reverse=True)
+    # the pad, the conv's product (with bias and relu as its epilogue), the pool
+    assert len(rows) == 3 and times == sorted(times, reverse=True)
     assert any("product" in r and f"{CONV}:6:3" in r for r in rows)  # the conv, at its line
     assert any("%pool" in r and f"{CONV}:11:3" in r for r in rows)
     assert "GFLOP/s (f32 mul+add)" in out and "total " in out
@@ -64,6 +65,28 @@ def test_json_is_the_execution_report_and_follows_its_schema(capsys) -> None:
     bad = dict(report, runs=0)
     with pytest.raises(Exception, match="runs"):
         validate_report("reports-execution-1", bad)
+
+
+def test_bind_fixes_weights_before_the_timed_runs(capsys, tmp_path) -> None:
+    """`--bind W.npz`: the parameters it holds are fixed (`Executable.bind`) before the runs,
+    so their product factors are packed outside the timers; the report names them and still
+    follows its schema, and the table says so."""
+    rng = np.random.default_rng(0)
+    weights = tmp_path / "w.npz"
+    np.savez(weights, w=rng.standard_normal((16, 3, 3, 3)).astype(np.float32))
+    rc, out, err = _profile(capsys, CONV, "--runs", "3", "--json", "--bind", weights)
+    assert rc == 0, err
+    report = json.loads(out)
+    validate_report("reports-execution-1", report)
+    assert report["bound"] == ["w"]
+    rc, out, _ = _profile(capsys, CONV, "--runs", "3", "--bind", weights)
+    assert rc == 0 and "bound before the runs: 1 parameter(s)" in out
+    rc, out, _ = _profile(capsys, CONV, "--runs", "3", "--json")
+    assert "bound" not in json.loads(out)  # nothing bound: a report as before
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, nope=np.zeros(3, np.float32))
+    rc, _, err = _profile(capsys, CONV, "--bind", bad)
+    assert rc == 3 and "names no parameter" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize(
@@ -181,12 +204,12 @@ def test_trace_loads_in_chromium(chromium, capsys, tmp_path) -> None:
     assert rc == 0, err
     data = json.loads(trace.read_text())
     kernels = [e for e in data["traceEvents"] if e["ph"] == "X" and e["tid"] == 2]
-    assert len(kernels) == 4 * 4  # four timed kernels in each of four runs
+    assert len(kernels) == 3 * 4  # three timed kernels in each of four runs
     assert all(e["args"]["location"].startswith(str(CONV)) for e in kernels)
     shown = _load_in_chromium(chromium, trace)
     assert shown.get("js-error") is None and shown["ready"] == "1"
-    assert int(shown["complete"]) == 4 + 16  # the runs and their kernels
-    assert json.loads(shown["lanes"].replace("&quot;", '"')) == {"1": 4, "2": 16}
+    assert int(shown["complete"]) == 4 + 12  # the runs and their kernels
+    assert json.loads(shown["lanes"].replace("&quot;", '"')) == {"1": 4, "2": 12}
     last = max(e["ts"] + e["dur"] for e in data["traceEvents"] if e["ph"] == "X")
     assert abs(int(shown["end-us"]) - last) <= 1
 

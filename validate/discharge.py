@@ -95,13 +95,19 @@ def canonical_form(ob: Obligation) -> tuple[Function, Function, list[Function]]:
     renamed: dict[str, Function] = {}
     for fn in (ob.src, ob.tgt):
         for op in fn.ops:
-            name = op.attrs.get("body") if op.name == "kernel" else None
-            if name in bodies and name not in renamed:
-                body = _renamed(bodies[name])
-                renamed[name] = replace(body, name=_body_name(body))
+            for key in BODY_KEYS if op.name == "kernel" else ():
+                name = op.attrs.get(key)
+                if name in bodies and name not in renamed:
+                    body = _renamed(bodies[name])
+                    renamed[name] = replace(body, name=_body_name(body))
     src = replace(_renamed(ob.src, bodies), name="src")
     tgt = replace(_renamed(ob.tgt, bodies), name="tgt")
     return src, tgt, list(renamed.values())
+
+
+BODY_KEYS = ("body", "epilogue")
+"""A kernel's attributes that name functions: each is renamed by the hash of the function's
+text, so the claim (and its cache key) depends on what they compute."""
 
 
 def _body_name(renamed_body: Function) -> str:
@@ -141,8 +147,9 @@ def _renamed(fn: Function, bodies: dict[str, Function] | None = None) -> Functio
     ops = []
     for k, op in enumerate(fn.ops):
         attrs = dict(op.attrs)
-        if op.name == "kernel" and bodies and attrs["body"] in bodies:
-            attrs["body"] = _body_name(_renamed(bodies[attrs["body"]]))
+        for key in BODY_KEYS if op.name == "kernel" and bodies else ():
+            if attrs.get(key) in bodies:
+                attrs[key] = _body_name(_renamed(bodies[attrs[key]]))
         ops.append(Op(f"v{k}", op.name, [names[o] for o in op.operands], attrs, op.type))
         names[op.result] = f"v{k}"
     params = [Param(names[p.name], p.type) for p in fn.params]

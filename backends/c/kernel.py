@@ -64,5 +64,11 @@ def _kernel(prog: Program, op: Op) -> None:
         raise prog.error(
             op, 'contract = "fma" runs only in a product (strategy = "product") on this target'
         )
+    if "epilogue" in op.attrs:
+        raise prog.error(
+            op,
+            'an epilogue runs only in a product (strategy = "product") on this target '
+            "(compile at -O1 or above: select-products makes the kernel one)",
+        )
     note = f"kernel %{comment(op.result)} body @{comment(op.attrs['body'])}"
     emit_nest(prog, op, nest, operand_types, body_code(prog, body), note, function=body)

@@ -412,6 +412,7 @@ def _blocked(
 
     x_offs, x_k_inner = factor_offsets(con.left, gi, (mr, "r0", "ii"))
     y_offs, y_k_inner = factor_offsets(con.right, gj, (nr, "j0", "jj"))
+    epilogue = _epilogue(prog, op, coefs, gi, gj, tables, (m_, n_, k_))
 
     def in_place(value: str, unit: _Group, other: _Group) -> tuple[int, int] | None:
         """(operand, stride along `other`) when the factor `value` is an operand read
@@ -803,7 +804,7 @@ def _blocked(
                   for (int64_t ii = 0; ii < mr; ii++)
                     for (int64_t jj = 0; jj < nr; jj++) ct[ii * {n_} + jj] = tile[ii * {nr} + jj];
                 }}
-              }}
+{epilogue}              }}
             }}
           }}
         }}
@@ -816,6 +817,68 @@ def _blocked(
 """,
         pre_slots,
     )
+
+
+def _epilogue(
+    prog: Program,
+    op: Op,
+    coefs: list[tuple[list[int], int]],
+    gi: _Group,
+    gj: _Group,
+    tables: dict[str, str],
+    sizes: tuple[int, int, int],
+) -> str:
+    """C applying the kernel's `epilogue` (IR_SPEC.md) to a finished tile: after the tile's
+    last reduce block, each of its outputs becomes E(its fold, the operands at its index with
+    the reduce dims at 0), while the tile is in cache; empty without an epilogue."""
+    name = op.attrs.get("epilogue")
+    if name is None:
+        return ""
+    epi = prog.module.function(name)
+    if epi is None:
+        raise prog.error(op, f"its epilogue @{name} is not in the module")
+    m_, n_, k_ = sizes
+    need = _closure(epi, epi.returns[0])
+    offsets = {}
+    for k, q in enumerate(epi.params[1:]):
+        if q.name in need:
+            oi = gi.offset(coefs[k][0], f"t{k}i", tables)[0]
+            oj = gj.offset(coefs[k][0], f"t{k}j", tables)[0]
+            offsets[k] = f"o{k} + {oi} + {oj}"
+    mr, nr = (int(v) for v in op.attrs["micro"])
+
+    def tile(rows: str, cols: str, ind: str) -> list[str]:
+        """The epilogue over `rows` x `cols` outputs of the tile at ct (constants for a full
+        tile, so that the compiler runs each row in whole vectors)."""
+        lines = [
+            f"{ind}for (int64_t ii = 0; ii < {rows}; ii++) {{",
+            f"{ind}  const int64_t i = ia + ii;",
+            "#pragma omp simd",
+            f"{ind}  for (int64_t jj = 0; jj < {cols}; jj++) {{",
+            f"{ind}    const int64_t j = ja + jj;",
+        ]
+        acc = (f"ct[ii * {n_} + jj]", op.type.dtype)
+        expr = eval_value(prog, epi, epi.returns[0], offsets, lines, ind + "    ", {0: acc}, 1)
+        lines += [f"{ind}    ct[ii * {n_} + jj] = {expr};", f"{ind}  }}", f"{ind}}}"]
+        return lines
+
+    ind = " " * 16
+    lines = [
+        f"{ind}if (pc + kc == {k_}) {{  /* the tile is final: its epilogue */",
+        f"{ind}  if (mr == {mr} && nr == {nr}) {{",
+        *tile(str(mr), str(nr), ind + "    "),
+        f"{ind}  }} else {{",
+        *tile("mr", "nr", ind + "    "),
+        f"{ind}  }}",
+        f"{ind}}}",
+    ]
+    prog.record(
+        op,
+        "epilogue per tile",
+        [name],
+        "the epilogue runs on each finished tile of the product while it is in cache",
+    )
+    return "".join(line + "\n" for line in lines)
 
 
 def zero_x_all(mr: int) -> str:
@@ -886,15 +949,26 @@ def eval_value(
     offsets: dict[int, str],
     lines: list[str],
     ind: str,
+    given: dict[int, tuple[str, DType]] | None = None,
+    first: int = 0,
 ) -> str:
     """C lines computing the body value `value` (its operands read at `offsets[k]`); the C
-    expression of its value."""
+    expression of its value. `given`: parameters (by position) whose value is a C expression
+    instead (an epilogue's folded value); `first`: the position of the parameter that reads
+    operand 0 (an epilogue's parameters after the folded value)."""
     need = _closure(body, value)
     env: dict[str, tuple[str, DType]] = {}
     for k, p in enumerate(body.params):
-        if p.name in need:
-            lines.append(f"{ind}const {CTYPE[p.type.dtype]} x{k} = a{k}[{offsets[k]}];")
-            env[p.name] = (f"x{k}", p.type.dtype)
+        if p.name not in need:
+            continue
+        if given and k in given:
+            expr, dt = given[k]
+            lines.append(f"{ind}const {CTYPE[dt]} g{k} = {expr};")
+            env[p.name] = (f"g{k}", dt)
+        else:
+            a = k - first
+            lines.append(f"{ind}const {CTYPE[p.type.dtype]} x{a} = a{a}[{offsets[a]}];")
+            env[p.name] = (f"x{a}", p.type.dtype)
     for s, b in enumerate(body.ops):
         if b.result not in need:
             continue

@@ -16,7 +16,7 @@ from gdv.backends.reference.evaluate import evaluate_ops
 from gdv.backends.reference.registry import KERNELS, Context, kernel
 from gdv.ir.core import Function, Op
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.kernel import body_of, contracted_factors
+from gdv.ir.ops.kernel import body_of, contracted_factors, epilogue_of, epilogue_point
 from gdv.ir.ops.reduce import REDUCTIONS
 from gdv.ir.types import TensorType
 
@@ -69,6 +69,29 @@ def _fold_last(op: Op, values: np.ndarray, ctx: Context) -> np.ndarray:
 
 @kernel(OPS["kernel"])
 def _kernel(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    acc = _folded(op, args, ctx)
+    epi = epilogue_of(op.attrs)
+    if epi is None:
+        return acc
+    # result[i_out] = E(acc[i_out], operands at (i_out, reduce dims 0)), elementwise.
+    out_shape = acc.shape
+    grids = np.indices(out_shape, sparse=True) if out_shape else ()
+    loop = epilogue_point(op.attrs, [g.astype(np.int64) for g in grids])
+    loop = [np.asarray(v, np.int64) for v in loop]
+    env = {epi.params[0].name: acc}
+    for q, a, m in zip(epi.params[1:], args, op.attrs["maps"], strict=True):
+        env[q.name] = _gather(a, m, loop, out_shape)
+    ops = [
+        Op(o.result, o.name, o.operands, o.attrs, TensorType(o.type.dtype, tuple(out_shape)))
+        for o in epi.ops
+    ]
+    (name,) = epi.returns
+    value = env[name] if name in env else evaluate_ops(ops, env, ctx, keep=[name])[name]
+    return np.asarray(np.broadcast_to(value, out_shape), order="C")
+
+
+def _folded(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    """The kernel's fold (or body, without reduce dims) at every result index."""
     body = body_of(op.attrs)
     space, maps = op.attrs["space"], op.attrs["maps"]
     out, red = op.attrs["out"], op.attrs["reduce"]

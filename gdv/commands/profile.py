@@ -1,4 +1,5 @@
-"""`gdv profile FILE [--inputs IN.npz]... [-O N] [--runs N] [--json] [--trace TRACE.json]`.
+"""`gdv profile FILE [--inputs IN.npz]... [--bind W.npz]... [-O N] [--runs N] [--json]
+[--trace TRACE.json]`.
 
 Compiles FILE for the C target (every obligation proved, as `gdv run --target c` does), builds
 the program once more with a clock read around each op's code (`gdv.backends.c.profile`),
@@ -7,7 +8,10 @@ GFLOP/s, GB/s and percent of the roofline (flops and bytes from `gdv.backends.co
 from the target's capability descriptor), and where each came from (the input's FILE:LINE,
 and the ONNX node or torch module `gdv import` noted on that line). `--json` prints the
 execution report (`evidence/schema/reports-execution-1.json`); `--trace` writes a
-Chrome-trace / Perfetto timeline of every run.
+Chrome-trace / Perfetto timeline of every run. `--bind` fixes the parameters its files hold
+(a model's weights, as `Compilation.bind` and onnxruntime's session do) before the timed calls,
+so the product factors read only from them are packed once, outside the timers; the report
+lists them (`bound`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="inputs keyed by parameter name (no %%); may repeat, later files win on a key; "
         "parameters not given are seeded random values within their ranges",
     )
+    p.add_argument(
+        "--bind",
+        action="append",
+        default=[],
+        metavar="W.npz",
+        help="parameters to fix before the timed calls (a model's weights, e.g. the weights file "
+        "of gdv import): their factors are packed once, as Compilation.bind does; may repeat",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for inputs not given (default 0)")
     p.add_argument(
         "-O",
@@ -78,9 +90,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=profile_command)
 
 
-def measure(comp, runs: int = 10, inputs: dict | None = None, seed: int = 0, warmup: int = 1):
+def measure(
+    comp,
+    runs: int = 10,
+    inputs: dict | None = None,
+    seed: int = 0,
+    warmup: int = 1,
+    bound: frozenset[str] = frozenset(),
+):
     """Run the compiled program of `comp` (a proved `gdv.driver.Compilation` for target c)
-    with per-kernel timers: (the execution report, the `gdv.backends.c.profile.Runs`)."""
+    with per-kernel timers: (the execution report, the `gdv.backends.c.profile.Runs`). The
+    parameters named in `bound` are fixed first (`Executable.bind`), outside the timers."""
     from gdv.backends import c
     from gdv.backends.c import profile
     from gdv.backends.capabilities import descriptor
@@ -96,6 +116,9 @@ def measure(comp, runs: int = 10, inputs: dict | None = None, seed: int = 0, war
     exe = c.Executable(comp.module, comp.options.allow_fallback, profile=True)
     if inputs is None:
         inputs = random_inputs(comp.source.entry, seed)
+    if bound:
+        exe = exe.bind({k: v for k, v in inputs.items() if k in bound})
+        inputs = {k: v for k, v in inputs.items() if k not in bound}
     measured = profile.run(exe, inputs, runs, warmup)
     report = execution(
         comp.module,
@@ -105,6 +128,7 @@ def measure(comp, runs: int = 10, inputs: dict | None = None, seed: int = 0, war
         source=os.path.basename(comp.source.filename),
         level=comp.options.level,
         warmup=warmup,
+        bound=sorted(bound),
     )
     return report, measured
 
@@ -112,7 +136,13 @@ def measure(comp, runs: int = 10, inputs: dict | None = None, seed: int = 0, war
 def _inputs(args: argparse.Namespace, module) -> dict:
     from gdv.commands.run import entry_inputs
 
-    return entry_inputs(args.inputs, module.entry, args.seed)
+    return entry_inputs(args.inputs + args.bind, module.entry, args.seed)
+
+
+def _bound(args: argparse.Namespace) -> frozenset[str]:
+    from gdv.commands.run import read_inputs
+
+    return frozenset(read_inputs(args.bind)) if args.bind else frozenset()
 
 
 def profile_command(args: argparse.Namespace) -> int:
@@ -123,6 +153,7 @@ def profile_command(args: argparse.Namespace) -> int:
 
     module = load_arg(args.file)
     inputs = _inputs(args, module)
+    bound = _bound(args)
     source = args.file if args.file != "-" else print_module(module)
     options = CompileOptions(target="c", level=args.level, jobs=args.jobs, cache_dir=args.cache_dir)
     comp = compile_module(source, options)
@@ -132,7 +163,7 @@ def profile_command(args: argparse.Namespace) -> int:
             f"refusing to profile: obligation {bad.obligation.id} is {bad.status}",
             bad.obligation.loc or Loc(comp.source.filename, 1, 1),
         )
-    report, runs = measure(comp, args.runs, inputs, args.seed, args.warmup)
+    report, runs = measure(comp, args.runs, inputs, args.seed, args.warmup, bound)
     if args.trace:
         write_text_atomically(args.trace, json.dumps(chrome_trace(runs, report)) + "\n")
     if args.json:
@@ -152,6 +183,13 @@ def table(report: dict, name: str) -> str:
         f"after {report['warmup']} warm-up",
         f"machine: {m['cpu']}, {m['cores']} core(s); roofline peaks {m['peak_gflops_f32']:g} "
         f"GFLOP/s (f32 mul+add), {m['copy_bandwidth_gbs']:g} GB/s (copy)",
+    ]
+    if report.get("bound"):
+        lines.append(
+            f"bound before the runs: {len(report['bound'])} parameter(s) (their product factors "
+            "packed once, outside the timers)"
+        )
+    lines += [
         "",
     ]
     rows = [("time ms", "%", "GFLOP/s", "GB/s", "roofline", "kernel", "kind", "source")]

@@ -81,6 +81,17 @@ PROGRAMS: dict[str, str] = {
   return %0
 }
 """,
+    # a product with a bias and relu epilogue (fuse-epilogues) over several reduce blocks
+    "epilogue": """func @main(%a: f32[6,400] {range = [-1.0, 1.0]},
+           %b: f32[400,20] {range = [-1.0, 1.0]}, %c: f32[20] {range = [-1.0, 1.0]})
+    -> f32[6,20] {
+  %0 = matmul(%a, %b) : f32[6,20]
+  %1 = broadcast(%c) {dims = [1]} : f32[6,20]
+  %2 = add(%0, %1) : f32[6,20]
+  %3 = relu(%2) : f32[6,20]
+  return %3
+}
+""",
     # an f32 -> bf16 -> f32 round trip (the rounding to bf16 is the point)
     "bf16": """func @main(%x: bf16[4,8] {range = [-1.0, 1.0]}, %y: f32[4,8] {range = [-1.0, 1.0]})
     -> f32[4,8] {
@@ -397,6 +408,23 @@ def _c_skip_remainder():
     return mock.patch.object(matmul, "_blocked", _blocked)
 
 
+def _c_epilogue_every_block():
+    """The C product printer applies a kernel's epilogue after every reduce block of a tile
+    instead of once, after its last (relu of a partial sum, then the rest added to it)."""
+    from gdv.backends.c import matmul
+
+    original = matmul._epilogue
+
+    def _epilogue(*args, **kwargs):
+        code = original(*args, **kwargs)
+        code, hits = re.subn(r"if \(pc \+ kc == \d+\) \{", "if (1) {", code)
+        if hits:
+            _fire()
+        return code
+
+    return mock.patch.object(matmul, "_epilogue", _epilogue)
+
+
 MUTANTS: dict[str, Mutant] = {
     m.name: m
     for m in (
@@ -493,6 +521,15 @@ MUTANTS: dict[str, Mutant] = {
             "conformance",
             ("matmul",),
             _c_skip_remainder,
+        ),
+        Mutant(
+            "c-epilogue-every-block",
+            "backends/c/matmul.py _epilogue",
+            "a product's epilogue (bias, relu) runs after every reduce block of a tile, not "
+            "once after the last",
+            "conformance",
+            ("epilogue",),
+            _c_epilogue_every_block,
         ),
         Mutant(
             "overlapping-buffers",

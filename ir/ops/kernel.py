@@ -25,6 +25,14 @@ multiply with the fold: acc = fma(x, y, acc), one rounding per step, the first s
 fma(x, y, -0.0) = x * y. Both are what `-O3` (`reassociate-reductions`) sets, claimed under
 `real` (IR_SPEC.md section 7).
 
+`epilogue = E` (since gdv 0.4, issue 16; a kernel with reduce dims, each of extent >= 1) names
+a function applied to each folded value: result[i_out] = E(acc, x_0[M_0 i0], ..., x_n[M_n i0])
+with i0 the point whose out dims are i_out and whose reduce dims are 0. It takes the kernel's
+dtype first and then one rank-0 parameter per operand, like the body, and returns the kernel's
+dtype. `fuse-epilogues` puts a product's elementwise consumer there (a conv's bias and
+activation, a residual add), so that the consumer runs on each tile of the product while it is
+in cache instead of over the whole tensor afterwards.
+
 `body` names a function of the module with one rank-0 parameter per operand (its dtype) and one
 rank-0 result of the kernel's dtype, made of elementwise ops and scalar constants. The schedule
 attributes (`tile`, `order`, `vector`, `parallel`, `accumulators`, and `strategy` with a
@@ -172,6 +180,12 @@ def _infer_kernel(
             'contract = "fma" needs an add fold of f32 with one accumulator and no lanes',
             attr="contract",
         )
+    if "epilogue" in attrs and (not reduce or any(space[d] == 0 for d in reduce)):
+        raise OpTypeError(
+            "an epilogue needs reduce dims, each of extent >= 1 (it reads the operands at the "
+            "reduce dims' position 0)",
+            attr="epilogue",
+        )
     if combiner != "none" and written.dtype.is_bool:
         raise OpTypeError(
             f'combiner "{combiner}" needs a float or integer result, not i1', attr="combiner"
@@ -290,6 +304,7 @@ KERNEL = register(
             AttrSpec("micro", kind_int_list, required=False),
             AttrSpec("blocks", kind_int_list, required=False),
             AttrSpec("split", kind_choice(*SPLITS), required=False),
+            AttrSpec("epilogue", kind_string, required=False),
         ),
         _infer_kernel,
         "result[i_out] = fold(combiner, body(x_k[maps[k] . i + c_k] for each operand k)) over "
@@ -297,7 +312,9 @@ KERNEL = register(
         "reduction: the combiner's identity. accumulators = A > 1: A blocks folded apart, then "
         "their results folded in order; lanes = L > 1: position p to lane p mod L, lanes "
         "folded apart, then in lane order; contract = fma: acc = fma(x, y, acc) for a body "
-        "returning mul(x, y); other schedule attributes never change the meaning.",
+        "returning mul(x, y); epilogue = E: result[i_out] = E(that fold, x_k[maps[k] . i + "
+        "c_k] at the reduce dims' position 0); other schedule attributes never change the "
+        "meaning.",
         stage="loop",
         int_legal=True,
     )
@@ -331,6 +348,27 @@ def body_of(op_attrs: dict[str, Any]) -> Function:
     if fn is None:
         raise IRError(f"kernel body @{name} is not in scope (run or encode the whole module)")
     return fn
+
+
+def epilogue_of(op_attrs: dict[str, Any]) -> Function | None:
+    """The epilogue function a kernel names (None when it has none); an IRError when no scope
+    provides it."""
+    name = op_attrs.get("epilogue")
+    if name is None:
+        return None
+    fn = (_SCOPE.get() or {}).get(name)
+    if fn is None:
+        raise IRError(f"kernel epilogue @{name} is not in scope (run or encode the whole module)")
+    return fn
+
+
+def epilogue_point(op_attrs: dict[str, Any], out_index: list) -> list:
+    """The loop point an epilogue reads the operands at: `out_index` on the out dims, 0 on the
+    reduce dims (the elements of `out_index` are whatever index values the caller uses)."""
+    loop: list = [0] * len(op_attrs["space"])
+    for d, v in zip(op_attrs["out"], out_index, strict=True):
+        loop[d] = v
+    return loop
 
 
 def contracted_factors(body: Function) -> tuple[str, str] | None:
@@ -434,8 +472,15 @@ def check_row_groups(module: Module) -> None:
 
 
 def bodies_used(functions: Iterable[Function]) -> set[str]:
-    """Names of the bodies the kernels of `functions` call."""
-    return {op.attrs["body"] for f in functions for op in f.ops if op.name == "kernel"}
+    """Names of the bodies (and epilogues) the kernels of `functions` call."""
+    return {
+        name
+        for f in functions
+        for op in f.ops
+        if op.name == "kernel"
+        for name in (op.attrs["body"], op.attrs.get("epilogue"))
+        if name is not None
+    }
 
 
 def check_kernel_bodies(module: Module) -> None:
@@ -478,10 +523,48 @@ def check_kernel_bodies(module: Module) -> None:
                     f'contract = "fma": kernel body @{body.name} must return a mul',
                     op.attr_locs.get("contract", where),
                 )
-            for b in body.ops:
-                if b.name not in BODY_OPS or b.type.rank != 0:
-                    raise IRError(
-                        f"kernel body @{body.name} uses {b.name} : {b.type}; a body holds only "
-                        "scalar elementwise ops and scalar constants",
-                        b.loc or where,
-                    )
+            _check_body_ops(body, where)
+            if "epilogue" in op.attrs:
+                _check_epilogue(module, fn, op, [TensorType(op.type.dtype, ()), *got])
+
+
+def _check_body_ops(body: Function, where: Loc) -> None:
+    for b in body.ops:
+        if b.name not in BODY_OPS or b.type.rank != 0:
+            raise IRError(
+                f"kernel body @{body.name} uses {b.name} : {b.type}; a body holds only "
+                "scalar elementwise ops and scalar constants",
+                b.loc or where,
+            )
+
+
+def _check_epilogue(module: Module, fn: Function, op, want: list[TensorType]) -> None:
+    """A kernel's epilogue exists, is neither the caller nor the body, takes the kernel's dtype
+    and then one rank-0 parameter per operand, returns the kernel's dtype, and holds only scalar
+    elementwise ops and scalar constants."""
+    where = op.attr_locs.get("epilogue", op.loc) or Loc(module.filename, 1, 1)
+    epi = module.function(op.attrs["epilogue"])
+    if epi is None:
+        raise IRError(
+            f"kernel epilogue @{op.attrs['epilogue']} is not a function of the module", where
+        )
+    if epi.name in (fn.name, op.attrs["body"]):
+        raise IRError(
+            f"kernel epilogue @{epi.name} is the function that calls it or the kernel's body",
+            where,
+        )
+    got = [p.type for p in epi.params]
+    if got != want:
+        shown = ", ".join(map(str, want))
+        raise IRError(
+            f"kernel epilogue @{epi.name} takes ({', '.join(map(str, got))}), expected "
+            f"({shown}): the folded value, then one per operand",
+            where,
+        )
+    if len(epi.results) != 1 or epi.results[0] != want[0]:
+        raise IRError(
+            f"kernel epilogue @{epi.name} returns ({', '.join(map(str, epi.results))}), "
+            f"expected {want[0]} like the kernel's result",
+            where,
+        )
+    _check_body_ops(epi, where)

@@ -124,7 +124,7 @@ def test_compile_with_profile_adds_the_measured_execution(tmp_path, capsys) -> N
     capsys.readouterr()
     entry, execution = _report(out_dir, "execution")
     assert len(entry["sha256"]) == 64 and entry["schema"] == "reports-execution-1"
-    assert execution["runs"] == 3 and len(execution["kernels"]) == 4
+    assert execution["runs"] == 3 and len(execution["kernels"]) == 3
     validate_report("reports-execution-1", execution)
     _, predicted = _report(out_dir, "predicted-cost")
     # The measured and the predicted reports are about the same kernels.

@@ -11,7 +11,9 @@ summation tree's error is at most u times the sum over terms of |term| times the
 term goes through, and the sequential order (every term through the most) maximises that.
 The same holds for `lanes` (another summation tree of the same terms), and for `contract =
 "fma"`: fma(x, y, acc) = (x * y + acc)(1 + d) is the case of the sequential step's
-(x * y (1 + d1) + acc)(1 + d2) with d1 = 0, so every bound of the latter bounds it.
+(x * y (1 + d1) + acc)(1 + d2) with d1 = 0, so every bound of the latter bounds it. An
+`epilogue`'s ops are bounded by their own rules on the folded value and the operands' elements,
+shaped like the result.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import math
 from gdv.ir.core import Op
 from gdv.ir.diagnostics import IRError
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.kernel import body_of
+from gdv.ir.ops.kernel import body_of, epilogue_of
 from gdv.ir.ops.reduce import REDUCTIONS
 from gdv.ir.types import TensorType
 from gdv.validate.bounds.model import SPECIALS, TB, Err, make_tb
@@ -56,6 +58,19 @@ def _kernel(op: Op, args: list[TB], ctx: Context) -> TB:
         name = _FOLD[op.attrs["combiner"]]
         fold = Op(op.result, name, ["x"], {"axes": [len(out_shape)]}, op.type)
         value = RULES[OPS[name]](fold, [value], sub)
+    epi = epilogue_of(op.attrs) if "epilogue" in op.attrs else None
+    if epi is not None:  # E(folded value, the operands' elements), on the result's shape
+        esub = Context(ctx.ideal, ctx.ulps, ctx.lam, ctx.target, ctx.assumptions, ctx.notes)
+        esub.values[epi.params[0].name] = value.with_(type=op.type, facts={})
+        for q, a in zip(epi.params[1:], args, strict=True):
+            esub.values[q.name] = a.with_(type=TensorType(a.dtype, out_shape), facts={})
+        for b in epi.ops:
+            retyped = Op(b.result, b.name, b.operands, b.attrs, TensorType(b.type.dtype, out_shape))
+            result = RULES[OPS[b.name]](retyped, [esub.values[o] for o in b.operands], esub)
+            esub.values[b.result] = result.with_(facts={})
+        value = esub.values[epi.returns[0]]
+        sub.prob_events += esub.prob_events
+        sub.max_u = max(sub.max_u, esub.max_u)
     ctx.prob_events += sub.prob_events
     ctx.max_u = max(ctx.max_u, sub.max_u)
     return value.with_(type=op.type, facts={})

@@ -14,7 +14,7 @@ import z3
 
 from gdv.ir.core import Function, Op
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.kernel import FOLD_KIND, body_of, contracted_factors
+from gdv.ir.ops.kernel import FOLD_KIND, body_of, contracted_factors, epilogue_of, epilogue_point
 from gdv.ir.types import TensorType
 from gdv.validate.encode import encode
 from gdv.validate.semantics.index import Idx, delinearize
@@ -91,7 +91,23 @@ def kernel(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
 
     named = contracted_factors(body) if "contract" in op.attrs else None
 
+    epi = epilogue_of(op.attrs)
+
     def at(i: Index) -> Term:
+        acc = yield from folded(i)
+        if epi is None:
+            return acc
+        # E(acc, operands at (i_out, reduce dims 0)).
+        loop = epilogue_point(op.attrs, list(i))
+        loop = [v if isinstance(v, Idx) else Idx.of(v) for v in loop]
+        scalars = [Tensor(TensorType(op.type.dtype, ()), lambda _i, v=acc: v)]
+        for x, m in zip(xs, maps, strict=True):
+            value = yield x.read(tuple(affine(row, loop) for row in m))
+            scalars.append(Tensor(TensorType(x.dtype, ()), lambda _i, v=value: v))
+        (result,) = encode(ctx, epi, scalars)
+        return result.at(())
+
+    def folded(i: Index) -> Term:
         loop: list[Idx] = [Idx.of(0)] * len(space)
         for d, v in zip(out, i, strict=True):
             loop[d] = v
