@@ -168,6 +168,8 @@ class FuseEpilogues(Pass):
                 continue
             if p.result in fn.returns or len(readers.get(p.result, [])) != 1:
                 continue
+            if any(p.attrs["space"][d] == 0 for d in p.attrs["reduce"]):
+                continue  # an empty fold: no epilogue (IR_SPEC.md; found by gdv fuzz)
             (c,) = readers[p.result]
             if not fusible_consumer(p, c, types):
                 continue

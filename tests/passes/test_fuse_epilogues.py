@@ -101,6 +101,21 @@ def test_consumer_reading_the_product_transposed_is_not_fused(tmp_path) -> None:
         assert reference.bit_equal(comp(**ins)[0], reference.run(comp.source, ins)[0]), op
 
 
+def test_an_empty_fold_gets_no_epilogue(tmp_path) -> None:
+    """A product over a reduce dim of extent 0 (all outputs 0) keeps its consumer apart: an
+    epilogue needs reduce extents >= 1 (found by `gdv fuzz`, program 23 of the CI run)."""
+    text = """func @main(%x: f64[3,0], %w: f64[0,4]) -> f64[3,4] {
+  %y = matmul(%x, %w) : f64[3,4]
+  %r = relu(%y) : f64[3,4]
+  return %r
+}
+"""
+    comp = _compile(tmp_path, text)
+    assert comp.verdict == "proved" and not _epilogues(comp)
+    ins = _inputs(comp.source)
+    assert reference.bit_equal(comp(**ins)[0], reference.run(comp.source, ins)[0])
+
+
 LOOP = """func @main(%x: f32[5,7], %w: f32[7,9], %b: f32[9]) -> f32[5,9] {
   %p = kernel(%x, %w) {body = "m", space = [5, 9, 7], maps = [[[1, 0, 0, 0], [0, 0, 1, 0]],
     [[0, 0, 1, 0], [0, 1, 0, 0]]], out = [0, 1], reduce = [2], combiner = "add"} : f32[5,9]
