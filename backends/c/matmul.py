@@ -165,6 +165,16 @@ def fma_helper(prog: Program, dtype: DType, vb: int) -> str:
     return name
 
 
+PREFETCH_STEPS = 32
+"""The micro-kernel prefetches the B row this many reduce steps ahead (`__builtin_prefetch`,
+read, no temporal locality): a model's weights stream from memory through B, and the hardware
+prefetchers alone left them at 12 GB/s. Measured on the 2-core Zen 4 host (-O3, weights bound,
+12 weight matrices cycled so none stays in cache, shuffled interleaved turns, medians): 12 x 384
+@ 384 x 1536 0.207 ms without, 0.180 at 16 steps, 0.167 at 32, 0.170 at 64; 32 x 768 @ 768 x
+3072 1.270 against 1.053; 1024^3 15.7 against 14.8 (no loss where the product is compute-bound);
+MiniLM end to end 4.13 against 3.58 ms (40 rounds; onnxruntime 3.69 in the same rounds)."""
+
+
 def micro_kernel(
     prog: Program,
     dtype: DType,
@@ -213,6 +223,10 @@ def micro_kernel(
         for v in range(nv)
     ]
     lines += ["  }", "  for (int64_t k = 0; k < kc; k++) {"]
+    # The B stream is prefetched PREFETCH_STEPS reduce steps ahead (a hint: no value changes).
+    lines += [
+        f"    __builtin_prefetch(bp + {PREFETCH_STEPS} * ldb + {v * vl}, 0, 0);" for v in range(nv)
+    ]
     lines += [f"    const {va} b{v} = *(const {vu} *)(bp + {v * vl});" for v in range(nv)]
     for r in range(mr):
         lines.append(f"    {{ const {t} a = ap[{f'{r} * lda' if a_in_place else r}];")
