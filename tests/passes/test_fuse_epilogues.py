@@ -69,7 +69,7 @@ def test_bias_and_relu_become_the_products_epilogue(tmp_path, level: int) -> Non
     [
         # the product's result is also returned
         ("", "return %r, %y"),
-        # a residual, a whole tensor read tile by tile (EXTRA_OPERANDS)
+        # a residual: a whole tensor, slower read tile by tile (fusible_consumer)
         (", %q: f32[6,33]", "%t = add(%r, %q) : f32[6,33]\n  return %t"),
     ],
 )
