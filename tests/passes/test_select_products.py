@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import z3
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gdv.api import parse
@@ -207,3 +207,91 @@ def test_threads_split_the_factor_whose_packing_is_larger(m: int, k: int, n: int
     w = rng.standard_normal((k, n)).astype(np.float32)
     got = comp(x=x, w=w)[0]
     assert reference.bit_equal(got, reference.run(comp.module, {"x": x, "w": w})[0])
+
+
+# --- lanes_as_cols: a column dim filling few vector lanes runs as the rows ------------------
+
+AVX512 = {"vector_bytes": 64, "vector_registers": 32, "chains": 8}
+"""The descriptor's numbers of an AVX-512 host, given explicitly: the choice depends on the
+lanes, and the tests must not depend on the host running them."""
+
+
+def _conv(c_in: int, side: int, c_out: int) -> str:
+    return (
+        f"func @main(%x: f32[1,{c_in},{side},{side}], %w: f32[{c_out},{c_in},3,3]) -> "
+        f"f32[1,{c_out},{side},{side}] {{\n"
+        f"  %y = conv2d(%x, %w) {{stride = [1, 1], padding = [[1, 1], [1, 1]], "
+        f"dilation = [1, 1], groups = 1}} : f32[1,{c_out},{side},{side}]\n  return %y\n}}\n"
+    )
+
+
+def _scheduled(text: str, level: int = 2):
+    module = PassManager(pipeline("c", level, **AVX512)).run(parse(text)).module
+    (k,) = _products(module)
+    return module, k.attrs
+
+
+def test_a_late_conv_runs_its_positions_as_rows() -> None:
+    """A 3x3 conv at 7 x 7 (49 positions: 4 vectors of 16 lanes, 77% of them used) folding
+    256 * 9 = 2304 positions runs the positions as the rows and the output channels in the
+    lanes; at 14 x 14 (196 positions, 94% of the lanes), or folding 128 * 9 = 1152, the output
+    channels stay the rows."""
+    _, a = _scheduled(_conv(256, 7, 64))
+    assert (a["rows"], a["cols"]) == ([2, 3], [1])
+    assert a["micro"][1] == 16
+    _, b = _scheduled(_conv(256, 14, 64))
+    assert (b["rows"], b["cols"]) == ([1], [2, 3])
+    _, c_ = _scheduled(_conv(128, 7, 64))
+    assert (c_["rows"], c_["cols"]) == ([1], [2, 3])
+
+
+def test_the_swap_follows_the_tile_work() -> None:
+    """`lanes_as_cols` swaps exactly when the swapped tiles cover at most LANES_GAIN of the
+    kept ones' padded work, and never below SWAP_MIN_REDUCE folded positions."""
+    from gdv.passes import select_products as sp
+
+    kept = products.Product(0, [], [0], [1])
+    swapped = products.Product(1, [], [1], [0])
+    attrs = {"space": [64, 49, 2304], "reduce": [2]}
+    op = Op("r", "kernel", [], attrs, None)
+    assert sp.padded_work(attrs, kept, [16, 16]) == 64 * 64
+    assert sp.padded_work(attrs, swapped, [13, 16]) == 52 * 64
+    assert sp.lanes_as_cols(op, kept, swapped, ([16, 16], [13, 16]))
+    assert not sp.lanes_as_cols(op, kept, swapped, ([16, 16], [16, 16]))  # 64 * 64 either way
+    short = Op("r", "kernel", [], {"space": [64, 49, 2047], "reduce": [2]}, None)
+    assert not sp.lanes_as_cols(short, kept, swapped, ([16, 16], [13, 16]))
+
+
+@settings(max_examples=10)
+@given(
+    st.integers(17, 70),
+    st.integers(17, 60),
+    st.sampled_from([2048, 2051]),
+    st.booleans(),
+    st.sampled_from([2, 3]),
+    st.integers(0, 1000),
+)
+def test_swapped_products_are_bit_exact_on_c(
+    m: int, n: int, k: int, transposed: bool, level: int, seed: int
+) -> None:
+    """Whichever roles the rule picks, the C program's result is the reference's, bit for bit,
+    with the factors passed and with the weights bound (their panels packed once)."""
+    from gdv.backends import reference
+
+    module, a = _scheduled(_linear(m, k, n, transposed), level)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+    want = reference.run(module, {"x": x, "w": w})[0]
+    exe = c.Executable(module)
+    assert reference.bit_equal(exe({"x": x, "w": w})[0], want)
+    assert reference.bit_equal(exe.bind({"w": w})({"x": x})[0], want)
+
+
+def test_the_swap_happens_for_a_product_with_few_columns() -> None:
+    """The hypothesis test above covers swapped products: 64 rows by 49 columns folding 2048
+    swaps (rows 49 by 64 columns), where 64 by 64 columns would not."""
+    _, a = _scheduled(_linear(64, 2048, 49, transposed=False))
+    assert (a["rows"], a["cols"]) == ([1], [0])
+    _, b = _scheduled(_linear(64, 2048, 64, transposed=False))
+    assert (b["rows"], b["cols"]) == ([0], [1])
