@@ -15,6 +15,7 @@ this module stays cheap and the reference target works where no C compiler is in
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,7 @@ class Target:
     _capabilities: Callable[[bool, bool], dict[str, Any]]
     _build_info: Callable[[], dict[str, Any] | None] = lambda: None
     _schedule_parameters: Callable[[], dict[str, Any]] = dict
+    _start_build: Callable[[Module, bool], Callable[[], Artifact]] | None = None
 
     @property
     def name(self) -> str:
@@ -124,6 +126,15 @@ class Target:
         """Lower and build (for `c`, compile the shared object: an IRError when no C compiler
         is found)."""
         return self._build(module, allow_fallback)
+
+    def start_build(self, module: Module, allow_fallback: bool = False) -> Callable[[], Artifact]:
+        """`build`, started: lowering's errors (what the target cannot do) are raised now, and
+        the returned function gives the artifact, waiting for what still runs (for `c`, the C
+        compiler, in a thread, so that proving can run meanwhile) and raising its errors."""
+        if self._start_build is not None:
+            return self._start_build(module, allow_fallback)
+        artifact = self._build(module, allow_fallback)
+        return lambda: artifact
 
     def executable(self, module: Module, allow_fallback: bool = False) -> Runner:
         """A callable running `module`'s entry function on this target."""
@@ -193,11 +204,33 @@ def _c_lower(module: Module, allow_fallback: bool) -> Lowered:
 
 
 def _c_build(module: Module, allow_fallback: bool) -> Artifact:
+    return _c_start_build(module, allow_fallback)()
+
+
+def _c_start_build(module: Module, allow_fallback: bool) -> Callable[[], Artifact]:
     from gdv.backends.c.toolchain import build
 
     lowered = _c_lower(module, allow_fallback)
-    library = build(lowered.text)
-    return Artifact("c-source", lowered.text, library, lowered.fallbacks, lowered.choices)
+    done: dict[str, Any] = {}
+
+    def compile_it() -> None:
+        try:
+            done["library"] = build(lowered.text)
+        except BaseException as e:  # raised by `finish`, in the caller's thread
+            done["error"] = e
+
+    worker = threading.Thread(target=compile_it, name="gdv-c-build", daemon=True)
+    worker.start()
+
+    def finish() -> Artifact:
+        worker.join()
+        if "error" in done:
+            raise done["error"]
+        return Artifact(
+            "c-source", lowered.text, done["library"], lowered.fallbacks, lowered.choices
+        )
+
+    return finish
 
 
 def _c_executable(module: Module, allow_fallback: bool) -> Runner:
@@ -235,6 +268,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType(
             _c_capabilities,
             _c_build_info,
             _c_schedule_parameters,
+            _c_start_build,
         ),
         "reference": Target(
             TARGET_INFO["reference"],

@@ -46,12 +46,6 @@ class CompileOptions:
     allow_fallback: bool = False
 
 
-def build_artifact(module: Module, target: str, allow_fallback: bool = False) -> Artifact:
-    """Lower the final module for `target` (an IRError naming the op, its location and the
-    reason for anything the target cannot do, unless `allow_fallback`)."""
-    return get_target(target).build(module, allow_fallback)
-
-
 @dataclass
 class Compilation:
     """What a compile produced: the final module, every pass's record and outcome."""
@@ -177,13 +171,13 @@ def compile_module(
         printer=log or print,
     )
     result = manager.run(module)
-    # What the target cannot do is a compile-time error, before any proof is attempted.
-    artifact = build_artifact(result.module, options.target, options.allow_fallback)
+    # What the target cannot do is a compile-time error, before any proof is attempted; the
+    # artifact's build (the C compiler) runs while the obligations are proved.
+    finish_build = get_target(options.target).start_build(result.module, options.allow_fallback)
     records = external + result.records
     stages += result.stages[1:]
     _record_bound_changes(records, stages)
     comp = Compilation(stages[0][1], text, result.module, options, records, stages)
-    comp.artifact = artifact
     from gdv.validate.discharge import discharge
 
     obligations = [o for r in records for o in r.obligations]
@@ -198,6 +192,7 @@ def compile_module(
         progress=_progress_printer() if options.progress else None,
     )
     comp.prove_seconds = time.perf_counter() - t
+    comp.artifact = finish_build()
     comp.seconds = time.perf_counter() - start
     return comp
 

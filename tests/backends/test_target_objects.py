@@ -101,3 +101,62 @@ def test_no_layer_branches_on_a_target_name(folder: str) -> None:
         if _NAME_BRANCH.search(line)
     ]
     assert not hits, hits
+
+
+def _slow_cc(tmp_path: Path, stamp: Path, seconds: float) -> Path:
+    """A C compiler that notes when it starts on a program, waits `seconds`, then runs gcc."""
+    cc = tmp_path / "slow-cc"
+    cc.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *program.c*) date +%s.%N > "' + str(stamp) + f'"; sleep {seconds};; esac\n'
+        'exec gcc "$@"\n'
+    )
+    cc.chmod(0o755)
+    return cc
+
+
+def test_the_c_build_runs_while_the_obligations_are_proved(tmp_path, monkeypatch) -> None:
+    """compile_module starts the C compiler (`Target.start_build`) before proving and waits
+    for it after: the compiler starts before the proofs end, and the artifact is built."""
+    import time
+
+    import gdv.validate.discharge as discharge_module
+    from gdv.driver import CompileOptions, compile_module
+
+    stamp = tmp_path / "cc-started"
+    monkeypatch.setenv("CC", str(_slow_cc(tmp_path, stamp, 2.0)))
+    monkeypatch.setenv("GDV_C_CACHE", str(tmp_path / "c-cache"))
+    ended: list[float] = []
+    real = discharge_module.discharge
+
+    def timed(*args, **kwargs):
+        try:
+            return real(*args, **kwargs)
+        finally:
+            ended.append(time.time())
+
+    monkeypatch.setattr(discharge_module, "discharge", timed)
+    comp = compile_module(SMALL, CompileOptions(target="c", use_cache=False, jobs=1))
+    assert comp.verdict == "proved" and comp.artifact.library.exists()
+    assert float(stamp.read_text()) < ended[0]  # the compiler ran during the proofs
+    x = np.linspace(-1, 1, 4, dtype=np.float32)
+    assert np.array_equal(comp(x=x)[0], x + x)
+
+
+def test_start_build_raises_lowering_errors_at_once_and_compiler_errors_when_finished(
+    monkeypatch,
+) -> None:
+    from gdv.driver import CompileOptions, compile_module
+
+    c = get_target("c")
+    graph = "func @main(%a: f32[2,3], %b: f32[3,4]) -> f32[2,4] {\n"
+    graph += "  %y = matmul(%a, %b) : f32[2,4]\n  return %y\n}\n"
+    with pytest.raises(IRError, match="target c does not support matmul"):
+        c.start_build(parse(graph))  # before any compiler runs
+    monkeypatch.setenv("CC", "false")
+    monkeypatch.setenv("GDV_C_CACHE", "/nonexistent/never-written")
+    finish = c.start_build(parse(SMALL))
+    with pytest.raises(IRError, match=r"the C compiler failed \(exit status 1\)"):
+        finish()
+    with pytest.raises(IRError, match=r"the C compiler failed \(exit status 1\)"):
+        compile_module(SMALL, CompileOptions(target="c", use_cache=False, jobs=1))
