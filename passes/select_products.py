@@ -69,6 +69,11 @@ def weights_as_rows(op: Op, p: products.Product, body, types: dict) -> products.
     (k,) = reads
     if operand_step(op, types, k, red[0]) != 1 or operand_step(op, types, k, p.cols[-1]) == 1:
         return None
+    return swap_roles(p)
+
+
+def swap_roles(p: products.Product) -> products.Product:
+    """`p` with rows and columns exchanged (the other factor as the row factor)."""
     return products.Product(1 - p.row_factor, p.batch, p.cols, p.rows)
 
 
@@ -168,7 +173,7 @@ class SelectProducts(Pass):
 
         plan = planned(found)
         if as_rows is None:
-            swapped = products.Product(1 - found.row_factor, found.batch, found.cols, found.rows)
+            swapped = swap_roles(found)
             other = planned(swapped)
             if lanes_as_cols(op, found, swapped, (plan["micro"], other["micro"])):
                 plan = other
