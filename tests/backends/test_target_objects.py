@@ -133,6 +133,14 @@ def test_the_c_build_runs_while_the_obligations_are_proved(tmp_path, monkeypatch
 
     def timed(*args, **kwargs):
         proving.append(time.time())
+        # The proofs of SMALL can end before the compiler's thread has started its process
+        # (CI once saw 22 ms of proving against 70 ms to start the compiler); waiting here for
+        # the compiler's first stamp keeps the test about overlap, not about which thread is
+        # scheduled first. A build that only starts after discharge returns never stamps
+        # while we wait, so the wait times out and the overlap assertion below fails.
+        deadline = time.time() + 20.0
+        while not stamps.exists() and time.time() < deadline:
+            time.sleep(0.01)
         try:
             return real(*args, **kwargs)
         finally:
