@@ -134,6 +134,7 @@ class Function:
     return_locs: list[Loc] = field(default_factory=list)
     results_parenthesized: bool = False
     result_locs: list[Loc] = field(default_factory=list)
+    attr_locs: dict[str, Loc] = field(default_factory=dict)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Function):
@@ -161,15 +162,18 @@ class Function:
 
 @dataclass(eq=False)
 class Module:
-    """One or more functions; the entry is `@main`, or the only function."""
+    """One or more functions; the entry is `@main`, or the only function. `meshes` are the
+    module's `mesh @m = {...}` declarations (`gdv.ir.mesh.Mesh`), printed before the
+    functions."""
 
     functions: list[Function]
     filename: str = "<input>"
+    meshes: list[Any] = field(default_factory=list)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Module):
             return NotImplemented
-        return self.functions == other.functions
+        return self.functions == other.functions and self.meshes == other.meshes
 
     __hash__ = None  # type: ignore[assignment]
 

@@ -20,6 +20,7 @@ from lark import Lark, Token, Tree
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.dtypes import DType
+from gdv.ir.mesh import Mesh
 from gdv.ir.numerics import is_narrow_midpoint
 from gdv.ir.types import TensorType
 
@@ -39,6 +40,7 @@ _TERMINAL_WORDS = {
     "TRUE": "'true'",
     "FALSE": "'false'",
     "FUNC": "'func'",
+    "MESH": "'mesh'",
     "LPAR": "'('",
     "RPAR": "')'",
     "LSQB": "'['",
@@ -207,7 +209,21 @@ class _Builder:
         return text
 
     def module(self, tree: Tree) -> Module:
-        return Module([self.function(f) for f in tree.children], self.filename)
+        meshes = [self.mesh(c) for c in tree.children if c.data == "mesh"]
+        functions = [self.function(c) for c in tree.children if c.data == "func"]
+        return Module(functions, self.filename, meshes)
+
+    def mesh(self, tree: Tree) -> Mesh:
+        kw, name_tok, *axes = tree.children
+        pairs: list[tuple[str, int]] = []
+        locs: list[Loc] = []
+        for a in axes:
+            if a is None:
+                continue
+            axis_tok, size_tok = a.children
+            pairs.append((str(axis_tok), self.int(size_tok)))
+            locs.append(self.loc(axis_tok))
+        return Mesh(self.name(name_tok), pairs, self.loc(kw), locs)
 
     def function(self, tree: Tree) -> Function:
         name_tok, *rest = tree.children
@@ -221,8 +237,9 @@ class _Builder:
         results = [self.type(t) for t in results_tree.children if t is not None]
         i += 1
         attrs: dict[str, Any] = {}
+        attr_locs: dict[str, Loc] = {}
         if isinstance(rest[i], Tree) and rest[i].data == "attr_dict":
-            attrs, _ = self.attr_dict(rest[i])
+            attrs, attr_locs = self.attr_dict(rest[i])
             i += 1
         elif rest[i] is None:
             i += 1
@@ -241,6 +258,7 @@ class _Builder:
             return_locs=[self.loc(t) for t in ret_names],
             results_parenthesized=results_tree.data == "result_list",
             result_locs=[self.loc(t) for t in results_tree.children if t is not None],
+            attr_locs=attr_locs,
         )
 
     def param(self, tree: Tree) -> Param:

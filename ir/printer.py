@@ -20,7 +20,13 @@ from gdv.ir.types import TensorType
 
 
 def print_module(module: Module) -> str:
-    return "\n".join(print_function(f) for f in module.functions)
+    meshes = "".join(print_mesh(m) + "\n" for m in module.meshes)
+    return meshes + "\n".join(print_function(f) for f in module.functions)
+
+
+def print_mesh(mesh: Any) -> str:
+    axes = ", ".join(f"{a} = {n}" for a, n in mesh.axes)
+    return f"mesh @{mesh.name} = {{{axes}}}\n"
 
 
 def print_function(fn: Function) -> str:

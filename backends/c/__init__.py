@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from gdv.backends.c import (  # noqa: F401  (importing the families fills RULES)
+    collective,
     composite,
     contract,
     conv,

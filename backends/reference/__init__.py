@@ -8,6 +8,7 @@ live in one file per op family, registered in `KERNELS` against the op specs of 
 """
 
 from gdv.backends.reference import (  # noqa: F401  (importing the families fills KERNELS)
+    collective,
     composite,
     contract,
     conv,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,9 @@ class Context:
     """
 
     mode: str = "exact"
+    mesh: Any = None
+    """In an SPMD simulation (`gdv.backends.reference.spmd`), the function's mesh: collectives
+    then take and give stacked values, `[*mesh.shape, *local shape]`."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

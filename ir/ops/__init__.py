@@ -20,7 +20,17 @@ from gdv.ir.diagnostics import printable
 from gdv.ir.dtypes import DType
 from gdv.ir.types import TensorType
 
-FAMILIES = ("elementwise", "layout", "reduce", "contract", "conv", "gather", "composite", "kernel")
+FAMILIES = (
+    "elementwise",
+    "layout",
+    "reduce",
+    "contract",
+    "conv",
+    "gather",
+    "composite",
+    "kernel",
+    "collective",
+)
 
 
 class OpTypeError(Exception):
@@ -254,6 +264,7 @@ def names_where(trait: Callable[[OpSpec], bool], doc: str = "") -> OpNames:
 
 # Importing the families fills the registry.
 from gdv.ir.ops import (  # noqa: E402, F401
+    collective,
     composite,
     contract,
     conv,

@@ -15,6 +15,7 @@ per op family, registered against the op specs in `registry.RULES`.
 """
 
 from gdv.validate.bounds import (  # noqa: F401  (importing the families fills RULES)
+    collective,
     composite,
     contract,
     conv,

@@ -13,6 +13,7 @@ import sympy
 
 from gdv.ir.core import Function, Module, Param
 from gdv.ir.diagnostics import IRError
+from gdv.ir.mesh import function_mesh
 from gdv.ir.ops.kernel import kernel_bodies
 from gdv.ir.types import TensorType
 from gdv.validate.bounds.model import SAFETY, SYMBOL_VALUES, TB, Err, down, make_tb, up
@@ -164,9 +165,10 @@ def analyze(
     params = {p.name: _param_bound(p, default_range, filename) for p in fn.params}
     if target not in TARGETS:
         raise IRError(f"bounds: unknown target '{target}' (available: {', '.join(TARGETS)})")
-    rigorous = Context(ideal=ideal, ulps=ulps, target=target)
+    mesh = function_mesh(module, fn) if isinstance(module, Module) else None
+    rigorous = Context(ideal=ideal, ulps=ulps, target=target, mesh=mesh)
     rigorous.assume("inputs", INPUT_ASSUMPTION)
-    prob = Context(ideal=ideal, ulps=ulps, lam=lam, target=target)
+    prob = Context(ideal=ideal, ulps=ulps, lam=lam, target=target, mesh=mesh)
     with kernel_bodies(module.functions if isinstance(module, Module) else []):
         outs = _run(fn, params, rigorous)
         pouts = _run(fn, params, prob)

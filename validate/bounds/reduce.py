@@ -26,8 +26,13 @@ def reduced_count(op: Op, x: TB) -> int:
 
 @rule(OPS["reduce_sum"])
 def _reduce_sum(op: Op, args: list[TB], ctx: Context) -> TB:
-    x = args[0]
-    n = reduced_count(op, x)
+    return sum_bound(op, args[0], reduced_count(op, args[0]), ctx)
+
+
+def sum_bound(op: Op, x: TB, n: int, ctx: Context) -> TB:
+    """The bound of `op`'s result, a sum of n terms bounded by `x`, folded in any order: the
+    recursive (left-fold) bound holds for every order, since no summation tree has a larger
+    total leaf depth than the left fold's (shared with the collectives' `add`)."""
     if n == 0:
         return make_tb(op.type, (0.0, 0.0), Err.zero())
     specials = _specials_add(x.specials, x.specials)
@@ -47,7 +52,11 @@ def _reduce_sum(op: Op, args: list[TB], ctx: Context) -> TB:
     computed = None
     if not is_empty(*x.computed) and x.clo >= 0:
         computed = (0.0, math.inf)  # a sum of nonnegative floats is nonnegative
-        if tuple(op.attrs["axes"]) == tuple(x.facts.get("max1", ())) and x.lo >= 0:
+        if (
+            op.name == "reduce_sum"
+            and tuple(op.attrs["axes"]) == tuple(x.facts.get("max1", ()))
+            and x.lo >= 0
+        ):
             # One term is 1 (exactly; computed >= 1 - slack) and the others are >= 0.
             u = ctx.u(x.dtype)
             exact = (max(exact[0], 1.0), exact[1])

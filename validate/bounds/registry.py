@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gdv.ir.core import Op
 from gdv.ir.dtypes import DType
@@ -60,6 +61,9 @@ class Context:
     """How many sums the probabilistic companion bounded (its failure probability is this many
     times 2 exp(-lambda^2 (1-u)^2 / 2), union bound)."""
     max_u: float = 0.0
+    mesh: Any = None
+    """The mesh of the SPMD function being bounded (`gdv.ir.mesh.Mesh`), for the group sizes
+    of its collectives; None for an ordinary function."""
 
     def fmt(self, dtype: DType) -> DType:
         """The float format a value of program dtype `dtype` is rounded to."""
