@@ -148,9 +148,7 @@ def global_signature(module: Module, fn: Function) -> tuple[list[TensorType], li
     mesh = function_mesh(module, fn)
     assert mesh is not None
     params = [global_type(p.type, param_sharding(p.attrs, p.type.rank), mesh) for p in fn.params]
-    results = [
-        global_type(t, s, mesh) for t, s in zip(fn.results, out_shardings(fn), strict=True)
-    ]
+    results = [global_type(t, s, mesh) for t, s in zip(fn.results, out_shardings(fn), strict=True)]
     return params, results
 
 
@@ -181,9 +179,7 @@ def check_meshes(module: Module) -> None:
                 raise IRError(f"mesh axis '{axis}' has size {size}; sizes are at least 1", at)
             total *= size
             if total > MAX_RANKS:
-                raise IRError(
-                    f"mesh @{mesh.name} has more than {MAX_RANKS} ranks (the limit)", at
-                )
+                raise IRError(f"mesh @{mesh.name} has more than {MAX_RANKS} ranks (the limit)", at)
 
 
 def check_spmd(module: Module) -> None:
@@ -204,9 +200,7 @@ def check_spmd(module: Module) -> None:
             mesh = function_mesh(module, fn)
             if mesh is None:
                 known = ", ".join(f"@{m.name}" for m in module.meshes) or "none"
-                raise IRError(
-                    f'mesh "{printable(name)}" is not declared (meshes: {known})', at
-                )
+                raise IRError(f'mesh "{printable(name)}" is not declared (meshes: {known})', at)
         for p in fn.params:
             if "sharding" not in p.attrs:
                 continue
@@ -221,9 +215,7 @@ def check_spmd(module: Module) -> None:
         if "out_shardings" in fn.attrs:
             at = attr_locs.get("out_shardings", fn_loc)
             if mesh is None:
-                raise IRError(
-                    f"@{fn.name} has out_shardings but no mesh attribute", at
-                )
+                raise IRError(f"@{fn.name} has out_shardings but no mesh attribute", at)
             given = fn.attrs["out_shardings"]
             if not isinstance(given, list) or len(given) != len(fn.results):
                 raise IRError(

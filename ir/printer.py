@@ -20,7 +20,9 @@ from gdv.ir.types import TensorType
 
 
 def print_module(module: Module) -> str:
-    meshes = "".join(print_mesh(m) + "\n" for m in module.meshes)
+    meshes = "".join(print_mesh(m) for m in module.meshes)
+    if meshes:
+        meshes += "\n"
     return meshes + "\n".join(print_function(f) for f in module.functions)
 
 

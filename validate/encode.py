@@ -41,6 +41,9 @@ def concrete_tensor(values: Values, array: np.ndarray, type_: TensorType) -> Ten
 
 def encode(ctx: Ctx, fn: Function, inputs: list[Tensor]) -> list[Tensor]:
     """The tensors `fn` returns, given tensors for its parameters."""
+    own = getattr(fn, "encode_smt", None)
+    if own is not None:  # a derived function with its own meaning (gdv.validate.spmd)
+        return own(ctx, inputs)
     env: dict[str, Tensor] = {p.name: t for p, t in zip(fn.params, inputs, strict=True)}
     for op in fn.ops:
         env[op.result] = apply(ctx, op, [env[o] for o in op.operands])

@@ -23,7 +23,9 @@ from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.types import TensorType
 
 
-def _combine(name: str, dtype: DType, ctx: Context) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def _combine(
+    name: str, dtype: DType, ctx: Context
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The IR's binary op `name` on two arrays of one shape (rounded as the spec says)."""
 
     def step(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -33,7 +35,9 @@ def _combine(name: str, dtype: DType, ctx: Context) -> Callable[[np.ndarray, np.
     return step
 
 
-def fold_members(values: list[np.ndarray], order: str, step, chunks: list[slice] | None) -> np.ndarray:
+def fold_members(
+    values: list[np.ndarray], order: str, step, chunks: list[slice] | None
+) -> np.ndarray:
     """The fold of `values` (member order) in `order` (IR_SPEC section 7). `chunks`: for
     "ring", the slices of the flattened value that form chunks 0 .. p-1."""
     p = len(values)

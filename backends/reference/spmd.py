@@ -56,8 +56,13 @@ def global_function(module: Module, fn: Function) -> Function:
     """`fn`'s signature with global types (for checking and drawing global inputs); no ops."""
     mesh = spmd_mesh(module, fn)
     params = [
-        Param(p.name, global_type(p.type, param_sharding(p.attrs, p.type.rank), mesh),
-              {k: v for k, v in p.attrs.items() if k != "sharding"}, p.loc, p.attr_locs)
+        Param(
+            p.name,
+            global_type(p.type, param_sharding(p.attrs, p.type.rank), mesh),
+            {k: v for k, v in p.attrs.items() if k != "sharding"},
+            p.loc,
+            p.attr_locs,
+        )
         for p in fn.params
     ]
     results = [global_type(t, s, mesh) for t, s in zip(fn.results, out_shardings(fn), strict=True)]
@@ -79,18 +84,18 @@ def shard_inputs(
     env = check_inputs(global_function(module, fn), inputs, Context(mode))
     out = []
     for coords in mesh.ranks():
-        out.append({
-            p.name: np.array(
-                shard(env[p.name], p.type, param_sharding(p.attrs, p.type.rank), mesh, coords)
-            )
-            for p in fn.params
-        })
+        out.append(
+            {
+                p.name: np.array(
+                    shard(env[p.name], p.type, param_sharding(p.attrs, p.type.rank), mesh, coords)
+                )
+                for p in fn.params
+            }
+        )
     return out
 
 
-def run_spmd(
-    program: Module, inputs: Mapping[str, np.ndarray], *, mode: str = "exact"
-) -> SpmdRun:
+def run_spmd(program: Module, inputs: Mapping[str, np.ndarray], *, mode: str = "exact") -> SpmdRun:
     """Simulate the entry SPMD function of `program` on global `inputs` (keyed by parameter
     name), bit-exact to the specification."""
     fn = entry_function(program)

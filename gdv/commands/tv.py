@@ -92,13 +92,20 @@ def tv(args: argparse.Namespace) -> int:
 
 def _tv(args: argparse.Namespace) -> int:
     from gdv.validate.equivalence import check_equivalence, entry
+    from gdv.validate.spmd import check_spmd_equivalence, is_spmd, spmd_pair
 
     if not args.timeout > 0:
         raise IRError("--timeout must be a positive number of seconds", Loc("<command line>", 1, 1))
     ma, mb = load_arg(args.a), load_arg(args.b)
     fa, fb = entry(ma), entry(mb)
     theory = "real" if args.real else "fp"
-    result = check_equivalence(ma, mb, theory, args.timeout, names=(args.a, args.b))
+    if is_spmd(mb):
+        # B is an SPMD function: the claim is that every rank's result block equals A's
+        # result there (docs/IR_SPEC.md section 7); results compare stacked per rank.
+        fa, fb = spmd_pair(ma, mb)
+        result = check_spmd_equivalence(ma, mb, theory, args.timeout)
+    else:
+        result = check_equivalence(ma, mb, theory, args.timeout, names=(args.a, args.b))
     cex = result.counterexample
     if cex is not None and args.cex:
         _write_cex(args.cex, cex.inputs)
@@ -178,7 +185,15 @@ def print_report(result, fa: Function, fb: Function, args: argparse.Namespace) -
         print(f"  %{p.name} : {p.type} = {_format_array(cex.inputs[p.name])}")
     print()
     where = ", ".join(map(str, cex.index))
-    print(f"Output out{cex.output} : {t} at index [{where}]:")
+    mesh = getattr(fa, "mesh", None)
+    if mesh is not None:  # an SPMD claim: stacked results, the rank's coordinates first
+        k = len(mesh.shape)
+        rank = ", ".join(f"{a}={c}" for a, c in zip(mesh.names, cex.index[:k], strict=True))
+        local = ", ".join(map(str, cex.index[k:]))
+        where += f"] (rank {rank} of mesh @{mesh.name}, local index [{local}])"
+        print(f"Output out{cex.output} : {t} (stacked per rank) at index [{where}:")
+    else:
+        print(f"Output out{cex.output} : {t} at index [{where}]:")
     print(f"  Source value: {format_value(cex.value_a)}")
     print(f"  Target value: {format_value(cex.value_b)}")
     if args.cex:

@@ -41,6 +41,17 @@ RANGES = {True: [[0, 1], [-10, 10], [1, 100], [0.5, 0.5]], False: [[0, 3], [-2, 
 EXCLUDED: dict[str, str] = {
     "kernel": "loop-stage op: needs a body function and in-bounds affine maps; gdv compile "
     "makes kernels itself from the graph ops, which is what fuzzing exercises",
+    **{
+        name: "collective: valid only in an SPMD function (a mesh attribute); the SPMD claims "
+        "have their own tests (tests/validate/test_spmd.py)"
+        for name in (
+            "all_reduce",
+            "all_gather",
+            "reduce_scatter",
+            "all_to_all",
+            "collective_permute",
+        )
+    },
 }
 
 Drawn = tuple[list[TensorType], dict[str, Any], TensorType | None]

@@ -41,7 +41,9 @@ def kind_pairs(v: Any) -> list[list[int]]:
         for p in v
     )
     if not ok:
-        raise ValueError(f"expected a list of [source, destination] member pairs, got {describe(v)}")
+        raise ValueError(
+            f"expected a list of [source, destination] member pairs, got {describe(v)}"
+        )
     srcs = [p[0] for p in v]
     dsts = [p[1] for p in v]
     if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts):
@@ -67,7 +69,7 @@ def _scaled(dims: dict[int, str]):
             raise OpTypeError(f"a reduction needs a numeric operand, operand 1 is {x}", 0)
         shape = list(x.shape)
         for name in dims:
-            check_axis(attrs[name], x.rank, name)
+            check_axis(attrs[name], x.rank, name, name)
         if written.rank != x.rank:
             return x  # the verifier reports the rank mismatch against this
         for name, how in dims.items():

@@ -48,7 +48,9 @@ attr_keys = st.one_of(
     ),
     # Words that are tokens elsewhere are still keys here (the lexer is contextual).
     st.sampled_from(["true", "false", "return", "func", "inf", "nan", "f32", "bf16", "dims"]),
-)
+).filter(lambda k: k not in ("mesh", "sharding", "out_shardings"))
+"""Attribute keys; the three that mean something on functions and parameters (docs/IR_SPEC.md
+section 7, meshes) are left out of random ones."""
 
 # --- literals --------------------------------------------------------------------------------
 
@@ -415,6 +417,41 @@ def _kernel(draw) -> Drawn:
     return operand_types, attrs, TensorType(dtype, ())
 
 
+def _collective(name: str) -> Generator:
+    """A collective over a group of at most 4 members (the written type is the one the type
+    rule infers for a group of 2; the mesh-level check is not the type rule's)."""
+
+    def gen(draw) -> Drawn:
+        allowed = NUMERIC if name in ("all_reduce", "reduce_scatter") else ALL_DTYPES
+        dtype = draw(dtype_choice(allowed))
+        shape = [2 * draw(st.integers(1, 3)) for _ in range(draw(st.integers(1, 3)))]
+        x = TensorType(dtype, tuple(shape))
+        attrs: dict[str, Any] = {"axes": ["data"]}
+        out = list(shape)
+        if name in ("all_gather", "reduce_scatter"):
+            attrs["dim"] = draw(st.integers(0, len(shape) - 1))
+            out[attrs["dim"]] = (
+                out[attrs["dim"]] * 2 if name == "all_gather" else out[attrs["dim"]] // 2
+            )
+        if name in ("all_reduce", "reduce_scatter"):
+            attrs["combiner"] = draw(st.sampled_from(["add", "max", "min"]))
+            attrs["order"] = draw(st.sampled_from(["rank", "tree", "ring"]))
+        if name == "all_to_all":
+            attrs["split_dim"] = draw(st.integers(0, len(shape) - 1))
+            attrs["concat_dim"] = draw(st.integers(0, len(shape) - 1))
+            if attrs["split_dim"] != attrs["concat_dim"]:
+                out[attrs["split_dim"]] //= 2
+                out[attrs["concat_dim"]] *= 2
+        if name == "collective_permute":
+            attrs["pairs"] = draw(st.sampled_from([[], [[0, 1]], [[0, 1], [1, 0]]]))
+        return [x], attrs, x.with_shape(tuple(out))
+
+    return gen
+
+
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
+"""Valid only in an SPMD function: `functions()` draws them only when asked by name."""
+
 OP_GENERATORS: dict[str, Generator] = {
     **{name: _unary_float for name in UNARY_FLOAT_DOCS},
     **{name: _binary(name) for name in BINARY_DOCS},
@@ -439,6 +476,7 @@ OP_GENERATORS: dict[str, Generator] = {
     "layer_norm": _layer_norm,
     "gelu": _gelu,
     "kernel": _kernel,
+    **{name: _collective(name) for name in COLLECTIVE_OPS},
 }
 
 
@@ -450,7 +488,7 @@ def op_instances(draw, name: str | None = None) -> tuple[list[TensorType], Op]:
     """One op of the registry (all of them when `name` is None): its operand types and the op,
     with operand names left empty for the function builder to fill in."""
     if name is None:
-        name = draw(st.sampled_from(sorted(op_registry.REGISTRY)))
+        name = draw(st.sampled_from(sorted(set(op_registry.REGISTRY) - set(COLLECTIVE_OPS))))
     spec = op_registry.REGISTRY[name]
     operand_types, attrs, written = OP_GENERATORS[name](draw)
     result = spec.infer(operand_types, attrs, written or draw(types()))

@@ -47,6 +47,12 @@ def test_random_modules_verify_and_round_trip(module: Module) -> None:
 @given(data=st.data())
 def test_each_op_verifies_and_round_trips(name: str, data) -> None:
     fn = data.draw(S.functions("main", [name, name]))
+    if name in S.COLLECTIVE_OPS:  # valid only in an SPMD function, on a mesh with its axes
+        from gdv.ir.mesh import Mesh
+
+        fn.attrs["mesh"] = "m"
+        _round_trip(Module(S.with_bodies([fn]), meshes=[Mesh("m", [("data", 2)])]))
+        return
     _round_trip(Module(S.with_bodies([fn])))
 
 

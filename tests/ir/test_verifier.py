@@ -188,6 +188,44 @@ OP_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         prog("%a: f32[2]", '%r = gelu(%a) {^approximate = "erf"} : f32[2]', "f32[2]"),
         ('expected one of "none", "tanh"', 'got string "erf"'),
     ),
+    # Collectives: the type rules' own rejections (the mesh-level ones: tests/ir/test_mesh.py).
+    "all_reduce": (
+        prog(
+            "%a: i1[2]",
+            '%r = all_reduce(^%a) {axes = ["d"], combiner = "add", order = "rank"} : i1[2]',
+            "i1[2]",
+        ),
+        ("a reduction needs a numeric operand", "operand 1 is i1[2]"),
+    ),
+    "all_gather": (
+        prog("%a: f32[2]", '%r = all_gather(%a) {axes = ["d"], ^dim = 1} : f32[4]', "f32[4]"),
+        ("dim 1", "out of range for rank 1"),
+    ),
+    "reduce_scatter": (
+        prog(
+            "%a: f32[2]",
+            '%r = reduce_scatter(%a) {axes = ["d"], ^dim = 3, combiner = "add", '
+            'order = "rank"} : f32[1]',
+            "f32[1]",
+        ),
+        ("dim 3", "out of range for rank 1"),
+    ),
+    "all_to_all": (
+        prog(
+            "%a: f32[2]",
+            '%r = all_to_all(%a) {axes = ["d"], ^split_dim = 1, concat_dim = 0} : f32[2]',
+            "f32[2]",
+        ),
+        ("split_dim 1", "out of range for rank 1"),
+    ),
+    "collective_permute": (
+        prog(
+            "%a: f32[2]",
+            '%r = collective_permute(%a) {axes = ["d"], ^pairs = [[0, 1], [0, 2]]} : f32[2]',
+            "f32[2]",
+        ),
+        ("each member is a source at most once",),
+    ),
 }
 
 

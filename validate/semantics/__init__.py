@@ -14,6 +14,7 @@ def load_all() -> None:
     if _LOADED:
         return
     from gdv.validate.semantics import (  # noqa: F401
+        collective,
         composite,
         contract,
         conv,

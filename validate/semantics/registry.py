@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 import z3
 
@@ -128,6 +129,9 @@ class Ctx:
     """Where terms are built: the theory's values, fold bookkeeping, and fresh names."""
 
     values: Values
+    mesh: Any = None
+    """While encoding an SPMD function (`gdv.validate.spmd`): its mesh. Collectives then take
+    and give stacked tensors, indexed `(rank coordinates..., local index...)`."""
     unroll: bool = False
     """Concrete evaluation: folds unroll into their left-fold definition instead of staying
     uninterpreted (used by the agreement tests, never by proofs of symbolic programs)."""
