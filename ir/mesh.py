@@ -274,11 +274,11 @@ def _check_collective(op: Op, operand: TensorType, mesh: Mesh, loc: Loc) -> None
     shape = list(operand.shape)
     if op.name == "all_gather":
         shape[op.attrs["dim"]] *= p
-    elif op.name == "reduce_scatter":
+    elif op.name in ("reduce_scatter", "shard_slice"):
         d = op.attrs["dim"]
         if shape[d] % p:
             raise IRError(
-                f"reduce_scatter: dim {d} of {operand} is not a multiple of the group size {p}",
+                f"{op.name}: dim {d} of {operand} is not a multiple of the group size {p}",
                 op.attr_locs.get("dim", loc),
             )
         shape[d] //= p

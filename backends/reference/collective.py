@@ -168,3 +168,13 @@ def _collective_permute(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndar
         return x[members[source[m]]]
 
     return _per_rank(op, args, ctx, each)
+
+
+@kernel(OPS["shard_slice"])
+def _shard_slice(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    dim = op.attrs["dim"]
+
+    def each(coords, members, x):
+        return _blocks(x[coords], dim, len(members))[members.index(coords)]
+
+    return _per_rank(op, args, ctx, each)

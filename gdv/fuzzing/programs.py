@@ -45,6 +45,7 @@ EXCLUDED: dict[str, str] = {
         name: "collective: valid only in an SPMD function (a mesh attribute); the SPMD claims "
         "have their own tests (tests/validate/test_spmd.py)"
         for name in (
+            "shard_slice",
             "all_reduce",
             "all_gather",
             "reduce_scatter",

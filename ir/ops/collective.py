@@ -155,4 +155,18 @@ register(
     )
 )
 
+register(
+    OpSpec(
+        "shard_slice",
+        "collective",
+        1,
+        1,
+        (_AXES, AttrSpec("dim", kind_int)),
+        _scaled({"dim": "shrink"}),
+        "member m gets block m (along dim) of its own operand: a replicated value made sharded, "
+        "with no communication",
+        int_legal=True,
+    )
+)
+
 COLLECTIVES = names_where(lambda s: s.family == "collective", "the collective ops")

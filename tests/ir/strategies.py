@@ -428,7 +428,7 @@ def _collective(name: str) -> Generator:
         x = TensorType(dtype, tuple(shape))
         attrs: dict[str, Any] = {"axes": ["data"]}
         out = list(shape)
-        if name in ("all_gather", "reduce_scatter"):
+        if name in ("all_gather", "reduce_scatter", "shard_slice"):
             attrs["dim"] = draw(st.integers(0, len(shape) - 1))
             out[attrs["dim"]] = (
                 out[attrs["dim"]] * 2 if name == "all_gather" else out[attrs["dim"]] // 2
@@ -449,7 +449,14 @@ def _collective(name: str) -> Generator:
     return gen
 
 
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
+COLLECTIVE_OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "collective_permute",
+    "shard_slice",
+)
 """Valid only in an SPMD function: `functions()` draws them only when asked by name."""
 
 OP_GENERATORS: dict[str, Generator] = {

@@ -218,6 +218,10 @@ OP_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
         ("split_dim 1", "out of range for rank 1"),
     ),
+    "shard_slice": (
+        prog("%a: f32[2]", '%r = shard_slice(%a) {axes = ["d"], ^dim = 2} : f32[1]', "f32[1]"),
+        ("dim 2", "out of range for rank 1"),
+    ),
     "collective_permute": (
         prog(
             "%a: f32[2]",

@@ -223,10 +223,19 @@ def collectives(draw):
             p *= n
     kind = draw(
         st.sampled_from(
-            ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"]
+            [
+                "all_reduce",
+                "all_gather",
+                "reduce_scatter",
+                "all_to_all",
+                "collective_permute",
+                "shard_slice",
+            ]
         )
     )
-    rows = draw(st.integers(1, 3)) * (p if kind in ("reduce_scatter", "all_to_all") else 1)
+    rows = draw(st.integers(1, 3)) * (
+        p if kind in ("reduce_scatter", "all_to_all", "shard_slice") else 1
+    )
     cols = draw(st.integers(1, 3)) * (p if kind == "all_to_all" else 1)
     local = [rows, cols]
     axes_text = "[" + ", ".join(f'"{a}"' for a in axes) + "]"
@@ -245,6 +254,9 @@ def collectives(draw):
             f'reduce_scatter(%x) {{axes = {axes_text}, dim = 0, combiner = "{combiner}", '
             f'order = "{order}"}}'
         )
+    elif kind == "shard_slice":
+        out[0] //= p
+        text = f"shard_slice(%x) {{axes = {axes_text}, dim = 0}}"
     elif kind == "all_to_all":
         s, c = draw(st.sampled_from([(0, 1), (1, 0), (0, 0), (1, 1)]))
         out[s] //= p

@@ -38,7 +38,7 @@ def _reduction(op: Op, args: list[TB], ctx: Context) -> TB:
     return sum_bound(op, x, p, ctx)
 
 
-@rule(OPS["all_gather"], OPS["all_to_all"])
+@rule(OPS["all_gather"], OPS["all_to_all"], OPS["shard_slice"])
 def _moved(op: Op, args: list[TB], ctx: Context) -> TB:
     (x,) = args
     return make_tb(op.type, x.exact, x.err, x.computed, x.specials)

@@ -236,7 +236,26 @@ def collective_permute(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     return Tensor(_stacked(op, mesh), at)
 
 
+@rule(OPS["shard_slice"])
+def shard_slice(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """out[r, i] = x[r, i with i[dim] + me * n]: the rank's own block `me`."""
+    (x,) = xs
+    mesh = _mesh(ctx, op)
+    g = Group(mesh, op.attrs["axes"])
+    d = op.attrs["dim"]
+    n = op.type.shape[d]
+
+    def at(i: Index) -> Term:
+        r, j = _split(mesh, i)
+        jj = list(j)
+        jj[d] = j[d] + g.member(r) * n
+        return (yield x.read(r + tuple(jj)))
+
+    return Tensor(_stacked(op, mesh), at)
+
+
 assert {s.name for s in COLLECTIVES.specs()} == {
+    "shard_slice",
     "all_reduce",
     "all_gather",
     "reduce_scatter",
