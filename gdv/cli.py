@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "gdv.commands.basic",
     "gdv.commands.run",
     "gdv.commands.tv",
+    "gdv.commands.partition",
     "gdv.commands.bounds",
     "gdv.commands.compile",
     "gdv.commands.evidence",
