@@ -1,8 +1,14 @@
-"""`gdv run FILE [--inputs IN.npz]... [--seed N] [--output OUT.npz] [--target T]`."""
+"""`gdv run FILE [--inputs IN.npz]... [--seed N] [--output OUT.npz] [--target T] [--ranks N]`.
+
+An SPMD entry function (attribute `mesh`, docs/IR_SPEC.md section 7) takes global inputs: on
+the reference target its simulation runs every rank at once (`run_spmd`); with `--ranks N` it
+runs on N MPI processes, its local ops compiled for C in segments between the collectives
+(`gdv.backends.mpi.run_mpi`)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -32,8 +38,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
     p.add_argument(
         "--target",
-        default="reference",
+        default=None,
         help="reference (default), or c (compiled at -O2, proved, run as C)",
+    )
+    p.add_argument(
+        "--ranks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="an SPMD function: run it on N MPI processes (N = the mesh's size), its local ops "
+        "compiled for C",
+    )
+    p.add_argument(
+        "--report",
+        metavar="REPORT.json",
+        help="--ranks: write every rank's report (bytes sent per collective, seconds per step)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="--ranks: stop the MPI run after S seconds (default 300)",
     )
     p.add_argument("--ideal", action="store_true", help="evaluate every float in f64")
     p.add_argument(
@@ -102,23 +128,103 @@ def entry_inputs(files: list[str], fn, seed: int) -> dict:
 def run(args: argparse.Namespace) -> int:
     from gdv.backends import reference
 
-    target = target_info(args.target, Loc("<command line>", 1, 1))
+    command_line = Loc("<command line>", 1, 1)
+    target = target_info(args.target or "reference", command_line)
     module = load_arg(args.file)
     fn = module.entry
-    inputs = entry_inputs(args.inputs, fn, args.seed)
-    if not target.interpreter:
-        outputs = _run_compiled(args, module, inputs)
+    if fn is not None and "mesh" in fn.attrs:
+        outputs = _run_spmd(args, module, fn)
+        fn_results = _global_results(module, fn)
     else:
-        outputs = reference.run(module, inputs, mode="ideal" if args.ideal else "exact")
+        if args.ranks is not None:
+            where = (fn.loc if fn is not None else None) or command_line
+            name = f"@{fn.name}" if fn is not None else "the module"
+            raise IRError(
+                f"--ranks runs an SPMD function under MPI, but {name} is not one (it has no "
+                'mesh attribute, such as {mesh = "m"})',
+                where,
+            )
+        inputs = entry_inputs(args.inputs, fn, args.seed)
+        if not target.interpreter:
+            outputs = _run_compiled(args, module, inputs)
+        else:
+            outputs = reference.run(module, inputs, mode="ideal" if args.ideal else "exact")
+        fn_results = fn.results
     if args.output:
         _write_npz_atomically(args.output, {f"out{i}": o for i, o in enumerate(outputs)})
         print(f"wrote {len(outputs)} output(s) to {args.output}")
     else:
-        for i, (o, t) in enumerate(zip(outputs, fn.results, strict=True)):
+        for i, (o, t) in enumerate(zip(outputs, fn_results, strict=True)):
             print(f"out{i}: {t}")
             with np.printoptions(threshold=64, edgeitems=3, linewidth=100):
                 print(np.asarray(o))
     return 0
+
+
+def _global_results(module, fn) -> list:
+    from gdv.backends.reference.spmd import global_function
+
+    return global_function(module, fn).results
+
+
+def _run_spmd(args: argparse.Namespace, module, fn) -> list[np.ndarray]:
+    """An SPMD entry function on global inputs: simulated on the reference target, or on
+    `--ranks` MPI processes."""
+    from gdv.backends.reference.spmd import global_function, run_spmd
+
+    command_line = Loc("<command line>", 1, 1)
+    inputs = entry_inputs(args.inputs, global_function(module, fn), args.seed)
+    if args.ranks is None:
+        if args.report:
+            raise IRError("--report needs --ranks (it reports the MPI ranks)", command_line)
+        if args.target not in (None, "reference"):
+            target_info(args.target, command_line)
+            raise IRError(
+                f"@{fn.name} is an SPMD function: it runs on the reference target (simulating "
+                f"every rank), or under MPI with --ranks N (its local ops compiled for C)",
+                command_line,
+            )
+        run = run_spmd(module, inputs, mode="ideal" if args.ideal else "exact")
+    else:
+        if args.target not in (None, "c"):
+            target_info(args.target, command_line)
+            raise IRError(
+                f"--ranks runs the local ops compiled for C, not on --target {args.target}",
+                command_line,
+            )
+        if args.ideal:
+            raise IRError("--ideal runs on the reference target only", command_line)
+        if args.ranks < 1:
+            raise IRError(f"--ranks must be at least 1, got {args.ranks}", command_line)
+        if args.timeout <= 0:
+            raise IRError(f"--timeout must be positive, got {args.timeout:g}", command_line)
+        from gdv.backends.mpi import run_mpi
+
+        run = run_mpi(
+            module, inputs, args.ranks, timeout=args.timeout, allow_fallback=args.allow_fallback
+        )
+        if args.report:
+            _write_text_atomically(
+                args.report, json.dumps({"ranks": run.reports, "seconds": run.seconds}, indent=1)
+            )
+        sent = [r.get("bytes_sent", 0) for r in run.reports]
+        print(
+            f"gdv: ran on {args.ranks} MPI ranks in {run.seconds:.2f} s; bytes sent per rank: "
+            f"{', '.join(map(str, sent))}",
+            file=sys.stderr,
+        )
+    differing: dict[int, list[tuple[int, int]]] = {}
+    for k, kept, other in run.disagreements:
+        differing.setdefault(k, []).append((kept, other))
+    for k, pairs in differing.items():
+        shown = ", ".join(f"rank {other} differs from rank {kept}" for kept, other in pairs[:4])
+        more = f" and {len(pairs) - 4} more" if len(pairs) > 4 else ""
+        print(
+            f"gdv: warning: out{k}: ranks holding the same block disagree ({shown}{more}); "
+            "each block is shown as the first rank holding it has it",
+            file=sys.stderr,
+        )
+    return run.outputs
 
 
 def _run_compiled(
@@ -141,6 +247,23 @@ def _run_compiled(
     if comp.verdict != "proved":
         raise IRError(f"refusing to run: the compile's obligations are {comp.verdict}")
     return comp(**inputs)
+
+
+def _write_text_atomically(path: str, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(suffix=".json", dir=directory)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise IRError(
+            f"cannot write {printable(path, 200)}: {e.strerror}", Loc(path, 1, 1)
+        ) from None
 
 
 def _write_npz_atomically(path: str, arrays: dict[str, np.ndarray]) -> None:

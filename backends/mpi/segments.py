@@ -1,0 +1,115 @@
+"""Cutting an SPMD function into segments of local ops with the collectives between them.
+
+A segment is an ordinary function `@main` (no mesh attributes): its parameters are the values
+live into it (the SPMD function's parameters, or results of earlier segments and collectives),
+its results the values it defines that a later op or the return uses. Each segment compiles
+through the C target like any program, its obligations proved; a segment with no ops (two
+collectives in a row) or whose values nothing uses is skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gdv.ir.core import Function, Module, Op, Param
+from gdv.ir.diagnostics import IRError
+from gdv.ir.dtypes import DType
+from gdv.ir.ops.collective import COLLECTIVES
+
+FOLDED_DTYPES = {DType.F64: 0, DType.F32: 1, DType.I64: 2, DType.I32: 3, DType.I8: 4}
+"""The dtypes the runtime folds, with their codes in runtime.c."""
+COMBINERS = {"add": 0, "max": 1, "min": 2}
+ORDERS = {"rank": 0, "tree": 1, "ring": 2}
+
+
+@dataclass
+class Segment:
+    """Ops `first .. end-1` of the SPMD function as the ordinary function `function`."""
+
+    first: int
+    end: int
+    function: Function
+
+    @property
+    def params(self) -> list[str]:
+        return [p.name for p in self.function.params]
+
+    @property
+    def results(self) -> list[str]:
+        return list(self.function.returns)
+
+
+@dataclass
+class Collective:
+    """The collective op at `index` of the SPMD function."""
+
+    index: int
+    op: Op
+
+
+Step = Segment | Collective
+
+
+def split(fn: Function) -> list[Step]:
+    """`fn`'s ops as segments and collectives, in program order."""
+    types = fn.types()
+    later_uses: list[set[str]] = [set() for _ in range(len(fn.ops) + 1)]
+    used = set(fn.returns)
+    later_uses[len(fn.ops)] = set(used)
+    for i in range(len(fn.ops) - 1, -1, -1):
+        used |= set(fn.ops[i].operands)
+        later_uses[i] = set(used)
+    steps: list[Step] = []
+    first = 0
+    for i, op in enumerate([*fn.ops, None]):
+        if op is not None and op.name not in COLLECTIVES:
+            continue
+        if i > first:
+            seg = _segment(fn, first, i, types, later_uses[i])
+            if seg is not None:
+                steps.append(seg)
+        if op is not None:
+            steps.append(Collective(i, op))
+        first = i + 1
+    return steps
+
+
+def _segment(fn: Function, first: int, end: int, types, live_after: set[str]) -> Segment | None:
+    ops = fn.ops[first:end]
+    defined = {op.result for op in ops}
+    inputs: list[str] = []
+    for op in ops:
+        for o in op.operands:
+            if o not in defined and o not in inputs:
+                inputs.append(o)
+    outputs = [op.result for op in ops if op.result in live_after]
+    if not outputs:
+        return None
+    function = Function(
+        "main",
+        [Param(name, types[name]) for name in inputs],
+        [types[name] for name in outputs],
+        list(ops),
+        outputs,
+        loc=fn.loc,
+    )
+    return Segment(first, end, function)
+
+
+def segment_module(module: Module, fn: Function, seg: Segment) -> Module:
+    """The module a segment compiles as: its function and the module's ordinary functions
+    (kernel bodies), without meshes."""
+    others = [f for f in module.functions if f is not fn and "mesh" not in f.attrs]
+    return Module([seg.function, *others], module.filename)
+
+
+def check_runnable(fn: Function) -> None:
+    """Every folding collective's dtype is one the runtime folds (an IRError at the op)."""
+    for op in fn.ops:
+        if op.name in ("all_reduce", "reduce_scatter") and op.type.dtype not in FOLDED_DTYPES:
+            known = ", ".join(str(d) for d in FOLDED_DTYPES)
+            raise IRError(
+                f"{op.name} on {op.type.dtype}: the MPI runtime folds {known} only (a "
+                f"{op.type.dtype} fold would need its own rounding; not implemented)",
+                op.name_loc or op.loc,
+            )
