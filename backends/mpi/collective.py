@@ -138,6 +138,10 @@ class Runtime:
         self._check(rc, op)
         return np.ascontiguousarray(np.moveaxis(out, 0, dim))
 
+    def _shard_slice(self, op, x, ranks, p, me, tag, sent) -> np.ndarray:
+        """No communication: this member's own block along `dim`."""
+        return np.ascontiguousarray(np.split(x, p, axis=op.attrs["dim"])[me])
+
     def _all_to_all(self, op, x, ranks, p, me, tag, sent) -> np.ndarray:
         split, concat = op.attrs["split_dim"], op.attrs["concat_dim"]
         blocks = np.ascontiguousarray(np.stack(np.split(x, p, axis=split)))
