@@ -19,7 +19,9 @@ from gdv.validate.evaluate import evaluate
 
 S = load_module("ir/strategies.py")
 # Kernels need body functions in scope; they have their own agreement case.
-OPS = sorted(n for n in REGISTRY if n != "kernel")
+OPS = sorted(
+    n for n in REGISTRY if n != "kernel" and REGISTRY[n].family != "collective"
+)  # collectives: only in SPMD functions (tests/validate/test_spmd.py)
 EXACT_OPS = sorted(
     n
     for n in OPS
