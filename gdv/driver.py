@@ -149,6 +149,16 @@ def compile_module(
     options = options or CompileOptions()
     start = time.perf_counter()
     module, text = _load(source)
+    entry = module.entry
+    if entry is not None and entry.attrs.get("mesh") is not None:
+        # The pipeline proves per-rank rewrites of ordinary functions; an SPMD function is cut
+        # into such segments by the MPI backend, which compiles each through this driver.
+        raise IRError(
+            f"@{entry.name} is an SPMD function (mesh \"{entry.attrs['mesh']}\"): run it with "
+            "`gdv run FILE --ranks N` (its segments of local ops compile for C there), prove it "
+            "against its global program with `gdv tv GLOBAL FILE`",
+            entry.loc,
+        )
     external: list[PassRecord] = []
     stages: list[tuple[str, Module]] = [("input", module)]
     for k, command in enumerate(options.external_passes, start=1):

@@ -13,8 +13,10 @@ that must be split), and an `all_reduce` right after an op that sums over a shar
 
 Each op's partitioned form is a claim of its own (`PartitionStep`): the global op on global
 operands against the SPMD snippet on their blocks, with the shardings they have. It is `fp`
-(bit-exact) when no sum is split and `real` otherwise; `prove_steps` discharges them with
-`gdv.validate.spmd.check_spmd_equivalence`, symbolic in the rank. The steps compose: each
+(bit-exact) when no float sum is split and `real` otherwise. A split max, min or integer sum
+keeps its bits, but beyond `SMALL_FOLD` elements its fold is uninterpreted and no lemma splits
+it, so such a claim is `unknown` (never proved) at those sizes. `prove_steps` discharges the
+claims with `gdv.validate.spmd.check_spmd_equivalence`, symbolic in the rank. The steps compose: each
 snippet's operand shardings are the shardings the snippets before it left, so the proved
 snippets together are the SPMD function, one claim per op: linear in the program's size.
 """
@@ -22,7 +24,6 @@ snippets together are the SPMD function, one claim per op: linear in the program
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
 from gdv.ir.core import Function, Module, Op, Param
@@ -293,17 +294,15 @@ def partition(
         body_out = _local(op.type, out_s, mesh)
         b.ops.append(dataclasses.replace(op, operands=args, type=body_out, result=result))
         if partial:
-            kind = "add" if op.name in ("dot", "matmul", "reduce_sum") else op.name[len("reduce_"):]
-            combiner = {"add": "add", "max": "max", "min": "min"}[kind]
             fin = b.emit("all_reduce", result, body_out,
-                         {"axes": partial, "combiner": combiner, "order": b.order}, body_out)
+                         {"axes": partial, "combiner": _combiner(op), "order": b.order}, body_out)
             local[op.result] = fin
         else:
             local[op.result] = result
         have[op.result] = out_s
         snippet = b.ops[start:]
         step = _step(op, operand_types, [have[o] for o in op.operands], snippet, in_names,
-                     local[op.result], out_s, mesh, bool(partial), seen)
+                     local[op.result], out_s, mesh, _reorders(op, partial), seen)
         steps.append(step)
     results = list(fn.results)
     spmd_fn = Function(
@@ -321,6 +320,26 @@ def partition(
     out = Module([spmd_fn, *[f for f in module.functions if f is not fn]], module.filename,
                  [Mesh(mesh.name, list(mesh.axes))])
     return Partitioned(out, shardings, choices, steps, b.collectives)
+
+
+def _reorders(op: Op, partial: list[str]) -> bool:
+    """Whether finishing a split reduction changes its value's bits: a float sum does (its
+    claim is `real`); max and min of the IR are associative and commutative bit for bit, and
+    integer sums wrap exactly, so theirs stay `fp`."""
+    return bool(partial) and _combiner(op) == "add" and op.type.dtype.is_float
+
+
+def _combiner(op: Op) -> str:
+    """How the partial results of an op with a split reduction factor combine: a product's
+    sums add; a reduction folds with its own combiner (the op trait)."""
+    from gdv.ir.ops import REGISTRY
+
+    if op.name in ("dot", "matmul"):
+        return "add"
+    combiner = REGISTRY[op.name].combiner
+    if combiner is None:
+        raise AssertionError(f"{op.name}'s sharding rule has a reduction factor but no combiner")
+    return combiner.op
 
 
 def _want(dims: list[list[str]], axes_of: dict[str, list[str]]) -> Sharding:
@@ -414,4 +433,3 @@ __all__ = [
     "propagate",
     "prove_steps",
 ]
-_ = math
