@@ -190,7 +190,7 @@ def check_spmd(module: Module) -> None:
     check_meshes(module)
     for fn in module.functions:
         fn_loc = fn.loc or Loc(module.filename, 1, 1)
-        attr_locs = getattr(fn, "attr_locs", {})
+        attr_locs = fn.attr_locs
         mesh = None
         if "mesh" in fn.attrs:
             name = fn.attrs["mesh"]

@@ -16,9 +16,10 @@ operands against the SPMD snippet on their blocks, with the shardings they have.
 (bit-exact) when no float sum is split and `real` otherwise. A split max, min or integer sum
 keeps its bits, but beyond `SMALL_FOLD` elements its fold is uninterpreted and no lemma splits
 it, so such a claim is `unknown` (never proved) at those sizes. `prove_steps` discharges the
-claims with `gdv.validate.spmd.check_spmd_equivalence`, symbolic in the rank. The steps compose: each
-snippet's operand shardings are the shardings the snippets before it left, so the proved
-snippets together are the SPMD function, one claim per op: linear in the program's size.
+claims with `gdv.validate.spmd.check_spmd_equivalence`, symbolic in the rank. The steps
+compose: each snippet's operand shardings are the shardings the snippets before it left, so
+the proved snippets together are the SPMD function, one claim per op: linear in the
+program's size.
 """
 
 from __future__ import annotations
@@ -208,7 +209,9 @@ class _Builder:
         result = self.fresh(operand)
         self.ops.append(Op(result, name, [operand], attrs, out))
         if name in COLLECTIVES and name != "shard_slice":
-            self.collectives.append((result, name, list(attrs["axes"]), t.num_elements * t.dtype.itemsize))
+            self.collectives.append(
+                (result, name, list(attrs["axes"]), t.num_elements * t.dtype.itemsize)
+            )
         return result
 
 
@@ -216,9 +219,7 @@ def _local(t: TensorType, s: Sharding, mesh: Mesh) -> TensorType:
     return t.with_shape(tuple(n // mesh.group_size(a) for n, a in zip(t.shape, s, strict=True)))
 
 
-def _reshard(
-    b: _Builder, name: str, t_global: TensorType, have: Sharding, want: Sharding
-) -> str:
+def _reshard(b: _Builder, name: str, t_global: TensorType, have: Sharding, want: Sharding) -> str:
     """Collectives taking value `name` (global type `t_global`) from `have` to `want`."""
     mesh = b.mesh
     cur = [list(a) for a in have]
@@ -229,7 +230,10 @@ def _reshard(
             before = _local(t_global, cur, mesh)
             cur[d] = []
             name = b.emit(
-                "all_gather", name, before, {"axes": list(have[d]), "dim": d},
+                "all_gather",
+                name,
+                before,
+                {"axes": list(have[d]), "dim": d},
                 _local(t_global, cur, mesh),
             )
     for d in range(t_global.rank):
@@ -237,7 +241,10 @@ def _reshard(
             before = _local(t_global, cur, mesh)
             cur[d] = list(want[d])
             name = b.emit(
-                "shard_slice", name, before, {"axes": list(want[d]), "dim": d},
+                "shard_slice",
+                name,
+                before,
+                {"axes": list(want[d]), "dim": d},
                 _local(t_global, cur, mesh),
             )
     return name
@@ -288,21 +295,37 @@ def partition(
             wants.append(want)
             args.append(_reshard(b, local[o], t, have[o], want))
         out_s = _want(rule.result, axes_of)
-        partial = sorted({a for f in rule.reduction if f in axes_of for a in axes_of[f]},
-                         key=mesh.names.index)
+        partial = sorted(
+            {a for f in rule.reduction if f in axes_of for a in axes_of[f]}, key=mesh.names.index
+        )
         result = op.result
         body_out = _local(op.type, out_s, mesh)
         b.ops.append(dataclasses.replace(op, operands=args, type=body_out, result=result))
         if partial:
-            fin = b.emit("all_reduce", result, body_out,
-                         {"axes": partial, "combiner": _combiner(op), "order": b.order}, body_out)
+            fin = b.emit(
+                "all_reduce",
+                result,
+                body_out,
+                {"axes": partial, "combiner": _combiner(op), "order": b.order},
+                body_out,
+            )
             local[op.result] = fin
         else:
             local[op.result] = result
         have[op.result] = out_s
         snippet = b.ops[start:]
-        step = _step(op, operand_types, [have[o] for o in op.operands], snippet, in_names,
-                     local[op.result], out_s, mesh, _reorders(op, partial), seen)
+        step = _step(
+            op,
+            operand_types,
+            [have[o] for o in op.operands],
+            snippet,
+            in_names,
+            local[op.result],
+            out_s,
+            mesh,
+            _reorders(op, partial),
+            seen,
+        )
         steps.append(step)
     results = list(fn.results)
     spmd_fn = Function(
@@ -317,8 +340,11 @@ def partition(
         },
         loc=fn.loc,
     )
-    out = Module([spmd_fn, *[f for f in module.functions if f is not fn]], module.filename,
-                 [Mesh(mesh.name, list(mesh.axes))])
+    out = Module(
+        [spmd_fn, *[f for f in module.functions if f is not fn]],
+        module.filename,
+        [Mesh(mesh.name, list(mesh.axes))],
+    )
     return Partitioned(out, shardings, choices, steps, b.collectives)
 
 
@@ -346,8 +372,9 @@ def _want(dims: list[list[str]], axes_of: dict[str, list[str]]) -> Sharding:
     return [list(axes_of.get(f[0], [])) if f else [] for f in dims]
 
 
-def _step(op: Op, operand_types, operand_shardings, snippet, in_names, result, out_s, mesh,
-          split, seen) -> PartitionStep:
+def _step(
+    op: Op, operand_types, operand_shardings, snippet, in_names, result, out_s, mesh, split, seen
+) -> PartitionStep:
     # One parameter per distinct operand (`add(%x, %x)` reads one value twice).
     distinct = list(dict.fromkeys(op.operands))
     names = [f"a{k}" for k in range(len(distinct))]
@@ -366,7 +393,11 @@ def _step(op: Op, operand_types, operand_shardings, snippet, in_names, result, o
         dataclasses.replace(o, operands=[rename.get(x, x) for x in o.operands]) for o in snippet
     ]
     s_fn = Function(
-        "main", s_params, [_local(op.type, out_s, mesh)], s_ops, [rename.get(result, result)],
+        "main",
+        s_params,
+        [_local(op.type, out_s, mesh)],
+        s_ops,
+        [rename.get(result, result)],
         attrs={"mesh": mesh.name, "out_shardings": [[list(a) for a in out_s]]},
     )
     from gdv.ir.printer import print_module
@@ -403,7 +434,9 @@ def prove_steps(part: Partitioned, timeout: float = 10.0) -> str:
         t = time.perf_counter()
         r = check_spmd_equivalence(step.global_, step.spmd, step.theory, timeout)
         step.seconds = time.perf_counter() - t
-        step.verdict = {"equivalent": "proved", "not-equivalent": "refuted"}.get(r.verdict, "unknown")
+        step.verdict = {"equivalent": "proved", "not-equivalent": "refuted"}.get(
+            r.verdict, "unknown"
+        )
         step.reason = r.reason
         if step.verdict == "refuted":
             verdict = "refuted"
@@ -416,7 +449,7 @@ def communication_bytes(part: Partitioned) -> int:
     """Bytes each rank sends in one call, by the collectives' simplest schedules (each member
     sends its operand to every other member of its group): a first alpha-beta-free estimate."""
     total = 0
-    for _, name, axes, nbytes in part.collectives:
+    for _, _name, axes, nbytes in part.collectives:
         p = part.module.meshes[0].group_size(axes)
         total += (p - 1) * nbytes
     return total

@@ -28,10 +28,10 @@ import numpy as np
 from gdv.backends.reference.spmd import global_function, run_spmd, spmd_mesh
 from gdv.ir.core import Function, Module
 from gdv.ir.diagnostics import IRError, Loc
-from gdv.ir.mesh import Mesh, block_offsets, member_index, out_shardings, param_sharding
+from gdv.ir.mesh import Mesh, block_offsets, out_shardings, param_sharding
 from gdv.ir.ops.collective import COLLECTIVES
 from gdv.ir.types import TensorType
-from gdv.validate.semantics.index import Idx
+from gdv.validate.semantics.collective import Group
 from gdv.validate.semantics.registry import Ctx, Index, Tensor, apply
 
 
@@ -91,19 +91,12 @@ def _blocks_of(out: Tensor, local: TensorType, sharding, mesh: Mesh) -> Tensor:
     def at(i: Index):
         r, j = i[:k], i[k:]
         g = tuple(
-            _member(mesh, axes, r) * n + jd
+            Group(mesh, axes).member(r) * n + jd
             for jd, n, axes in zip(j, local.shape, sharding, strict=True)
         )
         return (yield out.read(g))
 
     return Tensor(stacked(local, mesh), at)
-
-
-def _member(mesh: Mesh, axes: list[str], coords: Index) -> Idx:
-    m = Idx.of(0)
-    for a in axes:
-        m = m * mesh.axis_size(a) + coords[mesh.names.index(a)]
-    return m
 
 
 def _stack_blocks(out: np.ndarray, local: TensorType, sharding, mesh: Mesh) -> np.ndarray:
@@ -148,12 +141,7 @@ def _lifted(ctx: Ctx, op, operands: list[Tensor], mesh: Mesh, k: int) -> Tensor:
         key = tuple(c.key for c in r)
         entry = per_rank.get(key)
         if entry is None:
-            saved = ctx.mesh
-            ctx.mesh = None  # a local op never sees the mesh
-            try:
-                t = apply(ctx, op, [view(x, r) for x in operands])
-            finally:
-                ctx.mesh = saved
+            t = apply(ctx, op, [view(x, r) for x in operands])
             entry = (r, t)  # r kept alive with its key (see registry._key)
             per_rank[key] = entry
         return (yield entry[1].read(j))
@@ -231,4 +219,4 @@ def is_spmd(module: Module) -> bool:
     return fn is not None and fn.attrs.get("mesh") is not None
 
 
-__all__ = ["StackedView", "check_spmd_equivalence", "encode_spmd", "is_spmd", "member_index"]
+__all__ = ["StackedView", "check_spmd_equivalence", "encode_spmd", "is_spmd", "spmd_pair"]

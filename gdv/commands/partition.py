@@ -133,5 +133,7 @@ def _print_summary(report: dict, out) -> None:
             print(f"  %{c['op']}: {c['verdict']} ({c['theory']}) {c['reason']}", file=out)
     b = report["bounds"]
     if "global" in b:
-        print(f"  error bound per output: global {b['global']}, partitioned {b['partitioned']}",
-              file=out)
+        print(
+            f"  error bound per output: global {b['global']}, partitioned {b['partitioned']}",
+            file=out,
+        )

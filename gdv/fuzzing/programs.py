@@ -25,6 +25,7 @@ from gdv.backends.reference.interpreter import entry_function
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, DType
 from gdv.ir.ops import REGISTRY, OpTypeError
+from gdv.ir.ops.collective import COLLECTIVES
 from gdv.ir.ops.elementwise import BINARY_DOCS, CMP_DIRECTIONS, INT_BINARY, UNARY_FLOAT_DOCS
 from gdv.ir.ops.reduce import REDUCE_DOCS
 from gdv.ir.printer import print_module
@@ -42,16 +43,9 @@ EXCLUDED: dict[str, str] = {
     "kernel": "loop-stage op: needs a body function and in-bounds affine maps; gdv compile "
     "makes kernels itself from the graph ops, which is what fuzzing exercises",
     **{
-        name: "collective: valid only in an SPMD function (a mesh attribute); the SPMD claims "
-        "have their own tests (tests/validate/test_spmd.py)"
-        for name in (
-            "shard_slice",
-            "all_reduce",
-            "all_gather",
-            "reduce_scatter",
-            "all_to_all",
-            "collective_permute",
-        )
+        spec.name: "collective: valid only in an SPMD function (a mesh attribute); the SPMD "
+        "claims have their own tests (tests/validate/test_spmd.py)"
+        for spec in COLLECTIVES.specs()
     },
 }
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from gdv.ir import ops as op_registry
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, DType
+from gdv.ir.ops.collective import COLLECTIVES
 from gdv.ir.ops.elementwise import BINARY_DOCS, CMP_DIRECTIONS, INT_BINARY, UNARY_FLOAT_DOCS
 from gdv.ir.ops.reduce import REDUCE_DOCS
 from gdv.ir.parser import MAX_NAME_LENGTH, float_literal
@@ -449,14 +450,7 @@ def _collective(name: str) -> Generator:
     return gen
 
 
-COLLECTIVE_OPS = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "all_to_all",
-    "collective_permute",
-    "shard_slice",
-)
+COLLECTIVE_OPS = tuple(COLLECTIVES)
 """Valid only in an SPMD function: `functions()` draws them only when asked by name."""
 
 OP_GENERATORS: dict[str, Generator] = {

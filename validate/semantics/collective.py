@@ -23,20 +23,20 @@ from gdv.ir.core import Op
 from gdv.ir.diagnostics import IRError
 from gdv.ir.mesh import Mesh
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.collective import COLLECTIVES
 from gdv.validate.semantics.index import Idx, delinearize, linearize
 from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
 _KIND = {"add": "sum", "max": "max", "min": "min"}
 
 
-def _mesh(ctx: Ctx, op: Op) -> Mesh:
+def _group(ctx: Ctx, op: Op) -> tuple[Mesh, Group]:
+    """The mesh being encoded and the group of `op`'s axes in it."""
     if ctx.mesh is None:
         raise IRError(
             f"{op.name} is a collective: it has a meaning only inside an SPMD function",
             op.loc,
         )
-    return ctx.mesh
+    return ctx.mesh, Group(ctx.mesh, op.attrs["axes"])
 
 
 class Group:
@@ -121,8 +121,7 @@ def all_reduce(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """out[r, i] = fold over members m of x[member m of r's group, i], in the declared order;
     for "ring", i's chunk c = flat(i) // ceil(E / p) folds from member c + 1 to member c."""
     (x,) = xs
-    mesh = _mesh(ctx, op)
-    g = Group(mesh, op.attrs["axes"])
+    mesh, g = _group(ctx, op)
     local = op.type.shape
     chunk = max(1, -(-math.prod(local) // g.p))
 
@@ -143,8 +142,7 @@ def all_gather(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """out[r, i] = x[member i[dim] // n of r's group, i with i[dim] mod n], n the operand's
     extent along dim."""
     (x,) = xs
-    mesh = _mesh(ctx, op)
-    g = Group(mesh, op.attrs["axes"])
+    mesh, g = _group(ctx, op)
     k = len(mesh.shape)
     d = op.attrs["dim"]
     n = x.shape[k + d]
@@ -163,8 +161,7 @@ def reduce_scatter(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """out[r, i] = fold over members m of x[member m, i with i[dim] + me * n]: block `me`
     (r's member index) of the group's fold; for "ring" it folds from member me + 1 to me."""
     (x,) = xs
-    mesh = _mesh(ctx, op)
-    g = Group(mesh, op.attrs["axes"])
+    mesh, g = _group(ctx, op)
     d = op.attrs["dim"]
     n = op.type.shape[d]
 
@@ -188,8 +185,7 @@ def all_to_all(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """out[r, i]: along concat_dim, block h = i[c] // S[c] comes from member h, whose block
     `me` along split_dim it is (S the operand's local shape)."""
     (x,) = xs
-    mesh = _mesh(ctx, op)
-    g = Group(mesh, op.attrs["axes"])
+    mesh, g = _group(ctx, op)
     k = len(mesh.shape)
     s, c = op.attrs["split_dim"], op.attrs["concat_dim"]
     local_in = x.shape[k:]
@@ -215,8 +211,7 @@ def all_to_all(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
 def collective_permute(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """out[r, i] = x[member src, i] where r is member dst of a pair, else zero."""
     (x,) = xs
-    mesh = _mesh(ctx, op)
-    g = Group(mesh, op.attrs["axes"])
+    mesh, g = _group(ctx, op)
     pairs = op.attrs["pairs"]
     zero = ctx.values.zero(x.dtype)
 
@@ -240,8 +235,7 @@ def collective_permute(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
 def shard_slice(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """out[r, i] = x[r, i with i[dim] + me * n]: the rank's own block `me`."""
     (x,) = xs
-    mesh = _mesh(ctx, op)
-    g = Group(mesh, op.attrs["axes"])
+    mesh, g = _group(ctx, op)
     d = op.attrs["dim"]
     n = op.type.shape[d]
 
@@ -252,13 +246,3 @@ def shard_slice(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
         return (yield x.read(r + tuple(jj)))
 
     return Tensor(_stacked(op, mesh), at)
-
-
-assert {s.name for s in COLLECTIVES.specs()} == {
-    "shard_slice",
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "all_to_all",
-    "collective_permute",
-}
