@@ -1,8 +1,8 @@
 """`gdv partition FILE --mesh AXIS=N,... --shard NAME=[AXES,...]...`: the SPMD program.
 
 Propagates the shardings, partitions the entry function for every rank of the mesh, proves
-each op's partitioned form (fp where no sum is split, real where one is, with the error-bound
-change recorded) and writes the SPMD module. Exit status: 0 proved, 1 refuted, 2 unknown,
+each op's partitioned form (fp where no float sum is split, real where one is, with the
+error-bound change recorded) and, when every claim is proved, writes the SPMD module. Exit status: 0 proved, 1 refuted, 2 unknown,
 3 input error.
 """
 
@@ -63,9 +63,10 @@ def partition_command(args: argparse.Namespace) -> int:
     verdict = prove_steps(part, args.timeout)
     report = partition_report(module, part, verdict)
     text = print_module(part.module)
-    if args.output:
+    # Only a proved program is written: the gate fails closed (the report says what failed).
+    if verdict == "proved" and args.output:
         write_text_atomically(args.output, text)
-    elif not args.json:
+    elif verdict == "proved" and not args.json:
         sys.stdout.write(text)
     if args.json:
         print(json.dumps(report, indent=2))

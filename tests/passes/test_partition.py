@@ -212,3 +212,19 @@ def test_gdv_compile_refuses_an_spmd_function_and_says_what_runs_it() -> None:
     )
     assert run.returncode == 3 and "Traceback" not in run.stderr
     assert "is an SPMD function" in run.stderr and "--ranks N" in run.stderr
+
+
+def test_gdv_partition_writes_nothing_when_a_claim_is_refuted(tmp_path, monkeypatch) -> None:
+    from gdv.cli import main
+
+    real_emit = partition_module._Builder.emit
+
+    def emit(self, name, operand, t, attrs, out):  # a partitioner that drops the all_reduce
+        return operand if name == "all_reduce" else real_emit(self, name, operand, t, attrs, out)
+
+    monkeypatch.setattr(partition_module._Builder, "emit", emit)
+    out = tmp_path / "out.gdv"
+    argv = ["partition", str(ROOT / "examples" / "mlp.gdv"), "--mesh", "model=2",
+            "--shard", "w1=[-,model]", "--shard", "w2=[model,-]", "-o", str(out)]
+    assert main(argv) == 1
+    assert not out.exists()

@@ -147,7 +147,7 @@ def test_the_partitioned_examples_implement_the_mlp(example, theory, verdict) ->
         assert np.allclose(sim.outputs[0], want, atol=1e-5)
 
 
-def test_a_64_way_plan_proves_like_a_2_way_plan() -> None:
+def test_a_64_way_plan_is_proved_and_its_dropped_all_reduce_refuted() -> None:
     """The rank is an index term: an 8x8 mesh's DP x TP plan is one query per result."""
     big = """mesh @m = {data = 8, model = 8}
 func @main(%x: f32[1,64] {sharding = [["data"], []]}, %w1: f32[64,8] {sharding = [[], ["model"]]},
