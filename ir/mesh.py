@@ -291,6 +291,8 @@ def _check_collective(op: Op, operand: TensorType, mesh: Mesh, loc: Loc) -> None
             )
         shape[s] //= p
         shape[c] *= p
+    elif op.name == "carry_reduce":
+        shape = [n for d, n in enumerate(shape) if d not in op.attrs["dims"]]
     elif op.name == "collective_permute":
         for pair in op.attrs["pairs"]:
             if not all(0 <= m < p for m in pair):

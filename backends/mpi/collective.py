@@ -6,6 +6,7 @@ the op's layout. The folds and their orders are the runtime's; this file only mo
 from __future__ import annotations
 
 import ctypes
+import math
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,19 @@ class Runtime:
         ]
         for name in ("gdv_all_gather", "gdv_all_to_all"):
             getattr(lib, name).argtypes = [_PTR, _PTR, _I64, _INTS, c_int, c_int, c_int, _I64S]
+        lib.gdv_carry_reduce.argtypes = [
+            _PTR,
+            _PTR,
+            _I64,
+            _I64,
+            c_int,
+            c_int,
+            _INTS,
+            c_int,
+            c_int,
+            c_int,
+            _I64S,
+        ]
         lib.gdv_permute.argtypes = [_PTR, _PTR, _I64, c_int, c_int, c_int, c_int, _I64S]
         self.lib = lib
 
@@ -176,3 +190,38 @@ class Runtime:
         )
         self._check(rc, op)
         return out
+
+    def _carry_reduce(self, op, x, ranks, p, me, tag, sent) -> np.ndarray:
+        """The reduced dims first (row-major: the fold's order), the kept ones after."""
+        dims = sorted(op.attrs["dims"])
+        kept = [d for d in range(x.ndim) if d not in dims]
+        moved = np.ascontiguousarray(np.transpose(x, dims + kept))
+        n_red = math.prod(x.shape[d] for d in dims)
+        out = np.empty(op.type.shape, dtype=x.dtype)
+        if n_red == 0:  # every member's block is empty: the identity, as reduce_* gives it
+            out[...] = _identity(op.attrs["combiner"], x.dtype)
+            return out
+        rc = self.lib.gdv_carry_reduce(
+            moved.ctypes.data,
+            out.ctypes.data,
+            n_red,
+            out.size,
+            FOLDED_DTYPES[op.type.dtype],
+            COMBINERS[op.attrs["combiner"]],
+            ranks,
+            p,
+            me,
+            tag,
+            ctypes.byref(sent),
+        )
+        self._check(rc, op)
+        return out
+
+
+def _identity(combiner: str, dtype: np.dtype):
+    if combiner == "add":
+        return 0
+    if np.issubdtype(dtype, np.floating):
+        return -np.inf if combiner == "max" else np.inf
+    info = np.iinfo(dtype)
+    return info.min if combiner == "max" else info.max

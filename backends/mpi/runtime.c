@@ -335,3 +335,29 @@ int gdv_permute(const void *x, void *out, int64_t bytes, int dst, int src, int s
   }
   return xchg(x, bytes, dst < 0 ? NONE : dst, out, bytes, src < 0 ? NONE : src, tag, sent);
 }
+
+/* carry_reduce (the exact `carry` order): `x` holds n_red vectors of n_kept elements, the
+ * member's reduced positions in row-major order. Member 0 starts the fold with its first
+ * vector; member m receives the accumulator of members 0 .. m-1 from member m-1, continues the
+ * left fold over its own vectors and hands it to member m+1, so member p-1 ends with the left
+ * fold of the joined blocks; it then sends that result to every other member. n_red > 0 (the
+ * caller gives an empty reduction its identity without communication). */
+int gdv_carry_reduce(const void *x, void *out, int64_t n_red, int64_t n_kept, int dt, int op,
+                     const int *ranks, int p, int me, int tag, int64_t *sent) {
+  int64_t bytes = n_kept * (int64_t)elem_size(dt);
+  int64_t k = 0;
+  int rc = 0;
+  if (me == 0) {
+    memcpy(out, x, (size_t)bytes);
+    k = 1;
+  } else if ((rc = xchg(0, 0, NONE, out, bytes, ranks[me - 1], tag, sent))) {
+    return rc;
+  }
+  for (; k < n_red; k++) fold(out, (const char *)x + k * bytes, n_kept, dt, op);
+  if (me < p - 1 && (rc = xchg(out, bytes, ranks[me + 1], 0, 0, NONE, tag, sent))) return rc;
+  if (me == p - 1) {
+    for (int m = 0; m < p - 1 && !rc; m++) rc = xchg(out, bytes, ranks[m], 0, 0, NONE, tag, sent);
+    return rc;
+  }
+  return xchg(0, 0, NONE, out, bytes, ranks[p - 1], tag, sent);
+}

@@ -106,7 +106,7 @@ def segment_module(module: Module, fn: Function, seg: Segment) -> Module:
 def check_runnable(fn: Function) -> None:
     """Every folding collective's dtype is one the runtime folds (an IRError at the op)."""
     for op in fn.ops:
-        if op.name in ("all_reduce", "reduce_scatter") and op.type.dtype not in FOLDED_DTYPES:
+        if "combiner" in op.attrs and op.type.dtype not in FOLDED_DTYPES:
             known = ", ".join(str(d) for d in FOLDED_DTYPES)
             raise IRError(
                 f"{op.name} on {op.type.dtype}: the MPI runtime folds {known} only (a "

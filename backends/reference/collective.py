@@ -178,3 +178,21 @@ def _shard_slice(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
         return _blocks(x[coords], dim, len(members))[members.index(coords)]
 
     return _per_rank(op, args, ctx, each)
+
+
+_REDUCTION = {"add": "reduce_sum", "max": "reduce_max", "min": "reduce_min"}
+
+
+@kernel(OPS["carry_reduce"])
+def _carry_reduce(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    """reduce(all_gather(x, dim = min(dims)), dims): the reference's own reduction kernel on
+    the members' blocks joined in member order, so the fold is the global left fold."""
+    dims = op.attrs["dims"]
+    reduction = OPS[_REDUCTION[op.attrs["combiner"]]]
+
+    def each(coords, members, x):
+        joined = np.concatenate([x[m] for m in members], axis=min(dims))
+        red = Op(op.result, reduction.name, ["x"], {"axes": list(dims)}, op.type)
+        return np.asarray(KERNELS[reduction](red, [joined], ctx))
+
+    return _per_rank(op, args, ctx, each)

@@ -1,7 +1,8 @@
 """Collectives (docs/IR_SPEC.md section 7, "Meshes, shardings and collectives").
 
-`all_reduce`, `all_gather`, `reduce_scatter`, `all_to_all`, `collective_permute`: each acts
-over the group of ranks that `axes` names, in an SPMD function. The type rules here check what
+`all_reduce`, `all_gather`, `reduce_scatter`, `all_to_all`, `collective_permute`,
+`carry_reduce` (the exact `carry` order: each member continues the previous member's fold) and
+`shard_slice`: each acts over the group of ranks that `axes` names, in an SPMD function. The type rules here check what
 the operand and attributes alone decide; the group size comes from the function's mesh, so the
 exact extents are checked by `gdv.ir.mesh.check_spmd` (the verifier's module-level part).
 """
@@ -17,10 +18,11 @@ from gdv.ir.ops import (
     describe,
     kind_choice,
     kind_int,
+    kind_int_list,
     names_where,
     register,
 )
-from gdv.ir.ops._rules import check_axis
+from gdv.ir.ops._rules import check_axes, check_axis
 from gdv.ir.types import TensorType
 
 ORDERS = ("rank", "tree", "ring")
@@ -165,6 +167,34 @@ register(
         _scaled({"dim": "shrink"}),
         "member m gets block m (along dim) of its own operand: a replicated value made sharded, "
         "with no communication",
+        int_legal=True,
+    )
+)
+
+def _carried(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
+    """carry_reduce: a numeric operand; the result drops the folded `dims` (as a reduction's
+    does); the members' blocks are joined along the outermost of them, `min(dims)`."""
+    (x,) = types
+    if x.dtype.is_bool:
+        raise OpTypeError(f"a fold needs a numeric operand, operand 1 is {x}", 0)
+    dims = attrs["dims"]
+    if not dims:
+        raise OpTypeError("dims lists no dim to fold", attr="dims")
+    check_axes(dims, x.rank, "dims")
+    return x.with_shape([s for d, s in enumerate(x.shape) if d not in dims])
+
+
+register(
+    OpSpec(
+        "carry_reduce",
+        "collective",
+        1,
+        1,
+        (_AXES, AttrSpec("dims", kind_int_list), _COMBINER),
+        _carried,
+        "the exact `carry` order: every member gets the fold over `dims`, in row-major order, of "
+        "the members' operands joined along min(dims) in member order, i.e. "
+        "reduce(all_gather(x, dim = min(dims)), dims): member m continues member m-1's fold",
         int_legal=True,
     )
 )

@@ -29,6 +29,7 @@ func @main(%x: f32[4,16] {sharding = [["data"], []], range = [-1.0, 1.0]},
   %p = collective_permute(%a) {axes = ["data"], pairs = [[0, 1], [1, 0]]} : f32[2,16]
   %y = reshape(%p) : f32[4,8]
   %z = all_gather(%y) {axes = ["model"], dim = 1} : f32[4,16]
+  %c = carry_reduce(%z) {axes = ["data"], dims = [1, 0], combiner = "add"} : f32[]
   return %z
 }
 """
@@ -198,6 +199,39 @@ def _fn(params: str, body: str, attrs: str = '{mesh = "m"}', result: str = "f32[
             "needs a numeric operand",
             3,
             19,
+        ),
+        (
+            _fn(
+                "%x: f32[4,3]",
+                '  %y = carry_reduce(%x) {axes = ["data"], dims = [], combiner = "add"} : f32[4,3]\n'
+                "  return %y\n",
+                result="f32[4,3]",
+            ),
+            "dims lists no dim to fold",
+            3,
+            43,
+        ),
+        (
+            _fn(
+                "%x: i1[4,3]",
+                '  %y = carry_reduce(%x) {axes = ["data"], dims = [0], combiner = "max"} : i1[3]\n'
+                "  return %y\n",
+                result="i1[3]",
+            ),
+            "needs a numeric operand",
+            3,
+            21,
+        ),
+        (
+            _fn(
+                "%x: f32[4,3]",
+                '  %y = carry_reduce(%x) {axes = ["data"], dims = [1], combiner = "add"} : f32[3]\n'
+                "  return %y\n",
+                result="f32[3]",
+            ),
+            "carry_reduce of (f32[4,3]) gives f32[4]",
+            3,
+            75,
         ),
     ],
 )

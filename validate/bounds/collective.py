@@ -5,7 +5,8 @@ holds on every rank alike: a collective that moves values (`all_gather`, `all_to
 its operand's bound, `collective_permute` adds the exact zeros of members that receive
 nothing, and `all_reduce` / `reduce_scatter` with `add` are a sum of p terms (p the group
 size), bounded as `reduce_sum` bounds one: that bound holds for the `rank`, `tree` and `ring`
-orders alike. `max` and `min` are exact.
+orders alike. `max` and `min` are exact. `carry_reduce` is the global reduction itself (the members' blocks
+joined), bounded as `reduce_sum` / `reduce_max` / `reduce_min` bound it over all p blocks.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 
 from gdv.ir.core import Op
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.validate.bounds.model import TB, Err, make_tb
+from gdv.validate.bounds.model import EMPTY, TB, Err, make_tb
 from gdv.validate.bounds.reduce import sum_bound
 from gdv.validate.bounds.registry import Context, rule
 
@@ -50,3 +51,25 @@ def _permute(op: Op, args: list[TB], ctx: Context) -> TB:
     exact = (min(x.lo, 0.0), max(x.hi, 0.0))
     computed = (min(x.computed[0], 0.0), max(x.computed[1], 0.0))
     return make_tb(op.type, exact, x.err, computed, x.specials)
+
+
+@rule(OPS["carry_reduce"])
+def _carry(op: Op, args: list[TB], ctx: Context) -> TB:
+    (x,) = args
+    p = _group(op, ctx)
+    if p is None:
+        return make_tb(
+            op.type,
+            (-math.inf, math.inf),
+            Err.infinite("carry_reduce outside an SPMD function has no group size"),
+        )
+    n = p * math.prod(x.type.shape[d] for d in op.attrs["dims"])
+    if op.attrs["combiner"] == "add":
+        return sum_bound(op, x, n, ctx)
+    if n == 0:
+        if x.dtype.is_float:
+            s = "-inf" if op.attrs["combiner"] == "max" else "+inf"
+            return make_tb(op.type, EMPTY, Err.zero(), specials=frozenset({s}))
+        v = float(x.dtype.int_min if op.attrs["combiner"] == "max" else x.dtype.int_max)
+        return make_tb(op.type, (v, v), Err.zero())
+    return make_tb(op.type, x.exact, x.err, x.computed, x.specials)

@@ -246,3 +246,37 @@ def shard_slice(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
         return (yield x.read(r + tuple(jj)))
 
     return Tensor(_stacked(op, mesh), at)
+
+
+@rule(OPS["carry_reduce"])
+def carry_reduce(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """out[r, i] = the fold over the global reduced positions (row-major over `dims`, dim
+    s = min(dims) p times longer than the operand's extent n there): position q reads
+    x[member q_s // n of r's group, i's kept dims, q's reduced dims with q_s mod n]. It is the
+    fold `reduce_*` makes of `all_gather(x, dim = s)`, one fold index over the whole group."""
+    (x,) = xs
+    mesh, g = _group(ctx, op)
+    local_in = x.shape[len(mesh.shape) :]
+    dims = sorted(op.attrs["dims"])
+    s = dims[0]
+    n = local_in[s]
+    red_shape = tuple(local_in[d] * (g.p if d == s else 1) for d in dims)
+    kept = [d for d in range(len(local_in)) if d not in dims]
+    kind = _KIND[op.attrs["combiner"]]
+
+    def at(i: Index) -> Term:
+        r, j = _split(mesh, i)
+
+        def body(q: Idx) -> Term:
+            jj: list[Idx] = [Idx.of(0)] * len(local_in)
+            for d, v in zip(kept, j, strict=True):
+                jj[d] = v
+            for d, v in zip(dims, delinearize(q, red_shape), strict=True):
+                jj[d] = v
+            m = jj[s].floordiv(n)
+            jj[s] = jj[s].mod(n)
+            return (yield x.read(g.coords(r, m) + tuple(jj)))
+
+        return (yield from ctx.fold(kind, x.dtype, math.prod(red_shape), body))
+
+    return Tensor(_stacked(op, mesh), at)

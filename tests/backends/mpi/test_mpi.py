@@ -277,6 +277,75 @@ def test_three_members_tree_and_ring() -> None:
     assert got.outputs[2][0] == 1.0 and got.outputs[1][0] == 0.0
 
 
+# carry_reduce (the exact `carry` order) on a 2 x 2 mesh: groups of 2 and 4 (axes in both
+# orders), every combiner, f32 with specials, an i32 sum that wraps, f64 over two reduced dims,
+# and an empty reduction (the identity, no message).
+CARRY = """mesh @m = {dp = 2, tp = 2}
+
+func @main(
+    %x: f32[3,5] {sharding = [[], ["tp"]]},
+    %z: f32[2,6] {sharding = [["dp", "tp"], []]},
+    %w: f32[2,6] {sharding = [["tp", "dp"], []]},
+    %i: i32[2,3] {sharding = [["tp"], []]},
+    %d: f64[2,2,3] {sharding = [["tp"], [], []]},
+    %e: f32[0,3] {sharding = [["dp"], []]}
+) -> (f32[3], f32[3], f32[6], f32[6], i32[3], f64[3], f32[3], f32[3]) {mesh = "m"} {
+  %a0 = carry_reduce(%x) {axes = ["tp"], dims = [1], combiner = "add"} : f32[3]
+  %a1 = carry_reduce(%x) {axes = ["tp"], dims = [1], combiner = "max"} : f32[3]
+  %a2 = carry_reduce(%z) {axes = ["dp", "tp"], dims = [0], combiner = "add"} : f32[6]
+  %a3 = carry_reduce(%w) {axes = ["tp", "dp"], dims = [0], combiner = "min"} : f32[6]
+  %a4 = carry_reduce(%i) {axes = ["tp"], dims = [0], combiner = "add"} : i32[3]
+  %a5 = carry_reduce(%d) {axes = ["tp"], dims = [1, 0], combiner = "add"} : f64[3]
+  %a6 = carry_reduce(%e) {axes = ["dp"], dims = [0], combiner = "add"} : f32[3]
+  %a7 = carry_reduce(%e) {axes = ["dp"], dims = [0], combiner = "max"} : f32[3]
+  return %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7
+}
+"""
+
+# The single-device reductions the carried folds must reproduce bit for bit.
+CARRY_GLOBAL = """func @main(%x: f32[3,10], %z: f32[8,6], %w: f32[8,6], %i: i32[4,3],
+           %d: f64[4,2,3], %e: f32[0,3])
+    -> (f32[3], f32[3], f32[6], f32[6], i32[3], f64[3], f32[3], f32[3]) {
+  %a0 = reduce_sum(%x) {axes = [1]} : f32[3]
+  %a1 = reduce_max(%x) {axes = [1]} : f32[3]
+  %a2 = reduce_sum(%z) {axes = [0]} : f32[6]
+  %a3 = reduce_min(%w) {axes = [0]} : f32[6]
+  %a4 = reduce_sum(%i) {axes = [0]} : i32[3]
+  %a5 = reduce_sum(%d) {axes = [0, 1]} : f64[3]
+  %a6 = reduce_sum(%e) {axes = [0]} : f32[3]
+  %a7 = reduce_max(%e) {axes = [0]} : f32[3]
+  return %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7
+}
+"""
+
+
+@pytest.mark.slow
+def test_carry_reduce_is_the_single_device_fold_on_four_ranks() -> None:
+    from gdv.backends import reference
+
+    module = parse(CARRY, "carry.gdv")
+    plain = parse(CARRY_GLOBAL, "carry_global.gdv")
+    for seed in (0, 2):
+        inputs = special_inputs(module, seed)
+        if seed == 0:
+            # Values whose sum depends on the order: left fold 1e8 - 1e8 + 1 + ... = 3.0
+            inputs["z"][:, 0] = np.float32([1e8, 1.0, -1e8, 1.0, 1.0, 1.0, 1.0, 1.0])
+        got = run_mpi(module, inputs, 4, timeout=120)
+        assert_same_as_simulation(module, inputs, got)
+        want = reference.run(plain, inputs)
+        for k, (a, b) in enumerate(zip(got.outputs, want, strict=True)):
+            assert bit_equal(a, b), f"output {k}: {describe_difference(a, b)}"
+        assert not got.disagreements
+        if seed == 0:
+            assert got.outputs[2][0] == np.float32(5.0)  # (1e8 + 1) - 1e8 + 5 ones, in order
+    # Bytes: over 2 members of f32[3], member 0 passes its accumulator on and member 1 sends
+    # the result back (12 bytes each); over 4 members of f32[6], members 0..2 pass it on and
+    # member 3 sends the result to the 3 others; the empty fold sends nothing.
+    assert [collective_bytes(r, "a0") for r in got.reports] == [12, 12, 12, 12]
+    assert sorted(collective_bytes(r, "a2") for r in got.reports) == [24, 24, 24, 72]
+    assert all(collective_bytes(r, "a6") == 0 for r in got.reports)
+
+
 # --- failures: named, within the timeout ---------------------------------------------------
 
 
