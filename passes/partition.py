@@ -35,7 +35,10 @@ from gdv.ir.sharding import FactorRule, factor_rule
 from gdv.ir.types import TensorType
 
 Sharding = list[list[str]]
-ORDERS = ("rank", "tree", "ring")
+ORDERS = ("rank", "tree", "ring", "carry")
+"""How a split reduction is finished: an `all_reduce` in that order, or (`carry`) bit-exact: a
+reduction split on its outermost reduced dim becomes a `carry_reduce`, and any other split
+reduction (a product's contraction, an inner dim) is kept whole, its operands gathered."""
 
 
 @dataclass
@@ -286,6 +289,10 @@ def partition(
         view = {o: [list(a) for a in have[o]] for o in op.operands}
         view[op.result] = shardings[op.result]
         axes_of = factor_axes(op, rule, view, mesh)
+        split = [f for f in rule.reduction if f in axes_of]
+        carried = order == "carry" and bool(split) and _carries(op, rule, split)
+        if order == "carry" and split and not carried:
+            axes_of = {f: a for f, a in axes_of.items() if f not in rule.reduction}
         start = len(b.ops)
         in_names = [local[o] for o in op.operands]
         args = []
@@ -300,8 +307,15 @@ def partition(
         )
         result = op.result
         body_out = _local(op.type, out_s, mesh)
-        b.ops.append(dataclasses.replace(op, operands=args, type=body_out, result=result))
-        if partial:
+        if carried:
+            # The fold itself runs as a chain over the members: no local reduction first. Its
+            # message is the accumulator (the result's block).
+            attrs = {"axes": list(axes_of[split[0]]), "dims": list(op.attrs["axes"])}
+            local[op.result] = b.emit(
+                "carry_reduce", args[0], body_out, {**attrs, "combiner": _combiner(op)}, body_out
+            )
+        elif partial:
+            b.ops.append(dataclasses.replace(op, operands=args, type=body_out, result=result))
             fin = b.emit(
                 "all_reduce",
                 result,
@@ -311,6 +325,7 @@ def partition(
             )
             local[op.result] = fin
         else:
+            b.ops.append(dataclasses.replace(op, operands=args, type=body_out, result=result))
             local[op.result] = result
         have[op.result] = out_s
         snippet = b.ops[start:]
@@ -323,7 +338,7 @@ def partition(
             local[op.result],
             out_s,
             mesh,
-            _reorders(op, partial),
+            not carried and _reorders(op, partial),
             seen,
         )
         steps.append(step)
@@ -346,6 +361,18 @@ def partition(
         [Mesh(mesh.name, list(mesh.axes))],
     )
     return Partitioned(out, shardings, choices, steps, b.collectives)
+
+
+def _carries(op: Op, rule: FactorRule, split: list[str]) -> bool:
+    """Whether `carry_reduce` folds `op` exactly: a reduction (`reduce_*`) with one split
+    factor, which is the whole of its operand's outermost reduced dim (so the members' blocks
+    come one after another in the fold's row-major order)."""
+    from gdv.ir.ops import REGISTRY
+
+    if REGISTRY[op.name].combiner is None or len(split) != 1 or "axes" not in op.attrs:
+        return False
+    d = min(op.attrs["axes"])
+    return rule.operands[0][d] == [split[0]]
 
 
 def _reorders(op: Op, partial: list[str]) -> bool:

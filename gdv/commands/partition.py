@@ -38,8 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--order",
         default="rank",
-        choices=["rank", "tree", "ring"],
-        help="the declared order of the all_reduce that finishes a split sum (default rank)",
+        choices=["rank", "tree", "ring", "carry"],
+        help="how a split reduction is finished: an all_reduce in the order rank, tree or ring, "
+        "or carry (bit-exact: a carry_reduce where the reduction is split on its outermost "
+        "reduced dim, the reduction kept whole elsewhere); default rank",
     )
     p.add_argument("-o", "--output", help="write the SPMD program here (default: stdout)")
     p.add_argument("--timeout", type=seconds, default=10.0, help="seconds per claim (10)")

@@ -2,9 +2,10 @@
 
 `all_reduce`, `all_gather`, `reduce_scatter`, `all_to_all`, `collective_permute`,
 `carry_reduce` (the exact `carry` order: each member continues the previous member's fold) and
-`shard_slice`: each acts over the group of ranks that `axes` names, in an SPMD function. The type rules here check what
-the operand and attributes alone decide; the group size comes from the function's mesh, so the
-exact extents are checked by `gdv.ir.mesh.check_spmd` (the verifier's module-level part).
+`shard_slice`: each acts over the group of ranks that `axes` names, in an SPMD function. The
+type rules here check what the operand and attributes alone decide; the group size comes from
+the function's mesh, so the exact extents are checked by `gdv.ir.mesh.check_spmd` (the
+verifier's module-level part).
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ register(
         int_legal=True,
     )
 )
+
 
 def _carried(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
     """carry_reduce: a numeric operand; the result drops the folded `dims` (as a reduction's

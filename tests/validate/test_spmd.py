@@ -373,20 +373,25 @@ def test_a_tree_over_three_members_splits_at_ceil_half() -> None:
 # --- bounds: every collective's rule holds on the simulation --------------------------------
 
 BOUND_CASES = {
-    "all_reduce": ('all_reduce(%x) {axes = ["r"], combiner = "add", order = "ORDER"}', [3, 5],
-                   [3, 5]),
+    "all_reduce": (
+        'all_reduce(%x) {axes = ["r"], combiner = "add", order = "ORDER"}',
+        [3, 5],
+        [3, 5],
+    ),
     "reduce_scatter": (
         'reduce_scatter(%x) {axes = ["r"], dim = 0, combiner = "add", order = "ORDER"}',
-        [8, 5], [2, 5],
+        [8, 5],
+        [2, 5],
     ),
     "all_gather": ('all_gather(%x) {axes = ["r"], dim = 1}', [3, 5], [3, 20]),
-    "all_to_all": ('all_to_all(%x) {axes = ["r"], split_dim = 0, concat_dim = 1}', [8, 5],
-                   [2, 20]),
-    "collective_permute": ('collective_permute(%x) {axes = ["r"], pairs = [[0, 1], [2, 3]]}',
-                           [3, 5], [3, 5]),
+    "all_to_all": ('all_to_all(%x) {axes = ["r"], split_dim = 0, concat_dim = 1}', [8, 5], [2, 20]),
+    "collective_permute": (
+        'collective_permute(%x) {axes = ["r"], pairs = [[0, 1], [2, 3]]}',
+        [3, 5],
+        [3, 5],
+    ),
     "shard_slice": ('shard_slice(%x) {axes = ["r"], dim = 1}', [3, 8], [3, 2]),
-    "carry_reduce": ('carry_reduce(%x) {axes = ["r"], dims = [0], combiner = "add"}', [3, 5],
-                     [5]),
+    "carry_reduce": ('carry_reduce(%x) {axes = ["r"], dims = [0], combiner = "add"}', [3, 5], [5]),
 }
 
 

@@ -5,8 +5,9 @@ holds on every rank alike: a collective that moves values (`all_gather`, `all_to
 its operand's bound, `collective_permute` adds the exact zeros of members that receive
 nothing, and `all_reduce` / `reduce_scatter` with `add` are a sum of p terms (p the group
 size), bounded as `reduce_sum` bounds one: that bound holds for the `rank`, `tree` and `ring`
-orders alike. `max` and `min` are exact. `carry_reduce` is the global reduction itself (the members' blocks
-joined), bounded as `reduce_sum` / `reduce_max` / `reduce_min` bound it over all p blocks.
+orders alike. `max` and `min` are exact. `carry_reduce` is the global reduction itself (the
+members' blocks joined), bounded as `reduce_sum` / `reduce_max` / `reduce_min` bound it over
+all p blocks.
 """
 
 from __future__ import annotations

@@ -474,8 +474,9 @@ def test_a_partitioned_attention_block_on_two_ranks() -> None:
 
     root = Path(__file__).resolve().parents[3]
     att = verify(parse((root / "examples" / "attention.gdv").read_text(), "attention.gdv"))
-    shards = dict(parse_shard(s) for s in ("wq=[-,model]", "wk=[-,model]", "wv=[-,model]",
-                                             "wo=[model,-]"))
+    shards = dict(
+        parse_shard(s) for s in ("wq=[-,model]", "wk=[-,model]", "wv=[-,model]", "wo=[model,-]")
+    )
     module = partition(att, parse_mesh("model=2"), shards).module
     assert any(op.name == "shard_slice" for op in module.entry.ops)
     inputs = random_inputs(global_function(module, module.entry), 0)
