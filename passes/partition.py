@@ -258,8 +258,14 @@ def partition(
     mesh: Mesh,
     annotations: dict[str, Sharding],
     order: str = "rank",
+    strategies: dict[str, dict[str, list[str]]] | None = None,
+    whole_results: bool = False,
 ) -> Partitioned:
-    """The SPMD module of `module`'s entry function on `mesh`, with every op's claim."""
+    """The SPMD module of `module`'s entry function on `mesh`, with every op's claim.
+
+    `strategies` (a plan of `gdv.passes.plan`) gives the mesh axes of each named op's factors
+    instead of taking them from its operands' shardings; `whole_results` gathers each result
+    whole on every rank right after the op that makes it (inside that op's claim)."""
     fn = module.entry
     if fn is None:
         raise IRError("the module has no entry function", Loc(module.filename, 1, 1))
@@ -289,6 +295,8 @@ def partition(
         view = {o: [list(a) for a in have[o]] for o in op.operands}
         view[op.result] = shardings[op.result]
         axes_of = factor_axes(op, rule, view, mesh)
+        if strategies is not None and op.result in strategies:
+            axes_of = {f: list(a) for f, a in strategies[op.result].items() if a}
         split = [f for f in rule.reduction if f in axes_of]
         carried = order == "carry" and bool(split) and _carries(op, rule, split)
         if order == "carry" and split and not carried:
@@ -327,6 +335,10 @@ def partition(
         else:
             b.ops.append(dataclasses.replace(op, operands=args, type=body_out, result=result))
             local[op.result] = result
+        if whole_results and op.result in fn.returns and any(out_s):
+            whole: Sharding = [[] for _ in out_s]
+            local[op.result] = _reshard(b, local[op.result], op.type, out_s, whole)
+            out_s = whole
         have[op.result] = out_s
         snippet = b.ops[start:]
         step = _step(
