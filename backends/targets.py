@@ -64,6 +64,9 @@ class Artifact:
     library: Path | None = None
     fallbacks: list = field(default_factory=list)
     choices: list[dict] = field(default_factory=list)
+    binaries: list[dict] = field(default_factory=list)
+    """Per kernel built for a device the host need not have (`triton`: PTX and cubin for
+    sm_90), its name, launch, and the sha256 and size of each binary."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,54 @@ def _c_schedule_parameters() -> dict[str, Any]:
     return c.schedule_parameters()
 
 
+# --- triton ------------------------------------------------------------------------------------
+
+
+def _triton_lower(module: Module, allow_fallback: bool) -> Lowered:
+    from gdv.backends import triton
+
+    lowered = triton.lower_module(module, allow_fallback)
+    return Lowered(lowered.text, [f for f, _ in lowered.fallbacks], list(lowered.choices))
+
+
+def _triton_build(module: Module, allow_fallback: bool) -> Artifact:
+    from gdv.backends import triton
+
+    lowered, binaries = triton.build(module, allow_fallback)
+    return Artifact(
+        "triton-python",
+        lowered.text,
+        None,
+        [f for f, _ in lowered.fallbacks],
+        list(lowered.choices),
+        binaries,
+    )
+
+
+def _triton_start_build(module: Module, allow_fallback: bool) -> Callable[[], Artifact]:
+    # lowering's errors now, the kernels' compiles (triton.compile, no GPU) when finished
+    _triton_lower(module, allow_fallback)
+    return lambda: _triton_build(module, allow_fallback)
+
+
+def _triton_executable(module: Module, allow_fallback: bool) -> Runner:
+    from gdv.backends import triton
+
+    return triton.Executable(module, allow_fallback)
+
+
+def _triton_capabilities(measure: bool, refresh: bool) -> dict[str, Any]:
+    from gdv.backends import triton
+
+    return triton.capabilities(measure=measure, refresh=refresh)
+
+
+def _triton_build_info() -> dict[str, Any]:
+    from gdv.backends.triton.toolchain import flags, version
+
+    return {"compiler": "triton.compile", "compiler_version": version(), "flags": flags()}
+
+
 TARGETS: Mapping[str, Target] = MappingProxyType(
     {
         "c": Target(
@@ -269,6 +320,16 @@ TARGETS: Mapping[str, Target] = MappingProxyType(
             _c_build_info,
             _c_schedule_parameters,
             _c_start_build,
+        ),
+        "triton": Target(
+            TARGET_INFO["triton"],
+            _triton_lower,
+            _triton_build,
+            _triton_executable,
+            _triton_capabilities,
+            _triton_build_info,
+            dict,
+            _triton_start_build,
         ),
         "reference": Target(
             TARGET_INFO["reference"],

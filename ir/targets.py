@@ -41,6 +41,9 @@ class TargetInfo:
     planned_memory: bool = False
     """Its programs take every intermediate from the planned arena, so every pipeline for it
     ends with the memory plan (`plan-memory`), at every level."""
+    cpu_schedule: bool = True
+    """Its compiled pipeline adds the CPU passes: packed products (`select-products`), fused
+    epilogues and row groups (a GPU target runs the scheduled nests as they are)."""
 
 
 TARGET_INFO: Mapping[str, TargetInfo] = MappingProxyType(
@@ -56,6 +59,32 @@ TARGET_INFO: Mapping[str, TargetInfo] = MappingProxyType(
             f32_ulps=MappingProxyType({"exp": 0.77, "tanh": 2.43, "erf": 0.98, "sigmoid": 0.80}),
             reference_transcendentals=False,
             planned_memory=True,
+        ),
+        "triton": TargetInfo(
+            "triton",
+            "Triton kernels for CUDA GPUs (built for sm_90 without a GPU; run on a GPU, or "
+            "under the Triton interpreter where there is none)",
+            "triton-python",
+            ".py",
+            # CUDA C Programming Guide, "Mathematical Functions", maximum ulp errors of the
+            # single-precision functions libdevice implements (expf 2, logf 1, tanhf 2, erff 2,
+            # sinf and cosf 2, powf 4, rsqrtf 2); sigmoid is libdevice's expf and two IEEE
+            # operations (backends/triton/runtime.py): 2 ulp + 2 roundings <= 6 ulp.
+            f32_ulps=MappingProxyType(
+                {
+                    "exp": 2.0,
+                    "log": 1.0,
+                    "tanh": 2.0,
+                    "erf": 2.0,
+                    "sin": 2.0,
+                    "cos": 2.0,
+                    "pow": 4.0,
+                    "rsqrt": 2.0,
+                    "sigmoid": 6.0,
+                }
+            ),
+            reference_transcendentals=False,
+            cpu_schedule=False,
         ),
         "reference": TargetInfo(
             "reference",

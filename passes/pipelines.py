@@ -89,6 +89,7 @@ def pipeline(
     if level >= 2:
         passes += [FoldLayout()]
     compiled = not target_info(target).interpreter
+    cpu = compiled and target_info(target).cpu_schedule
     if level == 1:
         passes += [LowerToKernels(), DedupeOperands()]
         if compiled:
@@ -102,7 +103,7 @@ def pipeline(
             DedupeOperands(),
             ScheduleKernels(vector_bytes=vector_bytes or VECTOR_BYTES),
         ]
-    if level >= 1 and compiled:
+    if level >= 1 and cpu:
         passes += [
             SelectProducts(
                 vector_bytes=vector_bytes or VECTOR_BYTES,
@@ -115,7 +116,7 @@ def pipeline(
         ]
     if reassociate and level >= 1:
         passes += [ReassociateReductions()]
-    if level >= 2 and compiled:
+    if level >= 2 and cpu:
         # A product's elementwise consumer (bias, activation, residual) runs on each of its
         # tiles while the tile is in cache.
         passes += [FuseEpilogues()]

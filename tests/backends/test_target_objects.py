@@ -37,7 +37,7 @@ def test_one_object_per_target() -> None:
 
 
 def test_an_unknown_target_names_the_available_ones() -> None:
-    with pytest.raises(IRError, match=r"unknown target 'tpu' \(available: c, reference\)"):
+    with pytest.raises(IRError, match=r"unknown target 'tpu' \(available: c, reference, triton\)"):
         get_target("tpu")
 
 

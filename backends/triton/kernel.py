@@ -1,0 +1,316 @@
+"""A Triton kernel for the loop stage's `kernel` op (IR_SPEC.md section 7), keeping its meaning
+exactly.
+
+One program computes one block of outputs: the schedule's tile of the out dims (`tile`),
+each extent rounded up to a power of two (Triton's blocks are), the lanes past the tile or the
+result masked. Each lane folds its output's reduced positions one after the other, in the
+kernel's order (row-major over `reduce` as listed: `acc = body(first); acc = combine(acc,
+body(next))`), so a product accumulates over k sequentially with separate multiply and add, a
+reduction folds left, and the result is the reference's bit for bit. The vector runs across the
+independent outputs, never along a fold. `accumulators` and `lanes` (the orders
+`reassociate-reductions` claims under `real`) fold their blocks or lanes in the order the IR
+says, and `contract = "fma"` is `tl.fma` (one rounding), exactly as written.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gdv.backends.triton.elementwise import full, scalar_literal
+from gdv.backends.triton.emit import (
+    INDEX_LIMIT,
+    POINTER,
+    TORCH,
+    BodyWriter,
+    KernelInfo,
+    Program,
+    check_dtype,
+    comment,
+)
+from gdv.backends.triton.registry import BODY, host
+from gdv.ir.core import Function, Op
+from gdv.ir.dtypes import DType
+from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops import get as get_spec
+from gdv.ir.ops.kernel import BODY_OPS
+
+MAX_LANES = 1024
+"""The most outputs one program computes (Triton's blocks are at most a few thousand lanes;
+beyond this the registers spill)."""
+MIN_LANES = 16
+"""The fewest lanes a block has (smaller tiles are masked)."""
+
+_IDENTITY = {
+    ("add", True): "0.0",
+    ("max", True): 'float("-inf")',
+    ("min", True): 'float("inf")',
+    ("add", False): "0",
+}
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _strides(shape: list[int]) -> list[int]:
+    out, s = [], 1
+    for n in reversed(shape):
+        out.append(s)
+        s *= n
+    return out[::-1]
+
+
+def _identity(combiner: str, dtype: DType) -> str:
+    if combiner == "add" or dtype.is_float:
+        return _IDENTITY[(combiner, dtype.is_float)]
+    info = {DType.I32: (-(2**31), 2**31 - 1), DType.I64: (-(2**63), 2**63 - 1)}[dtype]
+    return str(info[0] if combiner == "max" else info[1])
+
+
+def _combine(prog: Program, combiner: str, dtype: DType, acc: str, v: str) -> str:
+    if combiner == "add":
+        return f"{acc} + {v}"
+    if dtype.is_float:
+        prog.helpers.add("_fmax" if combiner == "max" else "_fmin")
+        return f"{'_fmax' if combiner == 'max' else '_fmin'}({acc}, {v})"
+    return f"tl.{'maximum' if combiner == 'max' else 'minimum'}({acc}, {v})"
+
+
+def out_blocks(prog: Program, op: Op) -> tuple[list[int], list[int]]:
+    """(tile, lanes) per out dim: the schedule's tile (the whole extent without one), each
+    lane count the tile rounded up to a power of two, shrunk from the outermost dim while the
+    block has more than `MAX_LANES` lanes (a printer choice, recorded)."""
+    space, out = op.attrs["space"], op.attrs["out"]
+    tile_attr = op.attrs.get("tile") or space
+    tiles = [max(1, min(int(tile_attr[d]), space[d])) for d in out]
+    lanes = [_pow2(t) for t in tiles]
+    shrunk = False
+    while math.prod(lanes) > MAX_LANES:
+        k = next(k for k, n in enumerate(lanes) if n > 1)
+        lanes[k] //= 2
+        tiles[k] = min(tiles[k], lanes[k])
+        shrunk = True
+    if shrunk:
+        prog.choose(
+            op,
+            "tile",
+            tiles,
+            f"the schedule's out tile has more than {MAX_LANES} lanes once rounded to powers "
+            "of two; the outermost dims are halved",
+        )
+    return tiles, lanes
+
+
+@host(OPS["kernel"])
+def _kernel(prog: Program, op: Op) -> None:
+    module = prog.module
+    fn = module.function(op.attrs["body"])
+    if fn is None:
+        raise prog.error(op, "its body function is not in the module")
+    for key in ("epilogue",):
+        if key in op.attrs:
+            raise prog.error(op, f"{key} is not implemented on this target yet")
+    types = prog.types()
+    operand_types = [types[o] for o in op.operands]
+    for t in [op.type, *operand_types]:
+        check_dtype(module, op, t.dtype)
+        if t.num_elements > INDEX_LIMIT:
+            raise prog.error(op, f"a tensor of {t.num_elements} elements exceeds 32-bit indices")
+    space, out, red = list(op.attrs["space"]), list(op.attrs["out"]), list(op.attrs["reduce"])
+    if math.prod(space) > INDEX_LIMIT and math.prod(space[d] for d in red) > INDEX_LIMIT:
+        raise prog.error(op, "its reduction has more positions than 32-bit indices hold")
+    combiner = op.attrs["combiner"]
+    dtype = op.type.dtype
+    if combiner != "none" and dtype.is_bool:
+        raise prog.error(op, "a fold of i1 values has no meaning")
+    k = len(prog.infos)
+    name = f"_k{k}"
+    tiles, lanes = out_blocks(prog, op)
+    counts = [-(-space[d] // t) for d, t in zip(out, tiles, strict=True)]
+    grid = math.prod(counts)
+    block = max(MIN_LANES, math.prod(lanes))
+    num_warps = max(1, min(8, block // 128))
+    maps = op.attrs["maps"]
+    params = ["y", *[f"x{i}" for i in range(len(op.operands))]]
+    note = (
+        f"kernel %{comment(op.result)}: body @{comment(op.attrs['body'])}, space {space}, "
+        f"out {out}, reduce {red}, combiner {combiner}"
+    )
+    lines = [
+        "@triton.jit",
+        f"def {name}({', '.join(params)}, LANES: tl.constexpr):",
+        f"    # {note}",
+        "    pid = tl.program_id(0)",
+        "    lane = tl.arange(0, LANES)",
+        "    zero = lane * 0",
+        f"    m = lane < {math.prod(lanes)}",
+    ]
+    # out dim k: lane coordinate j (inside the tile), tile coordinate, index i = tile * t + j
+    lane_strides, grid_strides = _strides(lanes), _strides(counts)
+    index: dict[int, str] = {}
+    for j, d in enumerate(out):
+        lines.append(
+            f"    j{d} = (lane // {lane_strides[j]}) % {lanes[j]}"
+            if lanes[j] > 1
+            else f"    j{d} = zero"
+        )
+        lines.append(f"    i{d} = ((pid // {grid_strides[j]}) % {counts[j]}) * {tiles[j]} + j{d}")
+        lines.append(f"    m = m & (j{d} < {tiles[j]}) & (i{d} < {space[d]})")
+        index[d] = f"i{d}"
+    ystrides = _strides([space[d] for d in out])
+    yoff = " + ".join([f"i{d} * {s}" for d, s in zip(out, ystrides, strict=True)] + ["zero"])
+    lines.append(f"    yo = {yoff}")
+    # per operand: its offset's coefficient per loop dim, and the part from the out dims
+    linear = []
+    for i, (t, rows) in enumerate(zip(operand_types, maps, strict=True)):
+        strides = _strides(list(t.shape))
+        coef = [
+            sum(s * row[c] for s, row in zip(strides, rows, strict=True)) for c in range(len(space))
+        ]
+        const = sum(s * row[-1] for s, row in zip(strides, rows, strict=True))
+        linear.append(coef)
+        base = [f"i{d} * {coef[d]}" for d in out if coef[d]] + [str(const), "zero"]
+        lines.append(f"    b{i} = {' + '.join(base)}")
+    counter = [0]
+
+    def value_at(reduce_index: dict[int, str], indent: str, fused: bool = False) -> str | tuple:
+        """Lines loading the operands at the reduced position given by `reduce_index` and
+        computing the body; its expression (or, `fused`, the final mul's two operands)."""
+        w = BodyWriter(prog, op, lines, indent, counter)
+        env: dict[str, tuple[str, DType]] = {}
+        for i, (p, t) in enumerate(zip(fn.params, operand_types, strict=True)):
+            off = [f"b{i}"] + [f"{reduce_index[d]} * {linear[i][d]}" for d in red if linear[i][d]]
+            v = w.fresh()
+            other = "0" if not t.dtype.is_float else "0.0"
+            lines.append(
+                f"{indent}{v} = tl.load(x{i} + ({' + '.join(off)}), mask=m, other={other})"
+            )
+            env[p.name] = (v, t.dtype)
+        body_ops = fn.ops[:-1] if fused else fn.ops
+        for b in body_ops:
+            spec = get_spec(b.name)
+            if b.name not in BODY_OPS or b.type.rank != 0 or spec not in BODY:
+                raise w.error(b, "is not a scalar elementwise op this target computes")
+            check_dtype(module, op, b.type.dtype)
+            args = [env[o][0] for o in b.operands]
+            dts = [env[o][1] for o in b.operands]
+            for dt in dts:
+                check_dtype(module, op, dt)
+            expr = BODY[spec](w, b, args, dts)
+            v = w.fresh()
+            lines.append(f"{indent}{v} = {expr}  # %{comment(b.result)} = {comment(b.name)}")
+            env[b.result] = (v, b.type.dtype)
+        if fused:
+            last = fn.ops[-1]
+            return env[last.operands[0]][0], env[last.operands[1]][0]
+        (ret,) = fn.returns
+        if env[ret][1] is not dtype:
+            raise prog.error(op, "its body returns another dtype than the kernel's")
+        return env[ret][0]
+
+    if not red:
+        result = value_at({}, "    ")
+    else:
+        result = _fold(prog, op, red, space, combiner, dtype, lines, value_at, fn)
+    lines.append(f"    tl.store(y + yo, {result}, mask=m)")
+    prog.kernels.append("\n".join(lines) + "\n")
+    signature = {
+        p: POINTER[t.dtype] for p, t in zip(params, [op.type, *operand_types], strict=True)
+    }
+    signature["LANES"] = "constexpr"
+    prog.infos.append(KernelInfo(name, signature, block, num_warps, grid, note))
+    prog.choose(
+        op,
+        "launch",
+        {"grid": grid, "lanes": block, "num_warps": num_warps},
+        "one program per tile of the out dims (the schedule's tile), lanes its size rounded up "
+        "to a power of two, one warp per 128 lanes",
+    )
+    y = prog.var(op.result)
+    shape = tuple(op.type.shape)
+    prog.launcher.append(f"    # {note}")
+    prog.launcher.append(f"    {y} = torch.empty({shape}, dtype={TORCH[dtype]}, device=device)")
+    if op.type.num_elements:
+        args = ", ".join([y, *[prog.var(o) for o in op.operands]])
+        prog.launcher.append(
+            f"    {name}[({grid},)]({args}, LANES={block}, num_warps={num_warps}, **LAUNCH)"
+        )
+
+
+def _fold(prog, op, red, space, combiner, dtype, lines, value_at, fn: Function) -> str:
+    """Lines folding the reduced positions in the kernel's order; the accumulator's name."""
+    extents = [space[d] for d in red]
+    total = math.prod(extents)
+    if total == 0:
+        lines.append(f"    acc = {full(None, _identity(combiner, dtype), dtype)}")
+        return "acc"
+    groups = int(op.attrs.get("accumulators", 1))
+    lanes = int(op.attrs.get("lanes", 1))
+    fused = op.attrs.get("contract") == "fma"
+    if fused:
+        last = fn.ops[-1] if fn.ops else None
+        if (
+            combiner != "add"
+            or dtype is not DType.F32
+            or last is None
+            or last.name != "mul"
+            or fn.returns != [last.result]
+            or groups > 1
+            or lanes > 1
+        ):
+            raise prog.error(op, 'contract = "fma" needs an f32 add fold of a body ending in mul')
+    if groups > 1 and lanes > 1:
+        raise prog.error(op, "accumulators and lanes together have no meaning")
+    strides = _strides(extents)
+
+    def position(p: str, indent: str) -> dict[int, str]:
+        if len(red) == 1:
+            return {red[0]: p}
+        for d, s, n in zip(red, strides, extents, strict=True):
+            lines.append(f"{indent}r{d} = ({p} // {s}) % {n}")
+        return {d: f"r{d}" for d in red}
+
+    def fold(acc: str, at, count: int, indent: str) -> None:
+        """acc = body(at(0)); acc = combine(acc, body(at(r))) for r in 1 .. count-1."""
+        if fused:
+            x, yv = value_at(position(at("0"), indent), indent, fused=True)
+            lines.append(f"{indent}{acc} = {x} * {yv}")
+        else:
+            lines.append(f"{indent}{acc} = {value_at(position(at('0'), indent), indent)}")
+        if count > 1:
+            lines.append(f"{indent}for r in range(1, {count}):")
+            inner = indent + "    "
+            if fused:
+                x, yv = value_at(position(at("r"), inner), inner, fused=True)
+                lines.append(f"{inner}{acc} = tl.fma({x}, {yv}, {acc})")
+            else:
+                v = value_at(position(at("r"), inner), inner)
+                lines.append(f"{inner}{acc} = {_combine(prog, combiner, dtype, acc, v)}")
+
+    if groups > 1 or lanes > 1:
+        # the IR's blocks (accumulators: consecutive) or lanes (strided), each folded in
+        # order, then their results folded in order
+        g = groups if groups > 1 else lanes
+        if len(red) != 1 or total % g:
+            raise prog.error(op, "accumulators or lanes need one reduce dim they divide")
+        per = total // g
+        if groups > 1:
+
+            def at_group(q: str) -> callable:
+                return lambda r: f"({q}) * {per} + {r}"
+        else:
+
+            def at_group(q: str) -> callable:
+                return lambda r: f"({r}) * {g} + {q}"
+
+        fold("acc", at_group("0"), per, "    ")
+        lines.append(f"    for q in range(1, {g}):")
+        fold("part", at_group("q"), per, "        ")
+        lines.append(f"        acc = {_combine(prog, combiner, dtype, 'acc', 'part')}")
+        return "acc"
+    fold("acc", lambda r: r, total, "    ")
+    return "acc"
+
+
+def literal_of(value, dtype: DType) -> str:
+    return scalar_literal(value, dtype)
