@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "gdv.commands.run",
     "gdv.commands.tv",
     "gdv.commands.partition",
+    "gdv.commands.plan",
     "gdv.commands.bounds",
     "gdv.commands.compile",
     "gdv.commands.evidence",
