@@ -38,7 +38,7 @@ from gdv.backends.cost import Roofline, op_cost
 from gdv.backends.mpi.cost import Network, collective_cost
 from gdv.ir.core import Function, Module, Op
 from gdv.ir.diagnostics import IRError, Loc
-from gdv.ir.mesh import Mesh, check_sharding
+from gdv.ir.mesh import Mesh, check_sharding, member_index
 from gdv.ir.ops.collective import COLLECTIVES
 from gdv.ir.sharding import FactorRule, factor_rule
 from gdv.ir.types import TensorType
@@ -594,6 +594,8 @@ class ProgramCost:
     comm_s: float
     collectives: list[dict]
     memory_bytes: int
+    bytes_sent_per_rank: list[int]
+    """What each rank sends in one step, by linear rank id (what an MPI run reports)."""
 
     @property
     def step_s(self) -> float:
@@ -643,8 +645,13 @@ def program_cost(spmd: Module, net: Network, roof: Roofline) -> ProgramCost:
             compute += op_seconds(op, operand_types, op.type, roof)
     live = _liveness(fn)
     params = sum(_nbytes(p.type) for p in fn.params)
+    per_rank = [0] * mesh.size
+    for c in collectives:
+        for rank in range(mesh.size):
+            me = member_index(mesh, c["axes"], mesh.coords(rank))
+            per_rank[rank] += c["bytes_sent_per_member"][me]
     peak = max((sum(_nbytes(types[v]) for v in vs) for vs in live), default=0)
-    return ProgramCost(compute, comm, collectives, params + peak)
+    return ProgramCost(compute, comm, collectives, params + peak, per_rank)
 
 
 __all__ = [

@@ -247,7 +247,7 @@ def plan_report(
             "compute_s": cost.compute_s,
             "communication_s": cost.comm_s,
             "memory_bytes_per_device": cost.memory_bytes,
-            "bytes_sent_per_rank_max": _max_sent(cost.collectives),
+            "bytes_sent_per_rank": cost.bytes_sent_per_rank,
             "objective_s": chosen.objective_s,
         },
         "collectives": cost.collectives,
@@ -277,12 +277,6 @@ def plan_report(
             for st in part.steps
         ]
     return report
-
-
-def _max_sent(collectives: list[dict]) -> int:
-    """The most bytes one rank sends in a step (collectives of different groups add up on
-    a rank that is a member of each; a rank's member index differs per group)."""
-    return sum(max(c["bytes_sent_per_member"], default=0) for c in collectives)
 
 
 def _fmt_s(x: float) -> str:
