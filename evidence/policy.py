@@ -12,6 +12,10 @@ evidence verify`; `gdv compile` gates only on a policy it was given or found). K
 - `allow_reference_kernels` (false): an artifact in which ops the target cannot do run on
   reference kernels (compiled with `--allow-fallback`);
 - `allow_trusted_kernels` (false): obligations resting on an assumption named `trusted ...`;
+- `allow_reordered_collectives` (false): a partitioned program (`gdv partition`, `gdv compile
+  --mesh`) whose split float sums are finished in a declared collective order (`rank`,
+  `tree`, `ring`): `real` claims, within the recorded error bound; `--order carry` needs no
+  such permission (it keeps every bit);
 - `max_abs_error` (none): every output's rigorous absolute error bound at most this (bounds
   unavailable, or an unbounded output, violate it);
 - `required_solvers` (["z3"]): each must answer `unsat` on every stored query.
@@ -40,6 +44,7 @@ class Policy:
     allow_fallback: bool = True
     allow_trusted_kernels: bool = False
     allow_reference_kernels: bool = False
+    allow_reordered_collectives: bool = False
     max_abs_error: float | None = None
     required_solvers: tuple[str, ...] = ("z3",)
     origin: str = field(default="defaults", compare=False)

@@ -34,6 +34,7 @@ certificate can stand in for a proof, without any signature.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -51,6 +52,7 @@ from gdv.evidence.bundle import (
     read_manifest,
     sha256,
 )
+from gdv.evidence.partition import is_partition_manifest, verify_partition
 from gdv.evidence.policy import Policy, check_policy
 from gdv.evidence.signing import SIGNATURE_FILE
 from gdv.evidence.solvers import SOLVERS, solve
@@ -141,6 +143,19 @@ def verify_bundle(
         except EvidenceError as e:
             failed("schema", str(e))
         passed("schema", f"manifest.json follows schema {manifest['schema_version']}")
+        if is_partition_manifest(manifest):
+
+            # A segment's outputs are intermediate values (partial sums included): the error
+            # limit applies to the partitioned program's outputs, checked by the partition.
+            local = dataclasses.replace(policy, max_abs_error=None)
+
+            def segment(sub: Path) -> str:
+                inner = verify_bundle(sub, solvers=solvers, policy=local, timeout=timeout)
+                bad = inner.failure
+                return "" if bad is None else f"{bad.item}: {bad.detail}"
+
+            verify_partition(root, manifest, solvers, policy, timeout, passed, failed, segment)
+            return report
         stages = _files(root, manifest, passed, failed)
         _reports(root, manifest, passed, failed)
         rerun = _Rerun(manifest, stages, jobs)

@@ -214,9 +214,29 @@ def check_spmd_equivalence(a: Module, b: Module, theory: str = "fp", timeout: fl
         return _check(va, vb, theory, timeout)
 
 
+def claim_queries(a: Module, b: Module, theory: str = "fp") -> list[str]:
+    """The precise query of each output of the claim "SPMD module `b` implements `a`" as
+    stable SMT-LIB 2 text (`unsat` proves it): what a partition bundle stores and its checker
+    re-encodes."""
+    from gdv.ir.ops.kernel import kernel_bodies
+    from gdv.validate.discharge import _query_text
+    from gdv.validate.equivalence import _bodies
+
+    va, vb = spmd_pair(a, b)
+    with kernel_bodies(_bodies(a, b, (a.filename, b.filename))):
+        return [_query_text(va, vb, theory, o) for o in range(len(va.results))]
+
+
 def is_spmd(module: Module) -> bool:
     fn = module.entry
     return fn is not None and fn.attrs.get("mesh") is not None
 
 
-__all__ = ["StackedView", "check_spmd_equivalence", "encode_spmd", "is_spmd", "spmd_pair"]
+__all__ = [
+    "StackedView",
+    "check_spmd_equivalence",
+    "claim_queries",
+    "encode_spmd",
+    "is_spmd",
+    "spmd_pair",
+]

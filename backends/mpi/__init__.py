@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +59,9 @@ class CompiledSegment:
     segment: Segment
     text: str
     """The final (loop-stage) module, printed: what each rank loads and runs."""
+    compilation: Any = None
+    """The segment's `gdv.driver.Compilation` (its stages, obligations and artifact), from
+    which `gdv compile --mesh --emit-evidence` writes the segment's own bundle."""
 
 
 _COMPILED: dict[tuple[str, bool], list[CompiledSegment | Collective]] = {}
@@ -94,7 +98,7 @@ def compile_segments(
                 f"{step.end - 1} are {comp.verdict}",
                 where,
             )
-        steps.append(CompiledSegment(step, print_module(comp.module)))
+        steps.append(CompiledSegment(step, print_module(comp.module), comp))
     _COMPILED[key] = steps
     return steps
 

@@ -154,10 +154,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="timed runs for --profile (default 10; the median is reported)",
     )
+    from gdv.commands.partition import add_partition_options
+
+    add_partition_options(p, mesh_required=False)
     p.set_defaults(handler=compile_command)
 
 
 def compile_command(args: argparse.Namespace) -> int:
+    if args.mesh is not None:
+        from gdv.commands.partition import compile_partitioned
+
+        return compile_partitioned(args)
+    if args.shard or args.order != "rank":
+        from gdv.ir.diagnostics import IRError, Loc
+
+        raise IRError(
+            "--shard and --order partition over a mesh: give --mesh too",
+            Loc("<command line>", 1, 1),
+        )
     if args.isa:  # read by the C target's descriptor, schedule parameters and toolchain
         from gdv.backends.c.isa import ISA_ENV, check
 

@@ -95,17 +95,29 @@ def verify_command(args: argparse.Namespace) -> int:
 
 def show_command(args: argparse.Namespace) -> int:
     from gdv.evidence import read_manifest
+    from gdv.evidence.partition import is_partition_manifest, show_partition
     from gdv.evidence.report import show
 
-    sys.stdout.write(show(Path(args.dir), read_manifest(_bundle(args.dir))))
+    manifest = read_manifest(_bundle(args.dir))
+    if is_partition_manifest(manifest):
+        sys.stdout.write(show_partition(Path(args.dir), manifest))
+    else:
+        sys.stdout.write(show(Path(args.dir), manifest))
     return EXIT_OK
 
 
 def report_command(args: argparse.Namespace) -> int:
-    from gdv.evidence import read_manifest
+    from gdv.evidence import EvidenceError, read_manifest
+    from gdv.evidence.partition import is_partition_manifest
     from gdv.evidence.report import render_html
 
-    page = render_html(Path(args.dir), read_manifest(_bundle(args.dir)))
+    manifest = read_manifest(_bundle(args.dir))
+    if is_partition_manifest(manifest):
+        raise EvidenceError(
+            f"{args.dir} is a partition bundle: the review page covers compile bundles (each "
+            "segment's under segments/NN has one); use `gdv evidence show` for the partition"
+        )
+    page = render_html(Path(args.dir), manifest)
     out = Path(args.output)
     fd, tmp = tempfile.mkstemp(dir=out.resolve().parent, suffix=".tmp")
     with os.fdopen(fd, "w") as f:

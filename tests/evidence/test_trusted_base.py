@@ -30,6 +30,23 @@ GROUPS: list[tuple[str, str, list[str]]] = [
         ],
     ),
     (
+        "partition checker",
+        "a partition bundle's checks: composition of the per-op claims, the SPMD encoding "
+        "symbolic in the rank, segment slicing",
+        [
+            "evidence/partition.py",
+            "evidence/schema/manifest-partition-1.json",
+            "validate/spmd.py",
+            "backends/mpi/segments.py",
+        ],
+    ),
+    (
+        "MPI runtime",
+        "runs each collective in its declared order from point-to-point messages (differential "
+        "tests against the simulation)",
+        ["backends/mpi/runtime.c", "backends/mpi/collective.py"],
+    ),
+    (
         "IR",
         "grammar, parser, printer, verifier, types, op specs",
         ["grammar/gdv.lark", "ir/*.py", "ir/ops/*.py"],
