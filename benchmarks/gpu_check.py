@@ -1,0 +1,393 @@
+"""The Triton target's device check (issue 20, item 5): conformance on the GPU, then gdv's
+Triton artifacts timed beside torch eager (CUDA) and torch.compile. One short run, because
+device time is scarce: `benchmarks/gpu_device_check.sh` calls it.
+
+    python benchmarks/gpu_check.py --out DIR [--dry-run] [--budget SECONDS]
+
+Conformance: fixed programs (every pair of f32 edge values through every exact elementwise
+op, compare and convert; integer extremes; reductions and products with edge values; the f32
+transcendentals on a sweep) and every example the target claims, each compiled through the
+triton pipeline and compared with the reference backend's run of the source: bit for bit,
+except single transcendental ops, which may differ by the target's ulp table (libdevice).
+
+Side by side: the workloads of `benchmarks/side_by_side.py` (the examples at their sizes, then
+the larger ones), gdv's artifact on device tensors (no copies) against the same torch module
+in eager mode and under torch.compile; each engine warmed up, then 20 calls each timed
+between `torch.cuda.synchronize()`s; the median is reported. Outputs are compared with torch
+eager's first (largest absolute difference relative to the output's scale). gdv's compile
+here runs the pipeline without proving it (the proofs are the passes', and CPU-bound).
+
+--dry-run runs all of it on the CPU (the Triton interpreter, small workloads, no
+torch.compile) so the script is checked end to end where there is no GPU. At most 8 files
+are written to DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+F32_EDGES = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, 3.4028235e38, -3.4028235e38]
+F32_EDGES += [1.1754944e-38, -1e-45, 1e-45, 3e-45, 2.5, -2.5, 3e9, -3e9, 1e19, -1e19, 7.0]
+
+
+def _program(params, lines, results) -> str:
+    head = ", ".join(f"%{n}: {t}" for n, t in params)
+    return "\n".join(
+        [
+            f"func @main({head}) -> ({', '.join(t for _, t in results)}) {{",
+            *lines,
+            f"  return {', '.join(r for r, _ in results)}",
+            "}",
+        ]
+    )
+
+
+def conformance_cases(dry: bool) -> list[tuple[str, str, dict, str | None]]:
+    """(name, program, inputs, transcendental or None)."""
+    cases = []
+    vals = np.array(F32_EDGES, dtype=np.float32)
+    x, y = (a.ravel() for a in np.meshgrid(vals, vals))
+    n = x.size
+    t, b = f"f32[{n}]", f"i1[{n}]"
+    lines, res = [], []
+    for k, name in enumerate(["neg", "abs", "sqrt", "floor", "relu"]):
+        lines.append(f"  %u{k} = {name}(%x) : {t}")
+        res.append((f"%u{k}", t))
+    for k, name in enumerate(["add", "sub", "mul", "div", "max", "min"]):
+        lines.append(f"  %b{k} = {name}(%x, %y) : {t}")
+        res.append((f"%b{k}", t))
+    for k, d in enumerate(["lt", "le", "gt", "ge", "eq", "ne"]):
+        lines.append(f'  %c{k} = cmp(%x, %y) {{dir = "{d}"}} : {b}')
+        res.append((f"%c{k}", b))
+    lines.append(f"  %s = select(%p, %x, %y) : {t}")
+    res.append(("%s", t))
+    for k, d in enumerate(["i64", "i32", "i1"]):
+        lines.append(f"  %v{k} = convert(%x) : {d}[{n}]")
+        res.append((f"%v{k}", f"{d}[{n}]"))
+    p = (np.arange(n) % 3 == 0).astype(np.bool_)
+    cases.append(
+        (
+            "f32 elementwise on edge pairs",
+            _program([("x", t), ("y", t), ("p", b)], lines, res),
+            {"x": x, "y": y, "p": p},
+            None,
+        )
+    )
+    for dt in ("i32", "i64"):
+        info = np.iinfo(np.dtype(dt.replace("i", "int")))
+        iv = np.array([info.min, info.min + 1, -1, 0, 1, 2, info.max - 1, info.max], info.dtype)
+        ix, iy = (a.ravel() for a in np.meshgrid(iv, iv))
+        it = f"{dt}[{ix.size}]"
+        names = ["add", "sub", "mul", "max", "min"]
+        lines = [f"  %{m} = {m}(%x, %y) : {it}" for m in names]
+        lines.append(f"  %f = convert(%x) : f32[{ix.size}]")
+        res = [(f"%{m}", it) for m in names] + [("%f", f"f32[{ix.size}]")]
+        cases.append(
+            (
+                f"{dt} extremes",
+                _program([("x", it), ("y", it)], lines, res),
+                {"x": ix, "y": iy},
+                None,
+            )
+        )
+    rng = np.random.default_rng(0)
+    rows, cols, k = (6, 37, 53) if dry else (96, 300, 517)
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    w = rng.standard_normal((k, cols)).astype(np.float32)
+    a[0, :4] = [np.nan, np.inf, -0.0, 1e-45]
+    w[:3, 1] = [-np.inf, 0.0, -0.0]
+    text = _program(
+        [("a", f"f32[{rows},{k}]"), ("w", f"f32[{k},{cols}]")],
+        [
+            f"  %y = matmul(%a, %w) : f32[{rows},{cols}]",
+            f"  %s = reduce_sum(%a) {{axes = [1]}} : f32[{rows}]",
+            f"  %m = reduce_max(%a) {{axes = [0]}} : f32[{k}]",
+            "  %n = reduce_min(%w) {axes = [0, 1]} : f32[]",
+            f"  %o = softmax(%y) {{axis = 1}} : f32[{rows},{cols}]",
+        ],
+        [
+            ("%y", f"f32[{rows},{cols}]"),
+            ("%s", f"f32[{rows}]"),
+            ("%m", f"f32[{k}]"),
+            ("%n", "f32[]"),
+        ],
+    )
+    cases.append(("reductions and a product with edge values", text, {"a": a, "w": w}, None))
+    sweep = np.concatenate(
+        [
+            np.linspace(-100, 100, 4001, dtype=np.float32),
+            vals,
+            rng.standard_normal(2000).astype(np.float32),
+        ]
+    )
+    for name in ["exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "rsqrt"]:
+        st = f"f32[{sweep.size}]"
+        cases.append(
+            (
+                f"f32 {name} sweep",
+                _program([("x", st)], [f"  %y = {name}(%x) : {st}"], [("%y", st)]),
+                {"x": sweep},
+                name,
+            )
+        )
+    for ex in ["mlp", "attention", "layernorm_gelu", "conv_block"]:
+        cases.append(
+            (f"example {ex}", (ROOT / "examples" / f"{ex}.gdv").read_text(), None, "example")
+        )
+    return cases
+
+
+def run_conformance(dry: bool, deadline: float) -> list[dict]:
+    from gdv.api import parse
+    from gdv.backends import reference
+    from gdv.backends import triton as tt
+    from gdv.backends.targets import get_target
+    from gdv.passes.manager import PassManager
+    from gdv.passes.pipelines import pipeline
+
+    ulps = get_target("triton").f32_ulps
+    rows = []
+    for name, text, inputs, trans in conformance_cases(dry):
+        if time.perf_counter() > deadline:
+            rows.append({"case": name, "status": "skipped: time budget"})
+            continue
+        t0 = time.perf_counter()
+        try:
+            source = parse(text)
+            final = (
+                PassManager(pipeline("triton", 2, False), printer=lambda *a, **k: None)
+                .run(source)
+                .module
+            )
+            exe = tt.Executable(final)
+            if inputs is None:
+                inputs = reference.random_inputs(source, 0)
+            got = exe(inputs)
+            want = reference.run(source, inputs)
+            worst, exact = 0.0, True
+            for g, w in zip(got, want, strict=True):
+                if reference.bit_equal(g, w):
+                    continue
+                exact = False
+                if np.issubdtype(w.dtype, np.floating):
+                    gg, ww = g.astype(np.float64), w.astype(np.float64)
+                    if not np.array_equal(np.isnan(gg), np.isnan(ww)):
+                        worst = math.inf
+                        continue
+                    ok = ~np.isnan(ww) & (gg != ww)
+                    sp = np.abs(np.spacing(w)).astype(np.float64)
+                    with np.errstate(all="ignore"):
+                        d = np.abs(gg - ww)[ok] / sp[ok]
+                    worst = max(worst, float(np.max(d, initial=0.0)))
+                else:
+                    worst = math.inf
+            if exact:
+                status = "bit-exact"
+            elif trans in ulps and worst <= ulps[trans]:
+                status = f"within {worst:.2f} ulp (table: {ulps[trans]:g})"
+            elif trans == "example":
+                status = f"not bit-exact: largest difference {worst:.2f} ulp (transcendentals)"
+            else:
+                status = f"MISMATCH: largest difference {worst} ulp"
+            rows.append(
+                {
+                    "case": name,
+                    "mode": exe.mode,
+                    "status": status,
+                    "seconds": round(time.perf_counter() - t0, 2),
+                }
+            )
+        except Exception as e:  # noqa: BLE001 - recorded, the run goes on
+            rows.append(
+                {
+                    "case": name,
+                    "status": f"ERROR: {type(e).__name__}: {e}",
+                    "trace": traceback.format_exc()[-2000:],
+                }
+            )
+        print(f"  {rows[-1]['case']}: {rows[-1]['status']}", flush=True)
+    return rows
+
+
+def _median_seconds(fn, sync, repeats: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        sync()
+        t = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def run_side_by_side(dry: bool, repeats: int, deadline: float) -> list[dict]:
+    import side_by_side as sbs
+    import torch
+
+    from gdv.api import parse
+    from gdv.backends import triton as tt
+    from gdv.passes.manager import PassManager
+    from gdv.passes.pipelines import pipeline
+
+    device = "cpu" if dry else "cuda"
+    sync = (lambda: None) if dry else torch.cuda.synchronize
+    if dry:
+        names = {"example-mlp": {}, "example-attention": {}}
+    else:
+        names = {k: {} for k in sbs.WORKLOADS}
+    rows = []
+    for name, sizes in names.items():
+        if time.perf_counter() > deadline:
+            rows.append({"workload": name, "status": "skipped: time budget"})
+            continue
+        row: dict = {"workload": name}
+        try:
+            w = sbs.WORKLOADS[name](**sizes)
+            row["what"] = w.what
+            final = (
+                PassManager(pipeline("triton", 2, False), printer=lambda *a, **k: None)
+                .run(parse(w.ir))
+                .module
+            )
+            t0 = time.perf_counter()
+            exe = tt.Executable(final)
+            tensors = exe.tensors(w.inputs)
+            (ours,) = exe.run_tensors(tensors)
+            sync()
+            row["gdv_build_s"] = round(time.perf_counter() - t0, 2)
+            row["mode"] = exe.mode
+            module = w.torch_module().to(device).eval()
+            args = [torch.from_numpy(np.ascontiguousarray(v)).to(device) for v in w.inputs.values()]
+            with torch.no_grad():
+                ref = module(*args)
+                scale = float(ref.abs().max()) or 1.0
+                row["max_abs_diff_vs_eager"] = float((ours - ref).abs().max())
+                row["relative_diff"] = row["max_abs_diff_vs_eager"] / scale
+                row["gdv_ms"] = 1e3 * _median_seconds(
+                    lambda e=exe, t=tensors: e.run_tensors(t), sync, repeats
+                )
+                row["eager_ms"] = 1e3 * _median_seconds(
+                    lambda f=module, a=args: f(*a), sync, repeats
+                )
+                if not dry and time.perf_counter() < deadline:
+                    try:
+                        compiled = torch.compile(module)
+                        row["compile_ms"] = 1e3 * _median_seconds(
+                            lambda f=compiled, a=args: f(*a), sync, repeats
+                        )
+                    except Exception as e:  # noqa: BLE001
+                        row["compile_ms"] = None
+                        row["compile_error"] = f"{type(e).__name__}: {e}"[:300]
+            row["gdv_over_eager"] = row["gdv_ms"] / row["eager_ms"]
+            if row.get("compile_ms"):
+                row["gdv_over_compile"] = row["gdv_ms"] / row["compile_ms"]
+            row["status"] = "ok"
+        except Exception as e:  # noqa: BLE001 - recorded, the run goes on
+            row["status"] = f"ERROR: {type(e).__name__}: {e}"[:500]
+            row["trace"] = traceback.format_exc()[-2000:]
+        print(
+            f"  {name}: {row.get('status')} gdv {row.get('gdv_ms')} ms, eager "
+            f"{row.get('eager_ms')} ms, compile {row.get('compile_ms')} ms",
+            flush=True,
+        )
+        rows.append(row)
+    return rows
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+
+
+def markdown(device: str, conformance: list[dict], sbs: list[dict]) -> str:
+    lines = [
+        f"# gdv triton target on {device}",
+        "",
+        "## Conformance (vs the reference)",
+        "",
+        "| case | mode | result |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {r['case']} | {r.get('mode', '-')} | {r['status']} |" for r in conformance]
+    lines += [
+        "",
+        "## Side by side (median of the timed calls, ms)",
+        "",
+        "| workload | gdv triton | torch eager | torch.compile | gdv/eager | gdv/compile |"
+        " rel. diff vs eager |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in sbs:
+        lines.append(
+            f"| {r['workload']} | {_fmt(r.get('gdv_ms'))} | {_fmt(r.get('eager_ms'))} | "
+            f"{_fmt(r.get('compile_ms'))} | {_fmt(r.get('gdv_over_eager'))} | "
+            f"{_fmt(r.get('gdv_over_compile'))} | {_fmt(r.get('relative_diff'))} |"
+            + ("" if r.get("status") == "ok" else f" {r.get('status')}")
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="folder for the results (at most 8 files)")
+    p.add_argument("--dry-run", action="store_true", help="CPU only: the Triton interpreter")
+    p.add_argument("--budget", type=float, default=270.0, help="seconds for the whole run")
+    p.add_argument("--repeats", type=int, default=20)
+    args = p.parse_args(argv)
+    start = time.perf_counter()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from gdv.backends.capabilities import descriptor
+    from gdv.backends.triton import runtime
+
+    dry = args.dry_run or not runtime.gpu_available()
+    if not args.dry_run and dry:
+        print("gpu_check: no CUDA GPU visible to torch: running the dry run instead", flush=True)
+    d = descriptor("triton")
+    device = d["machine"].get("cpu", "?") if not dry else f"CPU ({platform.machine()}), dry run"
+    (out / "descriptor.json").write_text(json.dumps(d, indent=2) + "\n")
+    print(f"gpu_check: {device}; conformance", flush=True)
+    conf = run_conformance(dry, start + args.budget * 0.45)
+    print("gpu_check: side by side", flush=True)
+    sbs = run_side_by_side(dry, 2 if dry else args.repeats, start + args.budget * 0.95)
+    import torch
+    import triton
+
+    result = {
+        "device": device,
+        "dry_run": dry,
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "versions": {
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "python": platform.python_version(),
+        },
+        "conformance": conf,
+        "side_by_side": sbs,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    (out / "gpu_check.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (out / "gpu_check.md").write_text(markdown(device, conf, sbs))
+    bad = [r for r in conf if r["status"].startswith(("MISMATCH", "ERROR"))]
+    print(f"gpu_check: done in {result['seconds']} s; {len(bad)} conformance failures", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
