@@ -123,8 +123,9 @@ class Plan:
         }
 
     def parallelism(self) -> list[str]:
-        """The kinds of parallelism the products use: `data` (a row or batch factor split),
-        `tensor-column` (an output column factor split), `tensor-row` (the contraction split)."""
+        """The kinds of parallelism the products use: `data` (the rows of the left operand
+        split), `tensor-column` (the right operand's columns), `tensor-row` (the contraction),
+        `batch` (a batch dim of both, as attention heads)."""
         kinds: set[str] = set()
         for v, s in self.choice.items():
             node = self.nodes.get(v)
@@ -133,12 +134,8 @@ class Plan:
             for f, axes in s.factors:
                 if not axes:
                     continue
-                if f.startswith("k"):
-                    kinds.add("tensor-row")
-                elif f.startswith("j"):
-                    kinds.add("tensor-column")
-                else:
-                    kinds.add("data")
+                kind = {"k": "tensor-row", "j": "tensor-column", "b": "batch"}.get(f[0], "data")
+                kinds.add(kind)
         return sorted(kinds)
 
 

@@ -143,19 +143,22 @@ def test_the_probe_measures_caches_and_is_reported(tmp_path, monkeypatch) -> Non
 EVERY = """mesh @m = {r = 4}
 
 func @main(%x: f32[7], %y: f32[8, 3], %z: f32[2, 4] {sharding = [["r"], []]})
-    -> (f32[7], f32[7], f32[7], f32[2, 3], f32[8, 4], f32[8, 3], f32[2, 3], f32[3])
-    {mesh = "m", out_shardings = [[[]], [[]], [[]], [["r"], []], [[], []], [[], []], [[], []],
-                                  [[]]]} {
+    -> (f32[7], f32[7], f32[7], f32[2, 3], f32[2, 3], f32[2, 3], f32[8, 4], f32[8, 3],
+        f32[2, 3], f32[3])
+    {mesh = "m", out_shardings = [[[]], [[]], [[]], [["r"], []], [["r"], []], [["r"], []],
+                                  [[], []], [[], []], [[], []], [[]]]} {
   %a = all_reduce(%x) {axes = ["r"], combiner = "add", order = "rank"} : f32[7]
   %b = all_reduce(%x) {axes = ["r"], combiner = "add", order = "tree"} : f32[7]
   %c = all_reduce(%x) {axes = ["r"], combiner = "add", order = "ring"} : f32[7]
   %d = reduce_scatter(%y) {axes = ["r"], dim = 0, combiner = "add", order = "ring"} : f32[2, 3]
+  %d1 = reduce_scatter(%y) {axes = ["r"], dim = 0, combiner = "add", order = "rank"} : f32[2, 3]
+  %d2 = reduce_scatter(%y) {axes = ["r"], dim = 0, combiner = "max", order = "tree"} : f32[2, 3]
   %e = all_gather(%z) {axes = ["r"], dim = 0} : f32[8, 4]
   %f = all_to_all(%y) {axes = ["r"], split_dim = 0, concat_dim = 0} : f32[8, 3]
   %s = slice(%y) {start = [0, 0], limit = [2, 3], stride = [1, 1]} : f32[2, 3]
   %g = collective_permute(%s) {axes = ["r"], pairs = [[0, 1], [1, 2], [3, 0]]} : f32[2, 3]
   %h = carry_reduce(%y) {axes = ["r"], dims = [0], combiner = "add"} : f32[3]
-  return %a, %b, %c, %d, %e, %f, %g, %h
+  return %a, %b, %c, %d, %d1, %d2, %e, %f, %g, %h
 }
 """
 
@@ -179,7 +182,7 @@ def test_predicted_bytes_are_what_each_rank_sends_under_mpi() -> None:
     predicted = {
         c["result"]: c for c in program_cost(module, DEFAULT_NETWORK, DEFAULT_ROOFLINE).collectives
     }
-    assert set(predicted) == set("abcdefgh")
+    assert set(predicted) == {*"abcdefgh", "d1", "d2"}
     for rank, report in enumerate(got.reports):
         me = member_index(mesh, ["r"], mesh.coords(rank))
         for step in report["steps"]:
