@@ -28,6 +28,7 @@ from gdv.passes.partition import parse_mesh, partition, prove_steps
 from gdv.passes.plan import (
     PlanError,
     apply,
+    op_strategies,
     plan,
     plan_memory,
     program_cost,
@@ -127,6 +128,40 @@ def test_reshard_costs_what_the_partition_pass_emits() -> None:
     assert s == pytest.approx(A + 392 * 64 * 4 * B)
     # replicated -> anything: slices only, free
     assert reshard_seconds(t, ((), ()), (("data",), ("model",)), mesh, net(A, B))[0] == 0
+
+
+def test_a_strategy_costs_its_local_roofline_and_its_all_reduce() -> None:
+    module = mlp()
+    fn = module.entry
+    types = fn.types()
+    mesh = parse_mesh("model=2")
+    network = net(1e-6, 1e-9)
+
+    def strategy(value: str, factors: dict, order: str = "rank"):
+        op = next(o for o in fn.ops if o.result == value)
+        options = op_strategies(op, [types[o] for o in op.operands], mesh, network, ROOF, order)
+        return next(s for s in options if dict(s.factors) == factors)
+
+    # %0 = matmul f32[8,784] x f32[784,128], columns split: f32[8,784] x f32[784,64] per rank,
+    # 2*8*64*784 flops (8.0 us at 100 GFLOP/s) and (8*784 + 784*64 + 8*64)*4 bytes (11.4 us at
+    # 20 GB/s): bound by memory.
+    col = strategy("0", {"j": ("model",)})
+    assert col.compute_s == pytest.approx((8 * 784 + 784 * 64 + 8 * 64) * 4 / 20e9)
+    assert col.comm_s == 0 and col.result == ((), ("model",))
+    assert col.operands == (((), ()), ((), ("model",)))
+    # %4 = matmul f32[8,128] x f32[128,10], rows of w2 split: a partial f32[8,10] per rank,
+    # finished by an all_reduce of 320 bytes over 2 members: 2 messages in rank order, 2 ring
+    # steps of 160-byte chunks in ring order.
+    row = strategy("4", {"k": ("model",)})
+    assert row.compute_s == pytest.approx((8 * 64 + 64 * 10 + 8 * 10) * 4 / 20e9)
+    assert row.partial == ("model",)
+    assert row.comm_s == pytest.approx(2 * (1e-6 + 320 * 1e-9))
+    assert strategy("4", {"k": ("model",)}, "ring").comm_s == pytest.approx(2 * (1e-6 + 160e-9))
+    # replicated: the whole product on every rank, bound by compute here
+    whole = strategy("0", {})
+    assert whole.compute_s == pytest.approx(
+        max(2 * 8 * 128 * 784 / 100e9, (8 * 784 + 784 * 128 + 8 * 128) * 4 / 20e9)
+    )
 
 
 def test_the_fit_recovers_alpha_and_beta() -> None:

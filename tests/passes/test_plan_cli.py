@@ -129,15 +129,20 @@ def test_the_probe_measures_caches_and_is_reported(tmp_path, monkeypatch) -> Non
 
     monkeypatch.setenv("GDV_MPI_CACHE", str(tmp_path))
     assert probe.cached_network() is None
-    net, record = probe.measure_network(refresh=True)
-    assert net.alpha > 0 and net.beta > 0 and net.source.startswith("measured")
+    cache = {"GDV_MPI_CACHE": str(tmp_path)}
+    run = gdv("plan", MLP, "--mesh", "model=2", "--json", "--probe", env=cache)
+    assert run.returncode == 0, run.stderr
+    reported = json.loads(run.stdout)["network"]
+    net, record = probe.cached_network()
+    assert (net.alpha, net.beta) == (reported["alpha_s"], reported["beta_s_per_byte"])
+    assert net.alpha > 0 and net.beta > 0 and reported["source"].startswith("measured")
     assert len(record["points"]) == len(probe.SIZES)
     # a one-way 4 MiB message takes longer than an 8-byte one
     assert record["points"][-1]["seconds"] > record["points"][0]["seconds"]
-    again, _ = probe.measure_network()  # from the cache: the same figures
+    again, _ = probe.measure_network()  # from the cache: the same figures, no MPI run
     assert (again.alpha, again.beta) == (net.alpha, net.beta)
-    run = gdv("plan", MLP, "--mesh", "model=2", "--json", env={"GDV_MPI_CACHE": str(tmp_path)})
-    assert json.loads(run.stdout)["network"]["alpha_s"] == net.alpha
+    later = gdv("plan", MLP, "--mesh", "model=2", "--json", env=cache)
+    assert json.loads(later.stdout)["network"] == reported
 
 
 EVERY = """mesh @m = {r = 4}
