@@ -11,7 +11,10 @@ its first (major) factor's axes.
 
 matmul `[i, k] x [k, j] -> [i, j]`, k a reduction; elementwise ops share one factor per dim;
 broadcast maps the operand's dims to the result dims `dims` names; transpose permutes;
-reduce_* reduces its axes; softmax, log_softmax and layer_norm keep their axes replicated.
+reduce_* reduces its axes; softmax, log_softmax and layer_norm keep their axes replicated;
+slice and pad pass through the dims they keep whole, concat every dim but its axis, take the
+table's other dims and the indices' dims, conv2d the batch and (groups = 1) the output
+channels; loop-stage kernels are kept whole.
 """
 
 from __future__ import annotations
@@ -97,8 +100,10 @@ def _generator(op: Op, types: list[TensorType]) -> FactorRule:
 def _broadcast(op: Op, types: list[TensorType]) -> FactorRule:
     sizes, dims = _dims("d", op.type.shape)
     (x,) = types
-    operand = [[] if n == 1 and op.type.shape[d] != 1 else dims[d] for d, n in
-               zip(op.attrs["dims"], x.shape, strict=True)]
+    operand = [
+        [] if n == 1 and op.type.shape[d] != 1 else dims[d]
+        for d, n in zip(op.attrs["dims"], x.shape, strict=True)
+    ]
     return FactorRule(sizes, [operand], dims)
 
 
@@ -232,16 +237,96 @@ def _reshape(op: Op, types: list[TensorType]) -> FactorRule:
     return FactorRule(sizes, [operand], result, replicated=replicated)
 
 
-@rule("slice", "pad", "concat", "take", "conv2d", "kernel")
-def _positional(op: Op, types: list[TensorType]) -> FactorRule:
-    """Ops that move elements between positions: kept whole (each rank computes the whole
-    value from whole operands)."""
+@rule("slice", "pad")
+def _window(op: Op, types: list[TensorType]) -> FactorRule:
+    """A dim the op keeps whole (slice: start 0, limit its extent, stride 1; pad: no padding)
+    is one factor of the operand and the result; a dim it cuts or pads is kept whole."""
+    (x,) = types
+    sizes: dict[str, int] = {}
+    operand: list[list[str]] = []
+    result: list[list[str]] = []
+    replicated: set[str] = set()
+    for d, n in enumerate(x.shape):
+        if op.name == "slice":
+            whole = (op.attrs["start"][d], op.attrs["limit"][d], op.attrs["stride"][d]) == (0, n, 1)
+        else:
+            whole = op.attrs["low"][d] == 0 and op.attrs["high"][d] == 0
+        if whole:
+            sizes[f"d{d}"] = n
+            operand.append([f"d{d}"])
+            result.append([f"d{d}"])
+        else:
+            sizes[f"o{d}"], sizes[f"r{d}"] = n, op.type.shape[d]
+            operand.append([f"o{d}"])
+            result.append([f"r{d}"])
+            replicated |= {f"o{d}", f"r{d}"}
+    return FactorRule(sizes, [operand], result, replicated=replicated)
+
+
+@rule("concat")
+def _concat(op: Op, types: list[TensorType]) -> FactorRule:
+    """Every dim but `axis` shared by the operands and the result; `axis` kept whole."""
+    axis = op.attrs["axis"]
+    sizes, dims = _dims("d", op.type.shape)
+    replicated = {f"d{axis}"}
+    operands = []
+    for k, t in enumerate(types):
+        mine = list(dims)
+        sizes[f"a{k}"] = t.shape[axis]
+        mine[axis] = [f"a{k}"]
+        replicated.add(f"a{k}")
+        operands.append(mine)
+    return FactorRule(sizes, operands, dims, replicated=replicated)
+
+
+@rule("take")
+def _take(op: Op, types: list[TensorType]) -> FactorRule:
+    """`out[a..., i..., b...] = table[a..., clamp(idx[i...]), b...]`: the table's other dims
+    and the indices' dims pass through to the result; the looked-up axis is kept whole (a
+    rank clamps and reads it entire)."""
+    table, idx = types
+    axis = op.attrs["axis"]
+    sizes: dict[str, int] = {"axis": table.shape[axis]}
+    t_dims: list[list[str]] = []
+    for d, n in enumerate(table.shape):
+        name = "axis" if d == axis else f"t{d}"
+        sizes[name] = n
+        t_dims.append([name])
+    i_sizes, i_dims = _dims("i", idx.shape)
+    sizes.update(i_sizes)
+    result = t_dims[:axis] + i_dims + t_dims[axis + 1 :]
+    return FactorRule(sizes, [t_dims, i_dims], result, replicated={"axis"})
+
+
+@rule("conv2d")
+def _conv2d(op: Op, types: list[TensorType]) -> FactorRule:
+    """The batch (n) passes through; output channels (o) are shared by the weight and the
+    result when groups = 1; input channels, the window and the image are kept whole."""
+    x, w = types
+    sizes = {"n": x.shape[0], "o": w.shape[0]}
+    replicated = set()
+    if op.attrs.get("groups", 1) != 1:
+        replicated.add("o")
+    for name, n in (("c", x.shape[1]), ("h", x.shape[2]), ("w", x.shape[3]),
+                    ("wc", w.shape[1]), ("kh", w.shape[2]), ("kw", w.shape[3]),
+                    ("oh", op.type.shape[2]), ("ow", op.type.shape[3])):  # fmt: skip
+        sizes[name] = n
+        replicated.add(name)
+    return FactorRule(
+        sizes,
+        [[["n"], ["c"], ["h"], ["w"]], [["o"], ["wc"], ["kh"], ["kw"]]],
+        [["n"], ["o"], ["oh"], ["ow"]],
+        replicated=replicated,
+    )
+
+
+@rule("kernel")
+def _kernel(op: Op, types: list[TensorType]) -> FactorRule:
+    """Loop-stage kernels: kept whole (partition the core-stage program)."""
     return _replicated_all(op, types)
 
 
 def check_complete() -> list[str]:
     """The ops without a sharding rule (collectives have none: they are what partitioning
     emits, never what it reads)."""
-    return sorted(
-        s.name for s in OPS.values() if s not in RULES and s.family != "collective"
-    )
+    return sorted(s.name for s in OPS.values() if s not in RULES and s.family != "collective")

@@ -323,7 +323,7 @@ def partition(
                 "carry_reduce", args[0], body_out, {**attrs, "combiner": _combiner(op)}, body_out
             )
         elif partial:
-            b.ops.append(dataclasses.replace(op, operands=args, type=body_out, result=result))
+            b.ops.append(_local_op(op, args, body_out, operand_types, wants, mesh))
             fin = b.emit(
                 "all_reduce",
                 result,
@@ -333,7 +333,7 @@ def partition(
             )
             local[op.result] = fin
         else:
-            b.ops.append(dataclasses.replace(op, operands=args, type=body_out, result=result))
+            b.ops.append(_local_op(op, args, body_out, operand_types, wants, mesh))
             local[op.result] = result
         if whole_results and op.result in fn.returns and any(out_s):
             whole: Sharding = [[] for _ in out_s]
@@ -373,6 +373,19 @@ def partition(
         [Mesh(mesh.name, list(mesh.axes))],
     )
     return Partitioned(out, shardings, choices, steps, b.collectives)
+
+
+def _local_op(op: Op, args, out: TensorType, operand_types, wants, mesh: Mesh) -> Op:
+    """`op` on its operands' blocks: a slice keeps a split dim whole, so its limit there is the
+    block's extent (no other op's attributes name an extent a sharding changes)."""
+    attrs = op.attrs
+    if op.name == "slice":
+        block = _local(operand_types[0], wants[0], mesh).shape
+        attrs = {**attrs, "limit": list(attrs["limit"])}
+        for d, axes in enumerate(wants[0]):
+            if axes:
+                attrs["limit"][d] = block[d]
+    return dataclasses.replace(op, operands=args, type=out, attrs=attrs)
 
 
 def _carries(op: Op, rule: FactorRule, split: list[str]) -> bool:

@@ -36,7 +36,14 @@ from gdv.ir.core import Module
 from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.mesh import function_mesh
 
-__all__ = ["MpiError", "MpiRun", "MpiUnavailable", "compile_segments", "run_mpi"]
+__all__ = [
+    "MpiError",
+    "MpiRun",
+    "MpiUnavailable",
+    "compile_segments",
+    "run_mpi",
+    "run_mpi_many",
+]
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -113,6 +120,20 @@ def run_mpi(
 ) -> MpiRun:
     """Run the entry SPMD function of `module` on `ranks` MPI processes on this machine, on
     global `inputs` (keyed by parameter name). `ranks` must be the mesh's size."""
+    return run_mpi_many(module, [inputs], ranks, timeout=timeout, allow_fallback=allow_fallback)[0]
+
+
+def run_mpi_many(
+    module: Module,
+    input_sets: list[Mapping[str, np.ndarray]],
+    ranks: int,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    allow_fallback: bool = False,
+) -> list[MpiRun]:
+    """`run_mpi` on each input set in turn, in one MPI job (one start of `mpiexec` and of
+    the ranks, whose segments load once); one `MpiRun` per set (`seconds` is the whole job's
+    wall time in each)."""
     from gdv.backends.reference.interpreter import check_function, entry_function
     from gdv.backends.reference.spmd import assemble, shard_inputs, spmd_mesh
     from gdv.ir.printer import print_module
@@ -128,26 +149,32 @@ def run_mpi(
         )
     check_function(fn, module.filename)
     check_runnable(fn)
-    shards = shard_inputs(module, inputs)  # checks the global inputs
+    shards = [shard_inputs(module, inputs) for inputs in input_sets]  # checks the inputs
     mpiexec, mpicc = require_all()
     runtime = build_runtime(mpicc)
     steps = compile_segments(module, allow_fallback)
     work = Path(tempfile.mkdtemp(prefix="gdv-mpi-run-"))
+    runs: list[MpiRun] = []
     try:
-        _write_plan(work, module, steps, runtime, allow_fallback, print_module(module))
-        for r, shard in enumerate(shards):
-            np.savez(work / f"in.{r}.npz", **shard)
+        _write_plan(work, module, steps, runtime, allow_fallback, print_module(module), len(shards))
+        for b, per_rank_shards in enumerate(shards):
+            for r, shard in enumerate(per_rank_shards):
+                np.savez(work / f"in.{r}.{b}.npz", **shard)
         seconds = _launch(mpiexec, work, ranks, timeout, steps)
-        per_rank = []
-        reports = []
-        for r in range(ranks):
-            with np.load(work / f"out.{r}.npz", allow_pickle=False) as data:
-                per_rank.append([_as_dtype(data[f"out{i}"], t) for i, t in enumerate(fn.results)])
-            reports.append(json.loads((work / f"report.{r}.json").read_text()))
+        for b in range(len(shards)):
+            per_rank = []
+            reports = []
+            for r in range(ranks):
+                with np.load(work / f"out.{r}.{b}.npz", allow_pickle=False) as data:
+                    per_rank.append(
+                        [_as_dtype(data[f"out{i}"], t) for i, t in enumerate(fn.results)]
+                    )
+                reports.append(json.loads((work / f"report.{r}.{b}.json").read_text()))
+            outputs, disagreements = assemble(fn, mesh, per_rank)
+            runs.append(MpiRun(outputs, per_rank, disagreements, reports, seconds))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    outputs, disagreements = assemble(fn, mesh, per_rank)
-    return MpiRun(outputs, per_rank, disagreements, reports, seconds)
+    return runs
 
 
 def _as_dtype(arr: np.ndarray, t) -> np.ndarray:
@@ -157,7 +184,13 @@ def _as_dtype(arr: np.ndarray, t) -> np.ndarray:
 
 
 def _write_plan(
-    work: Path, module: Module, steps, runtime: Path, allow_fallback: bool, program: str
+    work: Path,
+    module: Module,
+    steps,
+    runtime: Path,
+    allow_fallback: bool,
+    program: str,
+    batches: int = 1,
 ) -> None:
     (work / "program.gdv").write_text(program)
     plan_steps = []
@@ -183,6 +216,7 @@ def _write_plan(
         "ranks": function_mesh(module, module.entry).size,
         "runtime": str(runtime),
         "allow_fallback": allow_fallback,
+        "batches": batches,
         "steps": plan_steps,
     }
     (work / "plan.json").write_text(json.dumps(plan, indent=1))

@@ -1,13 +1,15 @@
 """One rank of an MPI run: `python -m gdv.backends.mpi.worker WORKDIR`, started by `mpiexec`.
 
 The launcher (`gdv.backends.mpi.run_mpi`) leaves in WORKDIR the program (`program.gdv`), the
-plan (`plan.json`: the steps, the runtime's shared object), each compiled segment's final module
-(`segK.gdv`) and one input file per rank (`in.R.npz`). Rank R reads only its own inputs, runs
-the steps in order (segments on the C target, collectives on the runtime), and writes
-`out.R.npz` (its local results `out0`, `out1`, ...), `report.R.json` (bytes sent per collective,
-seconds per step, seconds spent loading the segments) and, last, the marker `done.R`. It writes
-`K` to `status.R` as it enters step K and `K done` as it leaves it, so that the launcher can name
-a rank that died or hung. An exception is written to `error.R` and aborts the whole job.
+plan (`plan.json`: the steps, the runtime's shared object, the number of input sets), each
+compiled segment's final module (`segK.gdv`) and one input file per rank and input set
+(`in.R.B.npz`). Rank R loads its segments once, then for each input set B reads only its own
+inputs, runs the steps in order (segments on the C target, collectives on the runtime), and
+writes `out.R.B.npz` (its local results `out0`, `out1`, ...) and `report.R.B.json` (bytes sent
+per collective, seconds per step, seconds spent loading the segments); last, the marker
+`done.R`. It writes `K` to `status.R` as it enters step K and `K done` as it leaves it, so that
+the launcher can name a rank that died or hung. An exception is written to `error.R` and
+aborts the whole job.
 
 `GDV_MPI_FAULT=exit:R`, `hang:R` or `raise:R` (a test hook) makes rank R exit without a word,
 sleep forever or raise an exception where it would enter the first collective (or finish, when
@@ -68,8 +70,6 @@ def run_rank(workdir: Path, rank: int) -> None:
     mesh = function_mesh(module, fn)
     types = fn.types()
     runtime = Runtime(plan["runtime"])
-    with np.load(workdir / f"in.{rank}.npz", allow_pickle=False) as data:
-        env = {k: _as_dtype(data[k], types[k].dtype) for k in data.files}
     if plan["ranks"] != mesh.size:
         raise RuntimeError(f"the plan is for {plan['ranks']} ranks, the mesh has {mesh.size}")
     start = time.perf_counter()
@@ -80,12 +80,7 @@ def run_rank(workdir: Path, rank: int) -> None:
         for k, step in enumerate(plan["steps"])
         if step["kind"] == "segment"
     }
-    report: dict = {
-        "rank": rank,
-        "coords": list(mesh.coords(rank)),
-        "load_seconds": time.perf_counter() - start,
-        "steps": [],
-    }
+    load_seconds = time.perf_counter() - start
     # Each value is dropped after the last step that reads it (unless it is returned).
     last_read: dict[str, int] = {}
     for k, step in enumerate(plan["steps"]):
@@ -95,7 +90,25 @@ def run_rank(workdir: Path, rank: int) -> None:
     for name, k in last_read.items():
         if name not in set(fn.returns):
             dead_after.setdefault(k, []).append(name)
-    faulted = False
+    for b in range(plan.get("batches", 1)):
+        with np.load(workdir / f"in.{rank}.{b}.npz", allow_pickle=False) as data:
+            env = {k: _as_dtype(data[k], types[k].dtype) for k in data.files}
+        report = _run_steps(
+            plan, fn, mesh, runtime, executables, env, dead_after, workdir, rank, b == 0
+        )
+        report["load_seconds"] = load_seconds
+        report["batch"] = b
+        tmp = workdir / f"out.{rank}.{b}.tmp.npz"
+        np.savez(tmp, **{f"out{i}": env[name] for i, name in enumerate(fn.returns)})
+        os.replace(tmp, workdir / f"out.{rank}.{b}.npz")
+        _write(workdir / f"report.{rank}.{b}.json", json.dumps(report, indent=1))
+    _write(workdir / f"done.{rank}", "done")
+
+
+def _run_steps(plan, fn, mesh, runtime, executables, env, dead_after, workdir, rank, first):
+    """One input set through every step; this rank's report."""
+    report: dict = {"rank": rank, "coords": list(mesh.coords(rank)), "steps": []}
+    faulted = not first  # a planted fault (tests) strikes in the first input set only
     for k, step in enumerate(plan["steps"]):
         if step["kind"] == "collective" and not faulted:
             faulted = True
@@ -134,11 +147,7 @@ def run_rank(workdir: Path, rank: int) -> None:
     if not faulted:
         _fault(rank)
     report["bytes_sent"] = sum(s.get("bytes_sent", 0) for s in report["steps"])
-    tmp = workdir / f"out.{rank}.tmp.npz"
-    np.savez(tmp, **{f"out{i}": env[name] for i, name in enumerate(fn.returns)})
-    os.replace(tmp, workdir / f"out.{rank}.npz")
-    _write(workdir / f"report.{rank}.json", json.dumps(report, indent=1))
-    _write(workdir / f"done.{rank}", "done")
+    return report
 
 
 def main(argv: list[str]) -> int:

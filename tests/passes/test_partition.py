@@ -343,3 +343,58 @@ def test_gdv_partition_order_carry(tmp_path) -> None:
     )
     assert run.returncode == 0, run.stderr
     assert "verdict proved" in run.stdout and "carry_reduce" in out.read_text()
+
+
+# --- ops that move elements between positions: what each passes through ------------------
+
+POSITIONAL = """func @main(%x: f32[4,6] {range = [-1.0, 1.0]}, %t: f32[10,4] {range = [-1.0, 1.0]},
+           %i: i64[4,5], %img: f32[4,2,5,5] {range = [-1.0, 1.0]},
+           %k: f32[6,2,3,3] {range = [-1.0, 1.0]})
+    -> (f32[4,3], f32[4,8], f32[4,12], f32[4,5,4], f32[4,6,3,3]) {
+  %s = slice(%x) {start = [0, 1], limit = [4, 4], stride = [1, 1]} : f32[4,3]
+  %p = pad(%x) {low = [0, 1], high = [0, 1], value = 0.0} : f32[4,8]
+  %c = concat(%x, %x) {axis = 1} : f32[4,12]
+  %e = take(%t, %i) {axis = 0} : f32[4,5,4]
+  %v = conv2d(%img, %k) {stride = [1, 1], padding = [[0, 0], [0, 0]], dilation = [1, 1], groups = 1}
+    : f32[4,6,3,3]
+  return %s, %p, %c, %e, %v
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("mesh", "annotations"),
+    [
+        ("data=2", ("x=[data,-]", "i=[data,-]", "img=[data,-,-,-]")),
+        ("model=2", ("t=[-,model]", "k=[model,-,-,-]")),
+    ],
+)
+def test_slice_pad_concat_take_and_conv2d_pass_their_whole_dims_through(mesh, annotations):
+    module = verify(parse(POSITIONAL))
+    part = partition(module, parse_mesh(mesh), shards(*annotations))
+    fn = verify(part.module).entry
+    # No value is gathered: each op runs on its operands' blocks.
+    assert not any(op.name in ("all_gather", "all_reduce") for op in fn.ops), [
+        op.name for op in fn.ops
+    ]
+    out = {r: s for r, s in zip(fn.returns, fn.attrs["out_shardings"], strict=True)}
+    if mesh == "data=2":  # every result split by rows (batch)
+        assert all(s[0] == ["data"] for s in out.values())
+    else:  # the table's columns and the conv's output channels
+        assert out["e"] == [[], [], ["model"]] and out["v"] == [[], ["model"], [], []]
+    assert prove_steps(part) == "proved" and {s.theory for s in part.steps} == {"fp"}
+    for seed in range(3):
+        x = inputs(module, seed)
+        x["i"] = np.random.default_rng(seed).integers(-2, 12, size=(4, 5))  # clamped
+        sim = run_spmd(part.module, x)
+        for got, want in zip(sim.outputs, reference.run(module, x), strict=True):
+            assert bit_equal(got, want)
+
+
+def test_a_sliced_dim_is_kept_whole() -> None:
+    module = verify(parse(POSITIONAL))
+    part = partition(module, parse_mesh("model=2"), shards("x=[-,model]"))
+    names = {op.result: op for op in part.module.entry.ops}
+    # slice and pad cut dim 1, concat joins along it: x is gathered first.
+    assert any(op.name == "all_gather" and op.operands == ["x"] for op in names.values())
+    assert prove_steps(part) == "proved"
