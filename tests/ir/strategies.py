@@ -423,7 +423,9 @@ def _collective(name: str) -> Generator:
     rule infers for a group of 2; the mesh-level check is not the type rule's)."""
 
     def gen(draw) -> Drawn:
-        allowed = NUMERIC if name in ("all_reduce", "reduce_scatter") else ALL_DTYPES
+        allowed = (
+            NUMERIC if name in ("all_reduce", "reduce_scatter", "carry_reduce") else ALL_DTYPES
+        )
         dtype = draw(dtype_choice(allowed))
         shape = [2 * draw(st.integers(1, 3)) for _ in range(draw(st.integers(1, 3)))]
         x = TensorType(dtype, tuple(shape))
@@ -445,6 +447,12 @@ def _collective(name: str) -> Generator:
                 out[attrs["concat_dim"]] *= 2
         if name == "collective_permute":
             attrs["pairs"] = draw(st.sampled_from([[], [[0, 1]], [[0, 1], [1, 0]]]))
+        if name == "carry_reduce":
+            attrs["dims"] = draw(
+                st.lists(st.sampled_from(range(len(shape))), min_size=1, unique=True)
+            )
+            attrs["combiner"] = draw(st.sampled_from(["add", "max", "min"]))
+            out = [n for d, n in enumerate(shape) if d not in attrs["dims"]]
         return [x], attrs, x.with_shape(tuple(out))
 
     return gen

@@ -230,6 +230,14 @@ OP_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
         ("each member is a source at most once",),
     ),
+    "carry_reduce": (
+        prog(
+            "%a: f32[2,3]",
+            '%r = carry_reduce(%a) {axes = ["d"], ^dims = [0, 0], combiner = "add"} : f32[3]',
+            "f32[3]",
+        ),
+        ("dims [0, 0] repeats an axis",),
+    ),
 }
 
 
