@@ -26,9 +26,10 @@ from gdv.backends.triton.emit import (
     error,
     where,
 )
-from gdv.backends.triton.registry import BODY, HOST, RULES, UNSUPPORTED
+from gdv.backends.triton.registry import HOST, RULES, UNSUPPORTED
 from gdv.ir.core import Module, Op
 from gdv.ir.diagnostics import IRError, Loc
+from gdv.ir.dtypes import DType
 from gdv.ir.ops import get as get_spec
 
 __all__ = ["RULES", "Executable", "Fallback", "Lowered", "build", "capabilities", "lower_module"]
@@ -120,7 +121,7 @@ def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
                 f"    {prog.var(op.result)} = fallbacks[{k}]([{args}])  "
                 f"# fallback: %{comment(op.result)} = {comment(op.name)}"
             )
-    helpers = [elementwise.HELPERS[h] for h in sorted(prog.helpers)]
+    helpers = [prog.helpers[h] for h in sorted(prog.helpers)]
     kernels_table = "\n".join(
         f"    {i.name!r}: ({i.signature!r}, {i.lanes}, {i.num_warps}, {i.grid}),"
         for i in prog.infos
@@ -171,33 +172,27 @@ class Executable:
         self._fallbacks = [self._fallback(op) for _, op in self.lowered.fallbacks]
 
     def _fallback(self, op: Op):
-        import torch
-
         from gdv.backends.reference import Context
         from gdv.backends.reference.evaluate import evaluate_ops
         from gdv.ir.ops.kernel import kernel_bodies
 
+        types = self.entry.types()
+
         def run(args):
-            env = {o: a.cpu().numpy() for o, a in zip(op.operands, args, strict=True)}
+            env = {o: to_numpy(a, types[o].dtype) for o, a in zip(op.operands, args, strict=True)}
             with kernel_bodies(self.module.functions), np.errstate(all="ignore"):
                 out = evaluate_ops([op], env, Context(), keep=[op.result])[op.result]
-            arr = np.ascontiguousarray(np.asarray(out, dtype=op.type.dtype.np))
-            return torch.from_numpy(arr).to(self.device)
+            return to_torch(np.asarray(out, dtype=op.type.dtype.np), self.device)
 
         return run
 
     def tensors(self, inputs: Mapping[str, np.ndarray]) -> dict:
         """The inputs checked as the reference checks them, as torch tensors on the device."""
-        import torch
-
         from gdv.backends.reference import Context
         from gdv.backends.reference.interpreter import check_inputs
 
         env = check_inputs(self.entry, dict(inputs), Context())
-        return {
-            p.name: torch.from_numpy(np.array(env[p.name], copy=True, order="C")).to(self.device)
-            for p in self.entry.params
-        }
+        return {p.name: to_torch(env[p.name], self.device) for p in self.entry.params}
 
     def run_tensors(self, tensors: dict) -> list:
         """The entry function on device tensors (no copies: what a benchmark times)."""
@@ -208,9 +203,29 @@ class Executable:
         outs = self.run_tensors(self.tensors(inputs))
         results = []
         for o, t in zip(outs, self.entry.results, strict=True):
-            arr = np.array(o.detach().cpu().numpy(), copy=True)
-            results.append(arr.astype(t.dtype.np, copy=False).reshape(t.shape))
+            results.append(to_numpy(o, t.dtype).reshape(t.shape))
         return results
+
+
+def to_torch(arr: np.ndarray, device):
+    """A copy of `arr` as a torch tensor on `device` (bfloat16 through its bits)."""
+    import torch
+
+    arr = np.array(arr, copy=True, order="C")
+    if arr.dtype == DType.BF16.np:
+        return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(arr).to(device)
+
+
+def to_numpy(t, dtype: DType) -> np.ndarray:
+    """A copy of tensor `t` as a numpy array of `dtype`."""
+    import torch
+
+    t = t.detach()
+    if dtype is DType.BF16:
+        bits = t.view(torch.int16).cpu().numpy()
+        return np.array(bits, copy=True).view(DType.BF16.np)
+    return np.array(t.cpu().numpy(), copy=True).astype(dtype.np, copy=False)
 
 
 def capabilities(measure: bool = True, refresh: bool = False) -> dict:
@@ -221,4 +236,4 @@ def capabilities(measure: bool = True, refresh: bool = False) -> dict:
 
 
 assert set(RULES) == set(HOST) | set(UNSUPPORTED)
-_ = (BODY, TORCH)
+assert set(TL) == set(TORCH)

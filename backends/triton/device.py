@@ -110,7 +110,7 @@ def descriptor(measure: bool = True, refresh: bool = False) -> dict[str, Any]:
     from gdv import __version__
     from gdv.backends.capabilities import CAPABILITY_SCHEMA, TARGETS
     from gdv.backends.triton.emit import TL, UNSUPPORTED_DTYPES
-    from gdv.backends.triton.registry import HOST, UNSUPPORTED
+    from gdv.backends.triton.registry import BODY, HOST, UNSUPPORTED
     from gdv.backends.triton.runtime import gpu_available
     from gdv.ir.targets import TARGET_INFO
 
@@ -162,5 +162,10 @@ def descriptor(measure: bool = True, refresh: bool = False) -> dict[str, Any]:
             + ", ".join(f"{k} {v:g}" for k, v in ulps.items())
             + "); under the interpreter they are the reference's own functions",
             "transcendentals": "f32 only (other dtypes are refused by name)",
+            "narrow_floats": "f16 and bf16 values are held in f32 and each result rounded back "
+            "at once (correctly rounded for add, sub, mul, div, sqrt); bf16 converts and "
+            "rounds on the bits; f64 -> f16/bf16 through f32 rounded to odd (one rounding); "
+            "i64 -> bf16 is refused (two roundings)",
+            "kernel_body_ops": sorted(s.name for s in BODY),
         },
     }

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from gdv.backends.reference.literals import literal
-from gdv.backends.triton.emit import TL, BodyWriter
+from gdv.backends.triton.emit import TL, BodyWriter, compute
 from gdv.backends.triton.registry import body
 from gdv.ir.core import Op
 from gdv.ir.dtypes import DType
@@ -30,49 +30,101 @@ TRANSCENDENTALS = names_where(lambda s: s.transcendental, "Ops computed by the m
 MATH_NAMES = ("exp", "log", "tanh", "erf", "sin", "cos", "pow", "rsqrt", "sigmoid")
 """The transcendentals the artifact binds (`_exp`, ...: libdevice or the interpreter's)."""
 
-HELPERS = {
-    "_fmax": """@triton.jit
-def _fmax(a, b):
-    # max of IR_SPEC: NaN if either is NaN, max(-0.0, +0.0) = +0.0
+_INT_RANGE = {DType.I64: 64, DType.I32: 32, DType.I8: 8}
+_BITS = {DType.F64: "tl.int64", DType.F32: "tl.int32"}
+
+
+def helper_source(name: str) -> str:
+    """The source of helper `name` (`_fmax_f32`, `_round_bf16`, `_cvt_f64_i32`, ...)."""
+    kind, _, rest = name[1:].partition("_")
+    if kind in ("fmax", "fmin"):
+        bits = _BITS[DType(rest)]
+        sign = "b" if kind == "fmax" else "a"
+        order = ">" if kind == "fmax" else "<"
+        what = "max(-0.0, +0.0) = +0.0" if kind == "fmax" else "min(-0.0, +0.0) = -0.0"
+        return f"""@triton.jit
+def {name}(a, b):
+    # {kind[1:]} of IR_SPEC: NaN if either is NaN, {what}
     nan = (a != a) | (b != b)
-    pick_a = (a > b) | ((a == b) & (b.to(tl.int32, bitcast=True) < 0))
+    pick_a = (a {order} b) | ((a == b) & ({sign}.to({bits}, bitcast=True) < 0))
     return tl.where(nan, a + b, tl.where(pick_a, a, b))
-""",
-    "_fmin": """@triton.jit
-def _fmin(a, b):
-    # min of IR_SPEC: NaN if either is NaN, min(-0.0, +0.0) = -0.0
-    nan = (a != a) | (b != b)
-    pick_a = (a < b) | ((a == b) & (a.to(tl.int32, bitcast=True) < 0))
-    return tl.where(nan, a + b, tl.where(pick_a, a, b))
-""",
-    "_relu": """@triton.jit
-def _relu(x):
+"""
+    if kind == "relu":
+        return f"""@triton.jit
+def {name}(x):
     # max(x, +0.0): relu(-0.0) = +0.0, relu(NaN) = NaN
     return tl.where(x != x, x, tl.where(x > 0.0, x, 0.0))
-""",
-    "_f32_to_i32": """@triton.jit
-def _f32_to_i32(x):
-    # truncate toward zero, saturate, NaN -> 0 (a plain cast is undefined out of range)
-    hi = x >= 2147483648.0
-    lo = x < -2147483648.0
-    y = tl.where((x != x) | hi | lo, 0.0, x).to(tl.int32)
-    return tl.where(hi, 2147483647, tl.where(lo, -2147483648, y))
-""",
-    "_f32_to_i64": """@triton.jit
-def _f32_to_i64(x):
-    # truncate toward zero, saturate, NaN -> 0 (a plain cast is undefined out of range)
-    hi = x >= 9223372036854775808.0
-    lo = x < -9223372036854775808.0
-    y = tl.where((x != x) | hi | lo, 0.0, x).to(tl.int64)
-    return tl.where(hi, 9223372036854775807, tl.where(lo, -9223372036854775808, y))
-""",
-}
-"""Helper functions an artifact holds when a kernel calls them."""
+"""
+    if name == "_widen_bf16":
+        return """@triton.jit
+def _widen_bf16(v):
+    # bf16 -> f32 on the bits (exact; the Triton interpreter's cast loses subnormals)
+    return (v.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+"""
+    if name == "_narrow_bf16":
+        return """@triton.jit
+def _narrow_bf16(x):
+    # an f32 holding a bf16 value -> bf16 on the bits (exact)
+    return (x.to(tl.int32, bitcast=True) >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
+"""
+    if name == "_round_bf16":
+        return """@triton.jit
+def _round_bf16(x):
+    # an f32 value rounded to nearest-even in bf16 on its bits (the Triton interpreter's cast
+    # truncates), held in f32 again; NaN -> the quiet NaN
+    bits = x.to(tl.int32, bitcast=True)
+    r = (bits + (32767 + ((bits >> 16) & 1))) & -65536
+    r = tl.where(x != x, 2143289344, r)
+    return r.to(tl.float32, bitcast=True)
+"""
+    if kind == "round":
+        return f"""@triton.jit
+def {name}(x):
+    # an f32 value rounded to nearest-even in {rest}, held in f32 again (exactly)
+    return x.to({TL[DType(rest)]}, fp_downcast_rounding="rtne").to(tl.float32)
+"""
+    if kind == "odd":
+        return f"""@triton.jit
+def {name}(x):
+    # f64 -> f32 rounded to odd: rounding that to a 16-bit float once more is the correctly
+    # rounded result of x (f32 has at least p + 2 bits for p = 11 and 8)
+    r = x.to(tl.float32)
+    back = r.to(tl.float64)
+    bits = r.to(tl.int32, bitcast=True)
+    fix = (back != x) & ((bits & 1) == 0) & (x == x)
+    bits = tl.where(fix, tl.where(tl.abs(x) > tl.abs(back), bits + 1, bits - 1), bits)
+    return bits.to(tl.float32, bitcast=True)
+"""
+    if kind == "cvt":
+        src, dst = (DType(t) for t in rest.split("_"))
+        n = _INT_RANGE[dst]
+        hi, lo = 2 ** (n - 1), -(2 ** (n - 1))
+        return f"""@triton.jit
+def {name}(x):
+    # {src} -> {dst}: toward zero, saturating, NaN -> 0 (a plain cast is undefined out of range)
+    hi = x >= {float(hi)!r}
+    lo = x < {float(lo)!r}
+    y = tl.where((x != x) | hi | lo, 0.0, x).to({TL[dst]})
+    return tl.where(hi, {hi - 1}, tl.where(lo, {lo}, y))
+"""
+    raise KeyError(name)
+
+
+def call(prog, name: str, *args: str) -> str:
+    """A call of helper `name`, which the artifact then holds."""
+    prog.helpers.setdefault(name, helper_source(name))
+    return f"{name}({', '.join(args)})"
 
 
 def _helper(w: BodyWriter, name: str, *args: str) -> str:
-    w.prog.helpers.add(name)
-    return f"{name}({', '.join(args)})"
+    return call(w.prog, name, *args)
+
+
+def round_to(prog, dtype: DType, expr: str) -> str:
+    """`expr` (held in the compute dtype) rounded to `dtype` where that is narrower."""
+    if compute(dtype) is dtype:
+        return expr
+    return call(prog, f"_round_{dtype.value}", expr)
 
 
 def scalar_literal(value, dtype: DType) -> str:
@@ -90,8 +142,8 @@ def scalar_literal(value, dtype: DType) -> str:
     return repr(int(x))
 
 
-def full(w: BodyWriter, value: str, dtype: DType) -> str:
-    return f"tl.full([LANES], {value}, {TL[dtype]})"
+def full(w: BodyWriter | None, value: str, dtype: DType) -> str:
+    return f"tl.full([LANES], {value}, {TL[compute(dtype)]})"
 
 
 @body(OPS["constant"])
@@ -109,13 +161,16 @@ def _arith(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType]) -> str:
 
 @body(OPS["div"])
 def _div(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType]) -> str:
-    return f"tl.div_rn({args[0]}, {args[1]})"
+    if compute(dtypes[0]) is DType.F64:
+        return f"({args[0]} / {args[1]})"  # div.rn.f64: f64 division is IEEE
+    return f"tl.div_rn({args[0]}, {args[1]})"  # f32 `/` is approximate on NVIDIA GPUs
 
 
 @body(OPS["max"], OPS["min"])
 def _max_min(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType]) -> str:
     if dtypes[0].is_float:
-        return _helper(w, "_fmax" if op.name == "max" else "_fmin", *args)
+        kind = "_fmax" if op.name == "max" else "_fmin"
+        return _helper(w, f"{kind}_{compute(dtypes[0]).value}", *args)
     return f"tl.{'maximum' if op.name == 'max' else 'minimum'}({args[0]}, {args[1]})"
 
 
@@ -136,12 +191,14 @@ def _floor(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType]) -> str:
 
 @body(OPS["sqrt"])
 def _sqrt(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType]) -> str:
-    return f"tl.sqrt_rn({args[0]})"
+    if compute(dtypes[0]) is DType.F64:
+        return f"tl.sqrt({args[0]})"  # sqrt.rn.f64
+    return f"tl.sqrt_rn({args[0]})"  # f32 tl.sqrt is approximate on NVIDIA GPUs
 
 
 @body(OPS["relu"])
 def _relu(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType]) -> str:
-    return _helper(w, "_relu", args[0])
+    return _helper(w, "_relu_any", args[0])
 
 
 @body(*(OPS[name] for name in MATH_NAMES))
@@ -174,12 +231,25 @@ def _select(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType]) -> str:
 @body(OPS["convert"])
 def _convert(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType]) -> str:
     (x,), src, dst = args, dtypes[0], op.type.dtype
+    cs, cd = compute(src), compute(dst)
     if src is dst:
         return x
     if dst.is_bool:
         return f"({x} != 0)"
     if src.is_bool:
-        return f"tl.where({x}, 1, 0).to({TL[dst]})"
+        one = "1.0, 0.0" if dst.is_float else "1, 0"
+        return f"tl.where({x}, {one}).to({TL[cd]})"
     if src.is_float and not dst.is_float:
-        return _helper(w, f"_f32_to_{dst.value}", x)
-    return f"{x}.to({TL[dst]})"  # int -> int wraps; int -> f32 rounds to nearest-even
+        return _helper(w, f"_cvt_{cs.value}_{dst.value}", x)
+    if dst.is_float and cd is not dst:  # to f16 or bf16: one rounding of the exact value
+        if src.is_float:
+            exact = x if cs is DType.F32 else _helper(w, "_odd_f64", x)
+        elif src is DType.I8 or dst is DType.F16:
+            # i8 is exact in f32; an integer beyond f32's 24 bits is beyond f16's range
+            exact = f"{x}.to(tl.float32)"
+        elif src is DType.I32:
+            exact = _helper(w, "_odd_f64", f"{x}.to(tl.float64)")  # i32 is exact in f64
+        else:
+            raise w.error(op, f"from {src} to {dst} (two roundings) is not implemented yet")
+        return _helper(w, f"_round_{dst.value}", exact)
+    return f"{x}.to({TL[cd]})"  # int -> int wraps; to f32 or f64 rounds to nearest-even

@@ -17,23 +17,50 @@ from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.dtypes import DType
 from gdv.ir.types import TensorType
 
-TL = {DType.F32: "tl.float32", DType.I64: "tl.int64", DType.I32: "tl.int32", DType.I1: "tl.int1"}
-"""The dtypes the target claims, as Triton types."""
+TL = {
+    DType.F64: "tl.float64",
+    DType.F32: "tl.float32",
+    DType.F16: "tl.float16",
+    DType.BF16: "tl.bfloat16",
+    DType.I64: "tl.int64",
+    DType.I32: "tl.int32",
+    DType.I8: "tl.int8",
+    DType.I1: "tl.int1",
+}
+"""The dtypes the target holds, as Triton types."""
+COMPUTE = {DType.F16: DType.F32, DType.BF16: DType.F32}
+"""Where a kernel holds values of a dtype in another: f16 and bf16 values are held exactly in
+f32 and every result is rounded back to its dtype at once (for add, sub, mul, div and sqrt the
+f32 result rounded again is the correctly rounded one: 24 >= 2p + 2 bits, p = 11 and 8)."""
 TORCH = {
+    DType.F64: "torch.float64",
     DType.F32: "torch.float32",
+    DType.F16: "torch.float16",
+    DType.BF16: "torch.bfloat16",
     DType.I64: "torch.int64",
     DType.I32: "torch.int32",
+    DType.I8: "torch.int8",
     DType.I1: "torch.bool",
 }
-POINTER = {DType.F32: "*fp32", DType.I64: "*i64", DType.I32: "*i32", DType.I1: "*i1"}
-"""`triton.compile` signature of a pointer to each dtype."""
-UNSUPPORTED_DTYPES: dict[DType, str] = {
-    DType.F64: "not claimed yet: no conformance run for f64 on this target",
-    DType.F16: "not claimed yet: no conformance run for f16 on this target",
-    DType.BF16: "not claimed yet: no conformance run for bf16 on this target",
-    DType.I8: "not claimed yet: no conformance run for i8 on this target",
+POINTER = {
+    DType.F64: "*fp64",
+    DType.F32: "*fp32",
+    DType.F16: "*fp16",
+    DType.BF16: "*bf16",
+    DType.I64: "*i64",
+    DType.I32: "*i32",
+    DType.I8: "*i8",
+    DType.I1: "*i1",
 }
-"""Dtypes the target refuses, with the reason."""
+"""`triton.compile` signature of a pointer to each dtype."""
+UNSUPPORTED_DTYPES: dict[DType, str] = {}
+"""Dtypes the target refuses, with the reason (none)."""
+
+
+def compute(dtype: DType) -> DType:
+    """The dtype a kernel holds `dtype`'s values in."""
+    return COMPUTE.get(dtype, dtype)
+
 
 INDEX_LIMIT = 2**31 - 1
 """Kernels index with 32-bit integers: no tensor or iteration space may have more elements."""
@@ -90,8 +117,8 @@ class Program:
     infos: list[KernelInfo] = field(default_factory=list)
     choices: list[dict] = field(default_factory=list)
     """What the printer chose itself (no IR attribute deciding it), with the reason."""
-    helpers: set[str] = field(default_factory=set)
-    """Names of the helper functions (`backends/triton/elementwise.py`) the kernels call."""
+    helpers: dict[str, str] = field(default_factory=dict)
+    """The helper functions the kernels call, by name (`backends/triton/elementwise.py`)."""
     names: dict[str, str] = field(default_factory=dict)
     """IR value name -> Python variable of the launcher."""
 

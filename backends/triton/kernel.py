@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import math
 
-from gdv.backends.triton.elementwise import full, scalar_literal
+from gdv.backends.triton.elementwise import call, full, round_to, scalar_literal
 from gdv.backends.triton.emit import (
     INDEX_LIMIT,
     POINTER,
+    TL,
     TORCH,
     BodyWriter,
     KernelInfo,
     Program,
     check_dtype,
     comment,
+    compute,
 )
 from gdv.backends.triton.registry import BODY, host
 from gdv.ir.core import Function, Op
@@ -63,16 +65,16 @@ def _strides(shape: list[int]) -> list[int]:
 def _identity(combiner: str, dtype: DType) -> str:
     if combiner == "add" or dtype.is_float:
         return _IDENTITY[(combiner, dtype.is_float)]
-    info = {DType.I32: (-(2**31), 2**31 - 1), DType.I64: (-(2**63), 2**63 - 1)}[dtype]
-    return str(info[0] if combiner == "max" else info[1])
+    n = {DType.I64: 64, DType.I32: 32, DType.I8: 8}[dtype]
+    return str(-(2 ** (n - 1)) if combiner == "max" else 2 ** (n - 1) - 1)
 
 
 def _combine(prog: Program, combiner: str, dtype: DType, acc: str, v: str) -> str:
     if combiner == "add":
-        return f"{acc} + {v}"
+        return round_to(prog, dtype, f"{acc} + {v}")
     if dtype.is_float:
-        prog.helpers.add("_fmax" if combiner == "max" else "_fmin")
-        return f"{'_fmax' if combiner == 'max' else '_fmin'}({acc}, {v})"
+        kind = "_fmax" if combiner == "max" else "_fmin"
+        return call(prog, f"{kind}_{compute(dtype).value}", acc, v)
     return f"tl.{'maximum' if combiner == 'max' else 'minimum'}({acc}, {v})"
 
 
@@ -182,9 +184,12 @@ def _kernel(prog: Program, op: Op) -> None:
             off = [f"b{i}"] + [f"{reduce_index[d]} * {linear[i][d]}" for d in red if linear[i][d]]
             v = w.fresh()
             other = "0" if not t.dtype.is_float else "0.0"
-            lines.append(
-                f"{indent}{v} = tl.load(x{i} + ({' + '.join(off)}), mask=m, other={other})"
-            )
+            load = f"tl.load(x{i} + ({' + '.join(off)}), mask=m, other={other})"
+            if t.dtype is DType.BF16:
+                load = call(prog, "_widen_bf16", load)
+            elif compute(t.dtype) is not t.dtype:
+                load = f"{load}.to({TL[compute(t.dtype)]})"
+            lines.append(f"{indent}{v} = {load}")
             env[p.name] = (v, t.dtype)
         body_ops = fn.ops[:-1] if fused else fn.ops
         for b in body_ops:
@@ -196,7 +201,7 @@ def _kernel(prog: Program, op: Op) -> None:
             dts = [env[o][1] for o in b.operands]
             for dt in dts:
                 check_dtype(module, op, dt)
-            expr = BODY[spec](w, b, args, dts)
+            expr = round_to(prog, b.type.dtype, BODY[spec](w, b, args, dts))
             v = w.fresh()
             lines.append(f"{indent}{v} = {expr}  # %{comment(b.result)} = {comment(b.name)}")
             env[b.result] = (v, b.type.dtype)
@@ -212,6 +217,10 @@ def _kernel(prog: Program, op: Op) -> None:
         result = value_at({}, "    ")
     else:
         result = _fold(prog, op, red, space, combiner, dtype, lines, value_at, fn)
+    if dtype is DType.BF16:
+        result = call(prog, "_narrow_bf16", result)  # exact: the value is one of bf16's
+    elif compute(dtype) is not dtype:
+        result = f"{result}.to({TL[dtype]})"  # exact: the value is one of dtype's
     lines.append(f"    tl.store(y + yo, {result}, mask=m)")
     prog.kernels.append("\n".join(lines) + "\n")
     signature = {

@@ -98,7 +98,9 @@ def _data(prog: Program, op: Op) -> None:
     value = evaluate_ops([op], {}, Context(), keep=[op.result])[op.result]
     arr = np.ascontiguousarray(np.asarray(value, dtype=op.type.dtype.np))
     name = f"DATA{len(prog.data)}"
-    prog.data.append(f'{name} = ("{arr.tobytes().hex()}", "{arr.dtype.str}", {tuple(arr.shape)})')
+    prog.data.append(
+        f'{name} = ("{arr.tobytes().hex()}", "{op.type.dtype.value}", {tuple(arr.shape)})'
+    )
     prog.launcher.append(f"    {prog.var(op.result)} = _rt.tensor({name}, device)")
 
 

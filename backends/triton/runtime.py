@@ -158,9 +158,10 @@ def math_functions() -> tuple:
 
 
 def tensor(data: tuple[str, str, tuple[int, ...]], device):
-    """A value kept in the artifact (hex bytes, numpy dtype, shape) as a torch tensor."""
-    import torch
+    """A value kept in the artifact (hex bytes, IR dtype, shape) as a torch tensor."""
+    from gdv.backends.triton import to_torch
+    from gdv.ir.dtypes import DType
 
     raw, dtype, shape = data
-    arr = np.frombuffer(bytes.fromhex(raw), dtype=np.dtype(dtype)).reshape(shape).copy()
-    return torch.from_numpy(arr).to(device)
+    arr = np.frombuffer(bytes.fromhex(raw), dtype=DType(dtype).np).reshape(shape)
+    return to_torch(arr, device)

@@ -11,6 +11,7 @@ value). Shapes stay small: the interpreter runs every lane in numpy.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -26,6 +27,14 @@ EXACT_UNARY = ["neg", "abs", "sqrt", "floor", "relu"]
 EXACT_BINARY = ["add", "sub", "mul", "div", "max", "min"]
 TRANSCENDENTAL = ["exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "rsqrt"]
 CMP = ["lt", "le", "gt", "ge", "eq", "ne"]
+FLOATS = [DType.F32, DType.F64, DType.F16, DType.BF16]
+INTS = [DType.I64, DType.I32, DType.I8]
+
+
+def _converts_to(dtype: DType) -> list[DType]:
+    """Every dtype a `dtype` value converts to on this target (f64 -> f16/bf16 included: one
+    rounding through f32 rounded to odd)."""
+    return [d for d in [*FLOATS, *INTS, DType.I1] if d is not dtype]
 
 
 def _program(params: list[tuple[str, str]], lines: list[str], results: list[tuple[str, str]]):
@@ -35,20 +44,20 @@ def _program(params: list[tuple[str, str]], lines: list[str], results: list[tupl
     return "\n".join([f"func @main({head}) -> ({rtypes}) {{", *lines, f"  return {ret}", "}"])
 
 
-@settings(max_examples=8, deadline=None)
-@given(data=st.data(), shape=shapes)
-def test_f32_elementwise_ops_bit_exact(data, shape) -> None:
-    text = _elementwise_program(shape)
+@settings(max_examples=12, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(FLOATS), shape=shapes)
+def test_float_elementwise_ops_bit_exact(data, dtype: DType, shape) -> None:
+    text = _elementwise_program(shape, dtype)
     inputs = {
-        "x": data.draw(array_of(DType.F32, shape)),
-        "y": data.draw(array_of(DType.F32, shape)),
+        "x": data.draw(array_of(dtype, shape)),
+        "y": data.draw(array_of(dtype, shape)),
         "p": data.draw(array_of(DType.I1, shape)),
     }
     ts.check(text, inputs)
 
 
-def _elementwise_program(shape: tuple[int, ...]) -> str:
-    t, b = ir_type(DType.F32, shape), ir_type(DType.I1, shape)
+def _elementwise_program(shape: tuple[int, ...], dtype: DType = DType.F32) -> str:
+    t, b = ir_type(dtype, shape), ir_type(DType.I1, shape)
     lines, results = [], []
     for k, name in enumerate(EXACT_UNARY):
         lines.append(f"  %u{k} = {name}(%x) : {t}")
@@ -61,33 +70,39 @@ def _elementwise_program(shape: tuple[int, ...]) -> str:
         results.append((f"%c{k}", b))
     lines.append(f"  %s = select(%p, %x, %y) : {t}")
     results.append(("%s", t))
-    for k, d in enumerate([DType.I64, DType.I32, DType.I1]):
+    for k, d in enumerate(_converts_to(dtype)):
         lines.append(f"  %v{k} = convert(%x) : {ir_type(d, shape)}")
         results.append((f"%v{k}", ir_type(d, shape)))
     return _program([("x", t), ("y", t), ("p", b)], lines, results)
 
 
-def test_f32_elementwise_ops_on_every_pair_of_special_values() -> None:
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_float_elementwise_ops_on_every_pair_of_special_values(dtype: DType) -> None:
     """Each op on every pair of edge values (signed zeros, infinities, NaN, extremes,
     subnormals, values beyond the integer ranges), where the spec and Triton's operators
     differ (`-x` is `0 - x`, `/` is approximate, max orders -0.0, casts saturate)."""
-    vals = np.concatenate(
-        [special_values(DType.F32), np.float32([2.5, -2.5, 3e9, -3e9, 1e19, -1e19, 7.0])]
-    )
-    x, y = (a.ravel().astype(np.float32) for a in np.meshgrid(vals, vals))
+    more = [2.5, -2.5, 3e9, -3e9, 1e19, -1e19, 7.0, 1 + 2**-9, 1 + 3 * 2**-12, 65519.0, 1e-30]
+    with np.errstate(all="ignore"):
+        vals = np.concatenate([special_values(dtype), np.array(more).astype(dtype.np)])
+    if dtype is DType.F64:  # values between two bf16/f16 values, near their midpoints
+        vals = np.concatenate([vals, [1 + 2**-8 + 2**-40, 1 + 2**-8 - 2**-40, 2**24 + 1.0]])
+    x, y = (a.ravel() for a in np.meshgrid(vals, vals))
     p = (np.arange(x.size) % 3 == 0).astype(np.bool_)
-    ts.check(_elementwise_program((x.size,)), {"x": x, "y": y, "p": p})
+    ts.check(_elementwise_program((x.size,), dtype), {"x": x, "y": y, "p": p})
 
 
 def test_integer_ops_on_extremes() -> None:
-    for dtype in (DType.I32, DType.I64):
+    for dtype in INTS:
         info = np.iinfo(dtype.np)
         vals = np.array([info.min, info.min + 1, -1, 0, 1, 2, info.max - 1, info.max], dtype.np)
         x, y = (a.ravel() for a in np.meshgrid(vals, vals))
-        t, f = ir_type(dtype, x.shape), ir_type(DType.F32, x.shape)
+        t = ir_type(dtype, x.shape)
         lines = [f"  %{n} = {n}(%x, %y) : {t}" for n in ["add", "sub", "mul", "max", "min"]]
-        lines.append(f"  %f = convert(%x) : {f}")
-        results = [(f"%{n}", t) for n in ["add", "sub", "mul", "max", "min"]] + [("%f", f)]
+        results = [(f"%{n}", t) for n in ["add", "sub", "mul", "max", "min"]]
+        for d in _converts_to(dtype):
+            if not (d is DType.BF16 and dtype is DType.I64):  # refused: two roundings
+                lines.append(f"  %c{d} = convert(%x) : {ir_type(d, x.shape)}")
+                results.append((f"%c{d}", ir_type(d, x.shape)))
         ts.check(_program([("x", t), ("y", t)], lines, results), {"x": x, "y": y})
 
 
@@ -100,10 +115,10 @@ def test_f32_transcendentals(data, name: str, shape) -> None:
 
 
 @settings(max_examples=6, deadline=None)
-@given(data=st.data(), dtype=st.sampled_from([DType.I32, DType.I64]), shape=shapes)
+@given(data=st.data(), dtype=st.sampled_from(INTS), shape=shapes)
 def test_integer_ops_wrap_and_convert_exactly(data, dtype: DType, shape) -> None:
     t, b, f = ir_type(dtype, shape), ir_type(DType.I1, shape), ir_type(DType.F32, shape)
-    other = DType.I32 if dtype is DType.I64 else DType.I64
+    other = DType.I32 if dtype is not DType.I32 else DType.I64
     lines, results = [], []
     for k, name in enumerate(["add", "sub", "mul", "max", "min"]):
         lines.append(f"  %b{k} = {name}(%x, %y) : {t}")
@@ -139,7 +154,7 @@ def _reduction(draw):
 @given(
     data=st.data(),
     red=_reduction(),
-    dtype=st.sampled_from([DType.F32, DType.I32]),
+    dtype=st.sampled_from([*FLOATS, *INTS]),
 )
 def test_reductions_fold_left_in_order(data, red, dtype: DType) -> None:
     shape, axes = red
@@ -162,15 +177,18 @@ def test_reductions_fold_left_in_order(data, red, dtype: DType) -> None:
     k=st.integers(0, 9),
     n=st.integers(0, 6),
     batch=st.integers(1, 2),
+    dtype=st.sampled_from(FLOATS),
 )
-def test_products_accumulate_over_k_in_order(data, m: int, k: int, n: int, batch: int) -> None:
-    a, b = ir_type(DType.F32, (batch, m, k)), ir_type(DType.F32, (batch, k, n))
-    y = ir_type(DType.F32, (batch, m, n))
+def test_products_accumulate_over_k_in_order(
+    data, m: int, k: int, n: int, batch: int, dtype: DType
+) -> None:
+    a, b = ir_type(dtype, (batch, m, k)), ir_type(dtype, (batch, k, n))
+    y = ir_type(dtype, (batch, m, n))
     lines = [f"  %y = matmul(%a, %b) : {y}", f"  %z = relu(%y) : {y}"]
     text = _program([("a", a), ("b", b)], lines, [("%y", y), ("%z", y)])
     inputs = {
-        "a": data.draw(array_of(DType.F32, (batch, m, k))),
-        "b": data.draw(array_of(DType.F32, (batch, k, n))),
+        "a": data.draw(array_of(dtype, (batch, m, k))),
+        "b": data.draw(array_of(dtype, (batch, k, n))),
     }
     ts.check(text, inputs)
 
