@@ -345,9 +345,11 @@ def plan(
     timeout: float = 60.0,
     fixed: dict[str, list[list[str]]] | None = None,
     whole_results: bool = True,
+    gap: float = 1e-6,
 ) -> Plan:
     """The cheapest plan of `module`'s entry function on `mesh` (a `PlanError` when there is
-    none within `max_memory` bytes per device, or the solver stops short of an optimum)."""
+    none within `max_memory` bytes per device, or the solver stops short of an optimum proved
+    within the relative `gap`)."""
     import highspy
     import numpy as np
 
@@ -485,7 +487,7 @@ def plan(
         np.asarray(value, dtype=float),
     )
     h.setOptionValue("time_limit", float(timeout))
-    h.setOptionValue("mip_rel_gap", 1e-6)
+    h.setOptionValue("mip_rel_gap", gap)
     h.setOptionValue("threads", 1)
     built = time.perf_counter() - t0
     t1 = time.perf_counter()

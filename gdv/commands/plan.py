@@ -55,6 +55,17 @@ def memory_size(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[unit])
 
 
+def gap_fraction(text: str) -> float:
+    """A relative optimality gap in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "plan",
@@ -85,6 +96,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-memory", type=memory_size, help="bytes per device (e.g. 16GiB)")
     p.add_argument("--timeout", type=seconds, default=60.0, help="solver seconds (60)")
+    p.add_argument(
+        "--gap",
+        type=gap_fraction,
+        default=1e-6,
+        help="the relative gap to the optimum the solver must prove (default 1e-6; "
+        "memory-limited plans of large models may need 1e-3)",
+    )
     p.add_argument("--probe", action="store_true", help="measure alpha and beta with MPI now")
     p.add_argument("--json", action="store_true", help="print the plan report as JSON")
     p.add_argument(
@@ -159,6 +177,7 @@ def plan_command(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             fixed=pinned,
             whole_results=args.results == "whole",
+            gap=args.gap,
         )
     except PlanError as e:
         print(e, file=sys.stderr)
@@ -263,6 +282,7 @@ def plan_report(
             "solve_s": round(chosen.solve_seconds, 4),
             "plan_s": round(plan_seconds, 4),
             "time_limit_s": args.timeout,
+            "gap_tolerance": args.gap,
         },
     }
     if args.apply:
