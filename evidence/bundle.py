@@ -388,6 +388,8 @@ def _write_artifact(root: Path, comp: Compilation) -> dict:
         if art.library is not None
         else None,
     }
+    if art.binaries:  # kernels built for a device the host need not have (target triton)
+        entry["build"]["binaries"] = json.loads(json.dumps(art.binaries))
     return entry
 
 

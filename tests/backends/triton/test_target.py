@@ -184,3 +184,19 @@ def test_f64_division_and_sqrt_are_ieee_in_the_ptx(tmp_path, monkeypatch) -> Non
     assert "div.rn.f64" in ptx and "sqrt.rn.f64" in ptx
     assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx
     assert "div.full.f32" not in ptx and "sqrt.approx.f32" not in ptx
+
+
+def test_evidence_bundle_records_the_cubins_and_verifies(tmp_path, capsys) -> None:
+    bundle = tmp_path / "mlp.evidence"
+    argv = ["compile", str(EXAMPLES / "mlp.gdv"), "--target", "triton", "--jobs", "1"]
+    argv += ["--cache-dir", str(tmp_path / "proofs"), "--emit-evidence", str(bundle)]
+    assert main(argv) == 0
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    art = manifest["artifact"]
+    assert art["kind"] == "triton-python" and art["files"][0]["file"] == "artifact/main.py"
+    binaries = art["build"]["binaries"]
+    assert len(binaries) == 3 and all(b["arch"] == "sm_90" for b in binaries)
+    capsys.readouterr()
+    assert main(["evidence", "verify", str(bundle)]) == 0
+    out = capsys.readouterr().out
+    assert "ok    artifact: artifact/main.py regenerated" in out and "verified:" in out
