@@ -19,9 +19,12 @@ sharding strategies, with resharding costs on the edges, solved with HiGHS.
   collective seconds plus every edge's. With a memory limit, each program point adds one row:
   the parameters' local bytes plus the live intermediate values' local bytes <= the limit.
 
-The plan is handed to the partition pass as parameter annotations (`--shard`); the cost of the
-SPMD program it writes (`program_cost`, the same model on the emitted ops) is what the plan
-report predicts, next to the integer program's own objective.
+The plan is handed to the partition pass (`apply`) as every parameter's annotation (`--shard`)
+and each op's factors' axes (`partition(strategies=...)`), so the SPMD program written is the
+one costed: its cost by the same model (`program_cost`) is what the plan report predicts, and
+equals the integer program's objective (but for an op that reads one resharded value twice,
+which reads two copies in the program). With `whole_results` (the default) each returned value
+is gathered whole after the op that makes it, in the cost and in the program alike.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ measured)."""
 
 class PlanError(IRError):
     """A plan that cannot be made (no plan fits the memory limit, the solver failed or timed
-    out). `status` is `infeasible`, `timeout` or `failed`."""
+    out, or is not installed). `status` is `infeasible`, `timeout`, `failed` or
+    `unavailable`."""
 
     def __init__(self, message: str, status: str) -> None:
         super().__init__(message, Loc("<plan>", 1, 1))
@@ -317,9 +321,20 @@ def build_nodes(
     return nodes
 
 
+def _highspy():
+    try:
+        import highspy
+    except ImportError:
+        raise PlanError(
+            "gdv plan needs the HiGHS solver, which is not installed: pip install -e '.[plan]'",
+            "unavailable",
+        ) from None
+    return highspy
+
+
 def _new_highs():
     """A HiGHS instance that prints nothing (its banner goes to the process's stdout)."""
-    import highspy
+    highspy = _highspy()
 
     sys.stdout.flush()
     saved = os.dup(1)
@@ -350,9 +365,9 @@ def plan(
     """The cheapest plan of `module`'s entry function on `mesh` (a `PlanError` when there is
     none within `max_memory` bytes per device, or the solver stops short of an optimum proved
     within the relative `gap`)."""
-    import highspy
     import numpy as np
 
+    highspy = _highspy()
     t0 = time.perf_counter()
     fn = module.entry
     where = Loc(module.filename, 1, 1)

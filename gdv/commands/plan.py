@@ -183,7 +183,7 @@ def plan_command(args: argparse.Namespace) -> int:
         print(e, file=sys.stderr)
         if args.json:
             print(json.dumps({"schema": SCHEMA, "verdict": e.status, "error": e.message}))
-        return 2 if e.status in ("timeout", "failed") else 3
+        return 2 if e.status in ("timeout", "failed") else 3  # infeasible, unavailable
     part = apply(module, chosen)
     plan_seconds = time.perf_counter() - t0
     # The same annotations alone, through propagation: does `gdv partition` write this program?

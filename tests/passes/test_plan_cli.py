@@ -216,3 +216,17 @@ def test_a_planned_mlp_sends_under_mpi_the_bytes_the_plan_predicts(tmp_path, no_
     predicted = report["predicted"]["bytes_sent_per_rank"]
     assert sum(predicted) > 0
     assert [r["bytes_sent"] for r in got.reports] == predicted
+
+
+def test_without_highs_the_error_says_what_to_install(monkeypatch, capsys, no_probe) -> None:
+    from gdv.cli import main
+
+    monkeypatch.setitem(sys.modules, "highspy", None)  # import highspy raises ImportError
+    monkeypatch.setenv("GDV_MPI_CACHE", no_probe["GDV_MPI_CACHE"])
+    assert main(["plan", MLP, "--mesh", "data=2"]) == 3
+    err = capsys.readouterr().err
+    assert "needs the HiGHS solver" in err and "pip install -e '.[plan]'" in err
+    with pytest.raises(SystemExit) as usage:  # a usage error: argparse exits with 3
+        main(["plan", MLP, "--mesh", "data=2", "--gap", "1.5"])
+    assert usage.value.code == 3
+    assert "expected a fraction in [0, 1)" in capsys.readouterr().err
