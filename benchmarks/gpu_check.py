@@ -40,8 +40,22 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-F32_EDGES = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, 3.4028235e38, -3.4028235e38]
-F32_EDGES += [1.1754944e-38, -1e-45, 1e-45, 3e-45, 2.5, -2.5, 3e9, -3e9, 1e19, -1e19, 7.0]
+MORE_EDGES = [2.5, -2.5, 3e9, -3e9, 1e19, -1e19, 7.0, 1 + 2**-9, 1 + 3 * 2**-12, 65519.0]
+
+
+def edge_values(dtype) -> np.ndarray:
+    """A float dtype's edge values: zeros, infinities, NaN, extremes, subnormals, and values
+    beyond the integer ranges and near narrower dtypes' rounding midpoints."""
+    import ml_dtypes
+
+    fi = ml_dtypes.finfo(dtype.np)
+    big, tiny, sub = float(fi.max), float(fi.tiny), float(fi.smallest_subnormal)
+    vals = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, big, -big, tiny, -sub, sub]
+    vals += [3 * sub, -tiny / 2, 1e308, 65520.0, *MORE_EDGES]
+    if dtype.value == "f64":
+        vals += [1 + 2**-8 + 2**-40, 1 + 2**-8 - 2**-40, 2**24 + 1.0]
+    with np.errstate(all="ignore"):
+        return np.array(vals, dtype=np.float64).astype(dtype.np)
 
 
 def _program(params, lines, results) -> str:
@@ -56,13 +70,14 @@ def _program(params, lines, results) -> str:
     )
 
 
-def conformance_cases(dry: bool) -> list[tuple[str, str, dict, str | None]]:
-    """(name, program, inputs, transcendental or None)."""
-    cases = []
-    vals = np.array(F32_EDGES, dtype=np.float32)
+def _edge_case(dtype) -> tuple:
+    """Every exact elementwise op, compare, select and convert on every pair of edge values."""
+    from gdv.ir.dtypes import DType
+
+    vals = edge_values(dtype)
     x, y = (a.ravel() for a in np.meshgrid(vals, vals))
     n = x.size
-    t, b = f"f32[{n}]", f"i1[{n}]"
+    t, b = f"{dtype.value}[{n}]", f"i1[{n}]"
     lines, res = [], []
     for k, name in enumerate(["neg", "abs", "sqrt", "floor", "relu"]):
         lines.append(f"  %u{k} = {name}(%x) : {t}")
@@ -75,19 +90,25 @@ def conformance_cases(dry: bool) -> list[tuple[str, str, dict, str | None]]:
         res.append((f"%c{k}", b))
     lines.append(f"  %s = select(%p, %x, %y) : {t}")
     res.append(("%s", t))
-    for k, d in enumerate(["i64", "i32", "i1"]):
+    others = ("f64", "f32", "f16", "bf16", "i64", "i32", "i8", "i1")
+    for k, d in enumerate(o for o in others if o != dtype.value):
         lines.append(f"  %v{k} = convert(%x) : {d}[{n}]")
         res.append((f"%v{k}", f"{d}[{n}]"))
     p = (np.arange(n) % 3 == 0).astype(np.bool_)
-    cases.append(
-        (
-            "f32 elementwise on edge pairs",
-            _program([("x", t), ("y", t), ("p", b)], lines, res),
-            {"x": x, "y": y, "p": p},
-            None,
-        )
-    )
-    for dt in ("i32", "i64"):
+    text = _program([("x", t), ("y", t), ("p", b)], lines, res)
+    assert DType(dtype.value) is dtype
+    return (f"{dtype.value} elementwise on edge pairs", text, {"x": x, "y": y, "p": p}, None)
+
+
+def conformance_cases(dry: bool) -> list[tuple[str, str, dict | None, str | None]]:
+    """(name, program, inputs (None: seeded), transcendental or None), most telling first."""
+    from gdv.ir.dtypes import DType
+
+    cases = [_edge_case(DType.F32)]
+    for ex in ["mlp", "attention", "layernorm_gelu", "conv_block", "bf16_matmul"]:
+        text = (ROOT / "examples" / f"{ex}.gdv").read_text()
+        cases.append((f"example {ex}", text, None, "example"))
+    for dt in ("i32", "i64", "i8"):
         info = np.iinfo(np.dtype(dt.replace("i", "int")))
         iv = np.array([info.min, info.min + 1, -1, 0, 1, 2, info.max - 1, info.max], info.dtype)
         ix, iy = (a.ravel() for a in np.meshgrid(iv, iv))
@@ -117,7 +138,6 @@ def conformance_cases(dry: bool) -> list[tuple[str, str, dict, str | None]]:
             f"  %s = reduce_sum(%a) {{axes = [1]}} : f32[{rows}]",
             f"  %m = reduce_max(%a) {{axes = [0]}} : f32[{k}]",
             "  %n = reduce_min(%w) {axes = [0, 1]} : f32[]",
-            f"  %o = softmax(%y) {{axis = 1}} : f32[{rows},{cols}]",
         ],
         [
             ("%y", f"f32[{rows},{cols}]"),
@@ -130,24 +150,15 @@ def conformance_cases(dry: bool) -> list[tuple[str, str, dict, str | None]]:
     sweep = np.concatenate(
         [
             np.linspace(-100, 100, 4001, dtype=np.float32),
-            vals,
+            edge_values(DType.F32),
             rng.standard_normal(2000).astype(np.float32),
         ]
     )
     for name in ["exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "rsqrt"]:
         st = f"f32[{sweep.size}]"
-        cases.append(
-            (
-                f"f32 {name} sweep",
-                _program([("x", st)], [f"  %y = {name}(%x) : {st}"], [("%y", st)]),
-                {"x": sweep},
-                name,
-            )
-        )
-    for ex in ["mlp", "attention", "layernorm_gelu", "conv_block"]:
-        cases.append(
-            (f"example {ex}", (ROOT / "examples" / f"{ex}.gdv").read_text(), None, "example")
-        )
+        text = _program([("x", st)], [f"  %y = {name}(%x) : {st}"], [("%y", st)])
+        cases.append((f"f32 {name} sweep", text, {"x": sweep}, name))
+    cases += [_edge_case(d) for d in (DType.F64, DType.F16, DType.BF16)]
     return cases
 
 
@@ -223,6 +234,14 @@ def run_conformance(dry: bool, deadline: float) -> list[dict]:
     return rows
 
 
+MINILM = {
+    "minilm-attention": {"make": "attention", "seq": 128, "d": 384, "heads": 12},
+    "minilm-ffn": {"make": "ffn", "tokens": 128, "d": 384, "hidden": 1536},
+}
+"""MiniLM-sized blocks (all-MiniLM-L6-v2: 128 tokens, d_model 384, 12 heads, FFN 1536), random
+weights: one attention block and one feed-forward block of `side_by_side.py`'s generators."""
+
+
 def _median_seconds(fn, sync, repeats: int, warmup: int = 3) -> float:
     for _ in range(warmup):
         fn()
@@ -249,9 +268,15 @@ def run_side_by_side(dry: bool, repeats: int, deadline: float) -> list[dict]:
     device = "cpu" if dry else "cuda"
     sync = (lambda: None) if dry else torch.cuda.synchronize
     if dry:
-        names = {"example-mlp": {}, "example-attention": {}}
+        names = {
+            "example-mlp": {},
+            "example-attention": {},
+            "minilm-ffn (tiny)": {"make": "ffn", "tokens": 4, "d": 8, "hidden": 16},
+        }
     else:
-        names = {k: {} for k in sbs.WORKLOADS}
+        names = {k: {} for k in sbs.WORKLOADS if k.startswith("example-")}
+        names.update(MINILM)
+        names.update({k: {} for k in sbs.WORKLOADS if not k.startswith("example-")})
     rows = []
     for name, sizes in names.items():
         if time.perf_counter() > deadline:
@@ -259,7 +284,9 @@ def run_side_by_side(dry: bool, repeats: int, deadline: float) -> list[dict]:
             continue
         row: dict = {"workload": name}
         try:
-            w = sbs.WORKLOADS[name](**sizes)
+            sizes = dict(sizes)
+            make = sbs.WORKLOADS.get(name) or getattr(sbs, sizes.pop("make"))
+            w = make(**sizes)
             row["what"] = w.what
             final = (
                 PassManager(pipeline("triton", 2, False), printer=lambda *a, **k: None)

@@ -114,6 +114,14 @@ def test_f32_transcendentals(data, name: str, shape) -> None:
     ts.check(text, {"x": data.draw(array_of(DType.F32, shape))}, transcendental=name)
 
 
+def test_pow_on_every_pair_of_special_values() -> None:
+    vals = np.concatenate([special_values(DType.F32), np.float32([2.0, -2.0, 0.5, 3.0, -3.5])])
+    x, y = (a.ravel() for a in np.meshgrid(vals, vals))
+    t = ir_type(DType.F32, x.shape)
+    text = _program([("x", t), ("y", t)], [f"  %z = pow(%x, %y) : {t}"], [("%z", t)])
+    ts.check(text, {"x": x, "y": y}, transcendental="pow")
+
+
 @settings(max_examples=6, deadline=None)
 @given(data=st.data(), dtype=st.sampled_from(INTS), shape=shapes)
 def test_integer_ops_wrap_and_convert_exactly(data, dtype: DType, shape) -> None:
