@@ -214,3 +214,18 @@ def test_evidence_bundle_records_the_cubins_and_verifies(tmp_path, capsys) -> No
     assert main(["evidence", "verify", str(bundle)]) == 0
     out = capsys.readouterr().out
     assert "ok    artifact: artifact/main.py regenerated" in out and "verified:" in out
+
+
+def test_gdv_run_on_the_triton_target_matches_the_reference(tmp_path) -> None:
+    out, ref = tmp_path / "triton.npz", tmp_path / "reference.npz"
+    path = str(EXAMPLES / "attention.gdv")
+    assert main(["run", path, "--target", "triton", "--seed", "3", "--output", str(out)]) == 0
+    assert main(["run", path, "--seed", "3", "--output", str(ref)]) == 0
+    got, want = np.load(out), np.load(ref)
+    assert list(got) == list(want) == ["out0"]
+    from gdv.backends.triton import runtime
+
+    tol = 0.0 if runtime.mode() != "cuda" else 1e-5
+    assert np.allclose(got["out0"], want["out0"], rtol=tol, atol=tol)
+    if tol == 0.0:
+        assert reference.bit_equal(got["out0"], want["out0"])
