@@ -142,13 +142,14 @@ def scalar_literal(value, dtype: DType) -> str:
     return repr(int(x))
 
 
-def full(w: BodyWriter | None, value: str, dtype: DType) -> str:
-    return f"tl.full([LANES], {value}, {TL[compute(dtype)]})"
+def full(shape: str, value: str, dtype: DType) -> str:
+    """A block of `shape` (Python source, e.g. `[1, 1]`) holding `value` in `dtype`."""
+    return f"tl.full({shape}, {value}, {TL[compute(dtype)]})"
 
 
 @body(OPS["constant"])
 def _constant(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType]) -> str:
-    return full(w, scalar_literal(op.attrs["value"], op.type.dtype), op.type.dtype)
+    return full(w.ones, scalar_literal(op.attrs["value"], op.type.dtype), op.type.dtype)
 
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*"}

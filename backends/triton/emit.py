@@ -149,6 +149,8 @@ class BodyWriter:
     lines: list[str]
     indent: str
     counter: list[int]
+    ones: str = "[1]"
+    """The block's shape with every axis 1 (what a constant is made with, to broadcast)."""
 
     def fresh(self) -> str:
         self.counter[0] += 1

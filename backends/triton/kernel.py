@@ -39,8 +39,6 @@ from gdv.ir.ops.kernel import BODY_OPS
 MAX_LANES = 1024
 """The most outputs one program computes (Triton's blocks are at most a few thousand lanes;
 beyond this the registers spill)."""
-MIN_LANES = 16
-"""The fewest lanes a block has (smaller tiles are masked)."""
 
 _IDENTITY = {
     ("add", True): "0.0",
@@ -130,7 +128,7 @@ def _kernel(prog: Program, op: Op) -> None:
     tiles, lanes = out_blocks(prog, op)
     counts = [-(-space[d] // t) for d, t in zip(out, tiles, strict=True)]
     grid = math.prod(counts)
-    block = max(MIN_LANES, math.prod(lanes))
+    block = math.prod(lanes)
     num_warps = max(1, min(8, block // 128))
     maps = op.attrs["maps"]
     params = ["y", *[f"x{i}" for i in range(len(op.operands))]]
@@ -143,27 +141,35 @@ def _kernel(prog: Program, op: Op) -> None:
         f"def {name}({', '.join(params)}, LANES: tl.constexpr):",
         f"    # {note}",
         "    pid = tl.program_id(0)",
-        "    lane = tl.arange(0, LANES)",
-        "    zero = lane * 0",
-        f"    m = lane < {math.prod(lanes)}",
     ]
-    # out dim k: lane coordinate j (inside the tile), tile coordinate, index i = tile * t + j
-    lane_strides, grid_strides = _strides(lanes), _strides(counts)
-    index: dict[int, str] = {}
-    for j, d in enumerate(out):
-        lines.append(
-            f"    j{d} = (lane // {lane_strides[j]}) % {lanes[j]}"
-            if lanes[j] > 1
-            else f"    j{d} = zero"
+    # The block has one axis per out dim (its lanes along that axis, 1 along the others), so
+    # an operand that does not read an out dim is loaded once for the whole axis (a product's
+    # row and column slices) and broadcast: out dim d at axis a has lane coordinate j (inside
+    # the tile), tile coordinate, index i = tile * t + j and mask m.
+    rank = len(out)
+    shape = f"[{', '.join(map(str, lanes))}]" if out else "[1]"
+    ones = f"[{', '.join('1' for _ in out)}]" if out else "[1]"
+    grid_strides = _strides(counts)
+    for a, d in enumerate(out):
+        axis = (
+            ""
+            if rank == 1
+            else "[" + ", ".join(":" if b == a else "None" for b in range(rank)) + "]"
         )
-        lines.append(f"    i{d} = ((pid // {grid_strides[j]}) % {counts[j]}) * {tiles[j]} + j{d}")
-        lines.append(f"    m = m & (j{d} < {tiles[j]}) & (i{d} < {space[d]})")
-        index[d] = f"i{d}"
+        lines.append(f"    j{d} = tl.arange(0, {lanes[a]}){axis}")
+        lines.append(f"    i{d} = ((pid // {grid_strides[a]}) % {counts[a]}) * {tiles[a]} + j{d}")
+        lines.append(f"    m{d} = (j{d} < {tiles[a]}) & (i{d} < {space[d]})")
     ystrides = _strides([space[d] for d in out])
-    yoff = " + ".join([f"i{d} * {s}" for d, s in zip(out, ystrides, strict=True)] + ["zero"])
-    lines.append(f"    yo = {yoff}")
-    # per operand: its offset's coefficient per loop dim, and the part from the out dims
-    linear = []
+    if out:
+        lines.append(f"    m = {' & '.join(f'm{d}' for d in out)}")
+        terms = [f"i{d} * {s}" for d, s in zip(out, ystrides, strict=True)]
+        lines.append(f"    yo = {' + '.join(terms)}")
+    else:
+        lines.append("    yo = tl.arange(0, 1) * 0")
+        lines.append("    m = yo == 0")
+    # per operand: its offset's coefficient per loop dim, the part from the out dims, and the
+    # mask of the out dims it reads (none: one element, always in bounds, no mask)
+    linear, masks = [], []
     for i, (t, rows) in enumerate(zip(operand_types, maps, strict=True)):
         strides = _strides(list(t.shape))
         coef = [
@@ -171,20 +177,23 @@ def _kernel(prog: Program, op: Op) -> None:
         ]
         const = sum(s * row[-1] for s, row in zip(strides, rows, strict=True))
         linear.append(coef)
-        base = [f"i{d} * {coef[d]}" for d in out if coef[d]] + [str(const), "zero"]
+        base = [f"i{d} * {coef[d]}" for d in out if coef[d]] + [str(const)]
         lines.append(f"    b{i} = {' + '.join(base)}")
+        read = [f"m{d}" for d in out if coef[d]]
+        masks.append(" & ".join(read) if read else None)
     counter = [0]
 
     def value_at(reduce_index: dict[int, str], indent: str, fused: bool = False) -> str | tuple:
         """Lines loading the operands at the reduced position given by `reduce_index` and
         computing the body; its expression (or, `fused`, the final mul's two operands)."""
-        w = BodyWriter(prog, op, lines, indent, counter)
+        w = BodyWriter(prog, op, lines, indent, counter, ones)
         env: dict[str, tuple[str, DType]] = {}
         for i, (p, t) in enumerate(zip(fn.params, operand_types, strict=True)):
             off = [f"b{i}"] + [f"{reduce_index[d]} * {linear[i][d]}" for d in red if linear[i][d]]
             v = w.fresh()
             other = "0" if not t.dtype.is_float else "0.0"
-            load = f"tl.load(x{i} + ({' + '.join(off)}), mask=m, other={other})"
+            where = f", mask={masks[i]}, other={other}" if masks[i] else ""
+            load = f"tl.load(x{i} + ({' + '.join(off)}){where})"
             if t.dtype is DType.BF16:
                 load = call(prog, "_widen_bf16", load)
             elif compute(t.dtype) is not t.dtype:
@@ -216,12 +225,12 @@ def _kernel(prog: Program, op: Op) -> None:
     if not red:
         result = value_at({}, "    ")
     else:
-        result = _fold(prog, op, red, space, combiner, dtype, lines, value_at, fn)
+        result = _fold(prog, op, red, space, combiner, dtype, lines, value_at, fn, shape)
     if dtype is DType.BF16:
         result = call(prog, "_narrow_bf16", result)  # exact: the value is one of bf16's
     elif compute(dtype) is not dtype:
         result = f"{result}.to({TL[dtype]})"  # exact: the value is one of dtype's
-    lines.append(f"    tl.store(y + yo, {result}, mask=m)")
+    lines.append(f"    tl.store(y + yo, tl.broadcast_to({result}, {shape}), mask=m)")
     prog.kernels.append("\n".join(lines) + "\n")
     signature = {
         p: POINTER[t.dtype] for p, t in zip(params, [op.type, *operand_types], strict=True)
@@ -232,8 +241,8 @@ def _kernel(prog: Program, op: Op) -> None:
         op,
         "launch",
         {"grid": grid, "lanes": block, "num_warps": num_warps},
-        "one program per tile of the out dims (the schedule's tile), lanes its size rounded up "
-        "to a power of two, one warp per 128 lanes",
+        "one program per tile of the out dims (the schedule's tile), a block with one axis per "
+        "out dim, each the tile's extent rounded up to a power of two; one warp per 128 lanes",
     )
     y = prog.var(op.result)
     shape = tuple(op.type.shape)
@@ -246,12 +255,12 @@ def _kernel(prog: Program, op: Op) -> None:
         )
 
 
-def _fold(prog, op, red, space, combiner, dtype, lines, value_at, fn: Function) -> str:
+def _fold(prog, op, red, space, combiner, dtype, lines, value_at, fn: Function, shape: str) -> str:
     """Lines folding the reduced positions in the kernel's order; the accumulator's name."""
     extents = [space[d] for d in red]
     total = math.prod(extents)
     if total == 0:
-        lines.append(f"    acc = {full(None, _identity(combiner, dtype), dtype)}")
+        lines.append(f"    acc = {full(shape, _identity(combiner, dtype), dtype)}")
         return "acc"
     groups = int(op.attrs.get("accumulators", 1))
     lanes = int(op.attrs.get("lanes", 1))
