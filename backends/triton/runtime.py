@@ -37,10 +37,11 @@ _LOADED: dict[tuple[str, bool], ModuleType] = {}
 def require_triton() -> ModuleType:
     """The triton package; an IRError saying how to install it otherwise."""
     try:
+        import torch  # noqa: F401  (the artifacts' tensors)
         import triton
     except ImportError as e:
         raise IRError(
-            f"target triton needs the triton package (pip install 'gdv[gpu]'): {e}"
+            f"target triton needs the triton and torch packages (pip install 'gdv[gpu]'): {e}"
         ) from None
     return triton
 

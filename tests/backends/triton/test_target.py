@@ -271,3 +271,17 @@ def test_every_helper_builds_for_sm90() -> None:
         "w": rng.standard_normal(8).astype(DType.BF16.np),
     }
     ts.check(text, inputs)
+
+
+def test_without_triton_lowering_works_and_running_says_what_to_install(monkeypatch) -> None:
+    import sys
+
+    from gdv.backends.triton import runtime
+
+    module = ts.final(SMALL)
+    monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` now fails
+    assert "def run(" in tt.lower_module(module).text  # lowering needs no triton
+    with pytest.raises(IRError, match=r"needs the triton and torch packages \(pip install"):
+        runtime.require_triton()
+    d = descriptor("triton", measure=False)
+    assert not d["available"]["ok"] and "gdv[gpu]" in d["available"]["reason"]
