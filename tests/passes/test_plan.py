@@ -184,10 +184,10 @@ SMALL = """func @main(%x: f32[4,4], %w: f32[4,4]) -> f32[4,4] {
 """
 
 
-def brute_force(module, mesh, network, roof, max_memory, whole):
+def brute_force(module, mesh, network, roof, max_memory, whole, order):
     """The least step time over every combination of strategies (None: none fits)."""
     fn = module.entry
-    p = plan(module, mesh, network, roof, whole_results=whole, timeout=60)
+    p = plan(module, mesh, network, roof, whole_results=whole, timeout=60, order=order)
     nodes = p.nodes
     types = fn.types()
     names = list(nodes)
@@ -214,18 +214,20 @@ def brute_force(module, mesh, network, roof, max_memory, whole):
     two_axes=st.booleans(),
     whole=st.booleans(),
     memory=st.one_of(st.none(), st.integers(40, 200)),
+    order=st.sampled_from(["rank", "tree", "ring"]),
 )
-def test_the_optimum_is_brute_forces(alpha, beta, peak, bandwidth, two_axes, whole, memory):
+def test_the_optimum_is_brute_forces(alpha, beta, peak, bandwidth, two_axes, whole, memory, order):
     module = verify(parse(SMALL, "small.gdv"))
     mesh = parse_mesh("a=2,b=2" if two_axes else "a=2")
     network, roof = net(alpha, beta), Roofline(peak, bandwidth)
-    want = brute_force(module, mesh, network, roof, memory, whole)
+    want = brute_force(module, mesh, network, roof, memory, whole, order)
+    kw = {"max_memory": memory, "whole_results": whole, "order": order}
     if want is None:
         with pytest.raises(PlanError) as e:
-            plan(module, mesh, network, roof, max_memory=memory, whole_results=whole)
+            plan(module, mesh, network, roof, **kw)
         assert e.value.status == "infeasible"
         return
-    got = plan(module, mesh, network, roof, max_memory=memory, whole_results=whole)
+    got = plan(module, mesh, network, roof, **kw)
     assert got.objective_s == pytest.approx(want, rel=1e-5)
     if memory is not None:
         assert got.memory_bytes <= memory
