@@ -67,7 +67,7 @@ import triton.language as tl
 from gdv.backends.triton import runtime as _rt
 
 # libdevice on a GPU, the reference backend's functions under the Triton interpreter
-_exp, _log, _tanh, _erf, _sin, _cos, _pow, _rsqrt, _sigmoid = _rt.math_functions()
+{math} = _rt.math_functions()
 # no multiply-add contraction in any compile (IR_SPEC.md section 3)
 LAUNCH = {} if _rt.interpreting() else {"enable_fp_fusion": False}
 '''
@@ -129,7 +129,7 @@ def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
     returns = ", ".join(prog.var(r) for r in entry.returns)
     text = "\n\n".join(
         [
-            _HEADER,
+            _HEADER.replace("{math}", ", ".join(f"_{n}" for n in elementwise.MATH_NAMES)),
             *helpers,
             *prog.kernels,
             "# kernel: (signature, lanes, num_warps, grid), what triton.compile needs\n"

@@ -27,8 +27,9 @@ from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops import names_where
 
 TRANSCENDENTALS = names_where(lambda s: s.transcendental, "Ops computed by the math library.")
-MATH_NAMES = ("exp", "log", "tanh", "erf", "sin", "cos", "pow", "rsqrt", "sigmoid")
-"""The transcendentals the artifact binds (`_exp`, ...: libdevice or the interpreter's)."""
+MATH_NAMES = tuple(sorted(TRANSCENDENTALS))
+"""The transcendentals the artifact binds (`_exp`, ...: libdevice or the interpreter's), from
+the ops' `transcendental` trait."""
 
 _INT_RANGE = {DType.I64: 64, DType.I32: 32, DType.I8: 8}
 _BITS = {DType.F64: "tl.int64", DType.F32: "tl.int32"}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from gdv.backends.triton.elementwise import call, full, round_to, scalar_literal
+from gdv.backends.triton.elementwise import call, full, round_to
 from gdv.backends.triton.emit import (
     INDEX_LIMIT,
     POINTER,
@@ -117,7 +117,7 @@ def _kernel(prog: Program, op: Op) -> None:
         if t.num_elements > INDEX_LIMIT:
             raise prog.error(op, f"a tensor of {t.num_elements} elements exceeds 32-bit indices")
     space, out, red = list(op.attrs["space"]), list(op.attrs["out"]), list(op.attrs["reduce"])
-    if math.prod(space) > INDEX_LIMIT and math.prod(space[d] for d in red) > INDEX_LIMIT:
+    if math.prod(space[d] for d in red) > INDEX_LIMIT:
         raise prog.error(op, "its reduction has more positions than 32-bit indices hold")
     combiner = op.attrs["combiner"]
     dtype = op.type.dtype
@@ -328,7 +328,3 @@ def _fold(prog, op, red, space, combiner, dtype, lines, value_at, fn: Function, 
         return "acc"
     fold("acc", lambda r: r, total, "    ")
     return "acc"
-
-
-def literal_of(value, dtype: DType) -> str:
-    return scalar_literal(value, dtype)

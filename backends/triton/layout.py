@@ -111,7 +111,6 @@ _KERNELS_ONLY = (
 _REASONS = {
     "conv2d": "a convolution that lower-to-kernels keeps as an op (small, or strided and not "
     "a product) has no Triton kernel yet",
-    "kernel": None,
 }
 for _spec in all_specs():
     if _spec.name in ("reshape", "slice", "concat", "pad", "take", "constant", "iota", "kernel"):

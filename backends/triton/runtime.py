@@ -142,7 +142,7 @@ _LIBDEVICE = None
 
 
 def math_functions() -> tuple:
-    """The artifact's (exp, log, tanh, erf, sin, cos, pow, rsqrt, sigmoid): libdevice's for a
+    """The artifact's transcendentals, in `MATH_NAMES` order: libdevice's (sigmoid: its expf) for a
     compile, the reference's under the interpreter."""
     from gdv.backends.triton.elementwise import MATH_NAMES
 
