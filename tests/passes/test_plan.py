@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from gdv.backends.cost import Roofline
 from gdv.backends.mpi.cost import CHAIN_PIECE, Network, collective_cost
 from gdv.backends.mpi.probe import fit
+from gdv.fuzzing.programs import programs
 from gdv.ir.parser import parse
 from gdv.ir.printer import print_module
 from gdv.ir.verifier import verify
@@ -234,6 +235,20 @@ def test_the_optimum_is_brute_forces(alpha, beta, peak, bandwidth, two_axes, who
     # what the partition pass writes costs what the program predicted
     cost = program_cost(apply(module, got).module, network, roof)
     assert cost.step_s == pytest.approx(got.objective_s, rel=1e-9)
+
+
+@given(module=programs(max_ops=6), two_axes=st.booleans())
+def test_random_programs_are_planned_partitioned_and_proved(module, two_axes) -> None:
+    # Messages nearly free: the plans split whatever the factor rules let them split.
+    network = net(1e-12, 1e-14)
+    mesh = parse_mesh("a=2,b=3" if two_axes else "a=2")
+    p = plan(module, mesh, network, ROOF)
+    part = apply(module, p)
+    verify(part.module)
+    cost = program_cost(part.module, network, ROOF)
+    if all(len(set(op.operands)) == len(op.operands) for op in module.entry.ops):
+        assert cost.step_s == pytest.approx(p.objective_s, rel=1e-9, abs=1e-15)
+    assert prove_steps(part) == "proved"
 
 
 # --- the plans it chooses -------------------------------------------------------------------
