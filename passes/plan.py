@@ -297,13 +297,15 @@ def build_nodes(
 ) -> dict[str, Node]:
     """Every parameter's and op's strategies. With `whole_results`, an op whose value the
     function returns gathers it whole after it (its cost, and its result's sharding, say so:
-    the partition pass does the same)."""
+    the partition pass does the same), and a returned parameter stays whole."""
     types = fn.types()
     nodes: dict[str, Node] = {}
     for p in fn.params:
-        nodes[p.name] = Node(
-            p.name, "param", p.type, param_strategies(p.type, mesh, fixed.get(p.name))
-        )
+        fix = fixed.get(p.name)
+        if whole_results and p.name in fn.returns and fix is None:
+            # returned as it came: the partition pass gathers only the values ops make
+            fix = tuple(() for _ in p.type.shape)
+        nodes[p.name] = Node(p.name, "param", p.type, param_strategies(p.type, mesh, fix))
     for op in fn.ops:
         strategies = op_strategies(op, [types[o] for o in op.operands], mesh, net, roof, order)
         if whole_results and op.result in fn.returns:

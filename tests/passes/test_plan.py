@@ -374,3 +374,26 @@ def test_a_small_llama_like_plan_is_applied_and_proved() -> None:
     part = apply(module, p)
     assert prove_steps(part) == "proved"
     assert math.isfinite(program_cost(part.module, net(1e-7), ROOF).step_s)
+
+
+def test_whole_results_are_whole_even_a_returned_parameter() -> None:
+    module = verify(
+        parse(
+            """func @main(%x: f32[1024,16], %w: f32[16,8])
+    -> (f32[1024,8], f32[1024,8], f32[1024,16]) {
+  %0 = matmul(%x, %w) : f32[1024,8]
+  %1 = relu(%0) : f32[1024,8]
+  return %1, %1, %x
+}
+""",
+            "returns.gdv",
+        )
+    )
+    network = net(1e-12, 1e-14)  # splitting pays: the products split their rows
+    p = plan(module, parse_mesh("a=2"), network, ROOF)
+    assert dict(p.choice["0"].factors) == {"i": ("a",)}
+    assert p.annotations["x"] == [[], []]  # x is returned: it stays whole (sliced for %0)
+    spmd = apply(module, p).module.entry
+    assert spmd.attrs["out_shardings"] == [[[], []]] * 3
+    q = plan(module, parse_mesh("a=2"), network, ROOF, whole_results=False)
+    assert q.choice["1"].result == (("a",), ())
