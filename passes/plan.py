@@ -224,6 +224,8 @@ def op_strategies(
     slots = sorted(f for f in majors - minors if f not in rule.replicated and rule.sizes[f] > 1)
     out = []
     for axes_of in _axis_choices(mesh, slots, rule.sizes):
+        if not _provable(op, rule, axes_of):
+            continue
         operands = tuple(_want(d, axes_of) for d in rule.operands)
         result = _want(rule.result, axes_of)
         partial = tuple(
@@ -253,6 +255,23 @@ def op_strategies(
             )
         )
     return out
+
+
+def _provable(op: Op, rule: FactorRule, axes_of: dict[str, tuple[str, ...]]) -> bool:
+    """Whether the partition pass's claim for this split can be proved: a split float sum is a
+    `real` claim (the split-sum lemma proves it); a split max, min or integer sum is an `fp`
+    claim whose fold the prover unrolls only up to `SMALL_FOLD` elements (beyond, `unknown`:
+    docs of `gdv.passes.partition`), so wider ones are no strategy."""
+    if not any(f in axes_of for f in rule.reduction):
+        return True
+    from gdv.ir.ops import REGISTRY
+    from gdv.validate.semantics.registry import SMALL_FOLD
+
+    spec = REGISTRY[op.name]
+    combiner = "add" if op.name in ("dot", "matmul") else spec.combiner.op
+    if combiner == "add" and op.type.dtype.is_float:
+        return True
+    return math.prod(rule.sizes[f] for f in rule.reduction) <= SMALL_FOLD
 
 
 def param_strategies(t: TensorType, mesh: Mesh, fixed: Shard | None = None) -> list[Strategy]:

@@ -397,3 +397,24 @@ def test_whole_results_are_whole_even_a_returned_parameter() -> None:
     assert spmd.attrs["out_shardings"] == [[[], []]] * 3
     q = plan(module, parse_mesh("a=2"), network, ROOF, whole_results=False)
     assert q.choice["1"].result == (("a",), ())
+
+
+@pytest.mark.parametrize(("shape", "splits"), [("4,256", False), ("2,4", True)])
+def test_a_wide_split_max_is_no_strategy(shape: str, splits: bool) -> None:
+    # A split max is an fp claim whose fold the prover unrolls only up to 8 elements: wider,
+    # the claim would be unknown, so the plan keeps the reduction whole.
+    module = verify(
+        parse(
+            f"""func @main(%x: f32[{shape}]) -> f32[] {{
+  %m = reduce_max(%x) {{axes = [0, 1]}} : f32[]
+  return %m
+}}
+""",
+            "max.gdv",
+        )
+    )
+    p = plan(module, parse_mesh("a=2"), net(1e-12, 1e-14), ROOF)
+    assert bool(p.choice["m"].partial) == splits
+    part = apply(module, p)
+    assert ("all_reduce" in collectives(part.module)) == splits
+    assert prove_steps(part) == "proved"
