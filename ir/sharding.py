@@ -185,8 +185,10 @@ def _reshape(op: Op, types: list[TensorType]) -> FactorRule:
     """Groups of consecutive dims with equal products map onto each other. A group of one
     operand dim and several result dims (a split) makes the result dims its factors, the
     operand dim compound; a merge is the mirror image; any other group is one factor,
-    replicated."""
+    replicated. A value with no elements is kept whole (its dims' products do not pair up)."""
     (x,) = types
+    if x.num_elements == 0:
+        return _replicated_all(op, types)
     src, dst = list(x.shape), list(op.type.shape)
     sizes: dict[str, int] = {}
     operand: list[list[str]] = []

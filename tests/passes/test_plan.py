@@ -248,7 +248,7 @@ def test_random_programs_are_planned_partitioned_and_proved(module, two_axes) ->
     cost = program_cost(part.module, network, ROOF)
     if all(len(set(op.operands)) == len(op.operands) for op in module.entry.ops):
         assert cost.step_s == pytest.approx(p.objective_s, rel=1e-9, abs=1e-15)
-    assert prove_steps(part) == "proved"
+    assert prove_steps(part, timeout=60) == "proved"
 
 
 # --- the plans it chooses -------------------------------------------------------------------
@@ -273,7 +273,7 @@ def test_the_mlp_at_tp_2_is_megatrons_split() -> None:
     # propagation from the annotations alone writes the same program: gdv partition's
     alone = partition(module, parse_mesh("model=2"), p.annotations)
     assert print_module(alone.module) == print_module(part.module)
-    assert prove_steps(part) == "proved"
+    assert prove_steps(part, timeout=60) == "proved"
     cost = program_cost(part.module, net(1e-7), ROOF)
     assert cost.step_s == pytest.approx(p.objective_s, rel=1e-9)
     assert cost.memory_bytes == p.memory_bytes
@@ -310,7 +310,7 @@ def test_data_x_model_combines_both() -> None:
     assert p.parallelism() == ["data", "tensor-column", "tensor-row"]
     part = apply(module, p)
     assert "all_reduce" in collectives(part.module)
-    assert prove_steps(part) == "proved"
+    assert prove_steps(part, timeout=60) == "proved"
 
 
 def test_a_memory_limit_forces_the_weights_apart() -> None:
@@ -372,7 +372,7 @@ def test_a_small_llama_like_plan_is_applied_and_proved() -> None:
     module = llama(1, hidden=64, heads=4, kv_heads=2, ffn=128, seq=16)
     p = plan(module, parse_mesh("data=2,model=2"), net(1e-7), ROOF)
     part = apply(module, p)
-    assert prove_steps(part) == "proved"
+    assert prove_steps(part, timeout=60) == "proved"
     assert math.isfinite(program_cost(part.module, net(1e-7), ROOF).step_s)
 
 
@@ -417,4 +417,23 @@ def test_a_wide_split_max_is_no_strategy(shape: str, splits: bool) -> None:
     assert bool(p.choice["m"].partial) == splits
     part = apply(module, p)
     assert ("all_reduce" in collectives(part.module)) == splits
+    assert prove_steps(part, timeout=60) == "proved"
+
+
+def test_an_empty_reshape_is_kept_whole() -> None:
+    # The reshape rule paired dims by their products; with a 0 among them it ran off the end.
+    module = verify(
+        parse(
+            """func @main(%x: f64[8,0,4], %y: f64[8,4]) -> (f64[0], f64[8,4]) {
+  %r = reshape(%x) : f64[0]
+  %s = add(%y, %y) : f64[8,4]
+  return %r, %s
+}
+""",
+            "empty.gdv",
+        )
+    )
+    p = plan(module, parse_mesh("a=2"), net(1e-12, 1e-14), ROOF)
+    assert len(p.nodes["r"].strategies) == 1 and p.choice["r"].factors == ()
+    part = apply(module, p)
     assert prove_steps(part, timeout=60) == "proved"

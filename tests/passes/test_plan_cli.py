@@ -57,7 +57,10 @@ def test_the_json_report_says_what_was_chosen_and_from_what(no_probe) -> None:
 
 def test_apply_writes_the_proved_program_and_its_claims(tmp_path, no_probe) -> None:
     out = tmp_path / "spmd.gdv"
-    run = gdv("plan", MLP, "--mesh", "data=2,model=2", "--apply", "-o", str(out), env=no_probe)
+    run = gdv(
+        "plan", MLP, "--mesh", "data=2,model=2", "--apply", "-o", str(out),
+        "--claim-timeout", "60", env=no_probe,
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "claims: 7 of 7 proved; verdict proved" in run.stdout
     text = out.read_text()
@@ -207,7 +210,7 @@ def test_a_planned_mlp_sends_under_mpi_the_bytes_the_plan_predicts(tmp_path, no_
     out = tmp_path / "spmd.gdv"
     run = gdv(
         "plan", MLP, "--mesh", "data=2,model=2", "--apply", "-o", str(out), "--json",
-        env=no_probe,
+        "--claim-timeout", "60", env=no_probe,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
