@@ -94,12 +94,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=["whole", "any"],
         help="whole: every rank ends with each whole result (default); any: results may stay split",
     )
-    p.add_argument("--max-memory", type=memory_size, help="bytes per device (e.g. 16GiB)")
-    p.add_argument("--timeout", type=seconds, default=60.0, help="solver seconds (60)")
+    p.add_argument(
+        "--max-memory", type=memory_size, metavar="BYTES", help="bytes per device (e.g. 16GiB)"
+    )
+    p.add_argument("--timeout", type=seconds, default=60.0, metavar="S", help="solver seconds (60)")
     p.add_argument(
         "--gap",
         type=gap_fraction,
         default=1e-6,
+        metavar="G",
         help="the relative gap to the optimum the solver must prove (default 1e-6; "
         "memory-limited plans of large models may need 1e-3)",
     )
@@ -108,9 +111,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--apply", action="store_true", help="partition on the plan and prove every claim"
     )
-    p.add_argument("-o", "--output", help="with --apply: write the SPMD program here")
     p.add_argument(
-        "--claim-timeout", type=seconds, default=10.0, help="with --apply: seconds per claim (10)"
+        "-o", "--output", metavar="FILE", help="with --apply: write the SPMD program here"
+    )
+    p.add_argument(
+        "--claim-timeout",
+        type=seconds,
+        default=10.0,
+        metavar="S",
+        help="with --apply: seconds per claim (10)",
     )
     p.set_defaults(handler=plan_command)
 
