@@ -71,18 +71,28 @@ class CompiledSegment:
     which `gdv compile --mesh --emit-evidence` writes the segment's own bundle."""
 
 
-_COMPILED: dict[tuple[str, bool], list[CompiledSegment | Collective]] = {}
+_COMPILED: dict[tuple[str, bool, str], list[CompiledSegment | Collective]] = {}
+SEGMENT_TARGETS = ("c", "reference")
+"""What runs a rank's local ops: the C target (compiled, proved) or the reference backend."""
 
 
 def compile_segments(
-    module: Module, allow_fallback: bool = False
+    module: Module, allow_fallback: bool = False, target: str = "c"
 ) -> list[CompiledSegment | Collective]:
     """The entry SPMD function's steps, each segment compiled for the C target (the options of
-    `gdv run --target c`) with every obligation proved; kept for the process by module text."""
+    `gdv run --target c`) with every obligation proved; kept for the process by module text.
+    With `target="reference"` each segment is its source, run by the reference backend on
+    every rank (no compile): the ranks then compute what the simulation computes, bit for
+    bit, transcendentals included."""
     from gdv.driver import CompileOptions, compile_module
     from gdv.ir.printer import print_module
 
-    key = (print_module(module), allow_fallback)
+    if target not in SEGMENT_TARGETS:
+        raise IRError(
+            f"--ranks runs the local ops on target {' or '.join(SEGMENT_TARGETS)}, not {target}",
+            Loc("<command line>", 1, 1),
+        )
+    key = (print_module(module), allow_fallback, target)
     if key in _COMPILED:
         return _COMPILED[key]
     fn = module.entry
@@ -92,6 +102,9 @@ def compile_segments(
             steps.append(step)
             continue
         source = print_module(segment_module(module, fn, step))
+        if target == "reference":
+            steps.append(CompiledSegment(step, source))
+            continue
         comp = compile_module(source, CompileOptions(target="c", allow_fallback=allow_fallback))
         for f in comp.artifact.fallbacks:
             print(
@@ -117,10 +130,14 @@ def run_mpi(
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
     allow_fallback: bool = False,
+    target: str = "c",
 ) -> MpiRun:
     """Run the entry SPMD function of `module` on `ranks` MPI processes on this machine, on
-    global `inputs` (keyed by parameter name). `ranks` must be the mesh's size."""
-    return run_mpi_many(module, [inputs], ranks, timeout=timeout, allow_fallback=allow_fallback)[0]
+    global `inputs` (keyed by parameter name). `ranks` must be the mesh's size; `target` runs
+    the local ops (`compile_segments`)."""
+    return run_mpi_many(
+        module, [inputs], ranks, timeout=timeout, allow_fallback=allow_fallback, target=target
+    )[0]
 
 
 def run_mpi_many(
@@ -130,6 +147,7 @@ def run_mpi_many(
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
     allow_fallback: bool = False,
+    target: str = "c",
 ) -> list[MpiRun]:
     """`run_mpi` on each input set in turn, in one MPI job (one start of `mpiexec` and of
     the ranks, whose segments load once); one `MpiRun` per set (`seconds` is the whole job's
@@ -152,11 +170,13 @@ def run_mpi_many(
     shards = [shard_inputs(module, inputs) for inputs in input_sets]  # checks the inputs
     mpiexec, mpicc = require_all()
     runtime = build_runtime(mpicc)
-    steps = compile_segments(module, allow_fallback)
+    steps = compile_segments(module, allow_fallback, target)
     work = Path(tempfile.mkdtemp(prefix="gdv-mpi-run-"))
     runs: list[MpiRun] = []
     try:
-        _write_plan(work, module, steps, runtime, allow_fallback, print_module(module), len(shards))
+        _write_plan(
+            work, module, steps, runtime, allow_fallback, print_module(module), len(shards), target
+        )
         for b, per_rank_shards in enumerate(shards):
             for r, shard in enumerate(per_rank_shards):
                 np.savez(work / f"in.{r}.{b}.npz", **shard)
@@ -191,6 +211,7 @@ def _write_plan(
     allow_fallback: bool,
     program: str,
     batches: int = 1,
+    target: str = "c",
 ) -> None:
     (work / "program.gdv").write_text(program)
     plan_steps = []
@@ -217,6 +238,7 @@ def _write_plan(
         "runtime": str(runtime),
         "allow_fallback": allow_fallback,
         "batches": batches,
+        "target": target,
         "steps": plan_steps,
     }
     (work / "plan.json").write_text(json.dumps(plan, indent=1))

@@ -60,7 +60,6 @@ def _as_dtype(arr: np.ndarray, dtype) -> np.ndarray:
 
 def run_rank(workdir: Path, rank: int) -> None:
     from gdv.api import parse
-    from gdv.backends import c
     from gdv.backends.mpi.collective import Runtime
     from gdv.ir.mesh import function_mesh
 
@@ -74,9 +73,7 @@ def run_rank(workdir: Path, rank: int) -> None:
         raise RuntimeError(f"the plan is for {plan['ranks']} ranks, the mesh has {mesh.size}")
     start = time.perf_counter()
     executables = {
-        k: c.Executable(
-            parse((workdir / step["file"]).read_text(), step["file"]), plan["allow_fallback"]
-        )
+        k: _executable(parse((workdir / step["file"]).read_text(), step["file"]), plan)
         for k, step in enumerate(plan["steps"])
         if step["kind"] == "segment"
     }
@@ -103,6 +100,17 @@ def run_rank(workdir: Path, rank: int) -> None:
         os.replace(tmp, workdir / f"out.{rank}.{b}.npz")
         _write(workdir / f"report.{rank}.{b}.json", json.dumps(report, indent=1))
     _write(workdir / f"done.{rank}", "done")
+
+
+def _executable(module, plan: dict):
+    """A segment's runner: compiled C, or the reference backend (`plan["target"]`)."""
+    if plan.get("target", "c") == "reference":
+        from gdv.backends import reference
+
+        return lambda inputs: reference.run(module, inputs)
+    from gdv.backends import c
+
+    return c.Executable(module, plan["allow_fallback"])
 
 
 def _run_steps(plan, fn, mesh, runtime, executables, env, dead_after, workdir, rank, first):

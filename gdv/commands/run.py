@@ -186,10 +186,11 @@ def _run_spmd(args: argparse.Namespace, module, fn) -> list[np.ndarray]:
             )
         run = run_spmd(module, inputs, mode="ideal" if args.ideal else "exact")
     else:
-        if args.target not in (None, "c"):
+        if args.target not in (None, "c", "reference"):
             target_info(args.target, command_line)
             raise IRError(
-                f"--ranks runs the local ops compiled for C, not on --target {args.target}",
+                f"--ranks runs the local ops compiled for C (or, --target reference, on the "
+                f"reference backend), not on --target {args.target}",
                 command_line,
             )
         if args.ideal:
@@ -201,7 +202,12 @@ def _run_spmd(args: argparse.Namespace, module, fn) -> list[np.ndarray]:
         from gdv.backends.mpi import run_mpi
 
         run = run_mpi(
-            module, inputs, args.ranks, timeout=args.timeout, allow_fallback=args.allow_fallback
+            module,
+            inputs,
+            args.ranks,
+            timeout=args.timeout,
+            allow_fallback=args.allow_fallback,
+            target=args.target or "c",
         )
         if args.report:
             _write_text_atomically(

@@ -422,7 +422,7 @@ def test_gdv_run_without_ranks_simulates(tmp_path, capsys) -> None:
     [
         (MLP, ["--ranks", "2"], "1:1: error: --ranks 2, but mesh @m (data = 2 x model = 2) has 4"),
         (PLAIN, ["--ranks", "2"], "1:6: error: --ranks runs an SPMD function under MPI, but @main"),
-        (MLP, ["--ranks", "4", "--target", "reference"], "error: --ranks runs the local ops"),
+        (MLP, ["--ranks", "4", "--target", "triton"], "error: --ranks runs the local ops"),
         (MLP, ["--target", "c"], "error: @main is an SPMD function"),
         (MLP, ["--ranks", "4", "--ideal"], "error: --ideal runs on the reference target only"),
         (MLP, ["--report", "r.json"], "error: --report needs --ranks"),
