@@ -219,24 +219,29 @@ def test_softmax_and_layer_norm_fuse_exactly(data, rows: int, cols: int) -> None
     ts.check(text, inputs, transcendental="erf")
 
 
-def test_layout_ops_move_data_exactly() -> None:
-    text = """func @main(%x: f32[3,4], %t: f32[5,2], %i: i32[2,3]) -> (f32[2,6], f32[3,2],
-        f32[6,4], f32[5,8], f32[2,3,2], i64[2,3], f32[2,2]) {
-      %r = reshape(%x) : f32[2,6]
-      %s = slice(%x) {start = [0, 1], limit = [3, 4], stride = [1, 2]} : f32[3,2]
-      %c = concat(%x, %x) {axis = 0} : f32[6,4]
-      %p = pad(%x) {low = [1, 2], high = [1, 2], value = -0.0} : f32[5,8]
-      %g = take(%t, %i) {axis = 0} : f32[2,3,2]
-      %o = iota() {axis = 1} : i64[2,3]
-      %k = constant() {value = [[1.5, -0.0], [nan, 3.0e38]]} : f32[2,2]
+@pytest.mark.parametrize("dtype", [*FLOATS, DType.I8, DType.I1], ids=str)
+def test_layout_ops_move_data_exactly(dtype: DType) -> None:
+    d = dtype.value
+    value = "true" if dtype.is_bool else ("-0.0" if dtype.is_float else "-7")
+    literal = "[[true, false], [false, true]]" if dtype.is_bool else "[[1, -2], [3, 100]]"
+    if dtype.is_float:
+        literal = "[[1.5, -0.0], [nan, 3.0e38]]"
+    text = f"""func @main(%x: {d}[3,4], %t: {d}[5,2], %i: i32[2,3]) -> ({d}[2,6], {d}[3,2],
+        {d}[6,4], {d}[5,8], {d}[2,3,2], i64[2,3], {d}[2,2]) {{
+      %r = reshape(%x) : {d}[2,6]
+      %s = slice(%x) {{start = [0, 1], limit = [3, 4], stride = [1, 2]}} : {d}[3,2]
+      %c = concat(%x, %x) {{axis = 0}} : {d}[6,4]
+      %p = pad(%x) {{low = [1, 2], high = [1, 2], value = {value}}} : {d}[5,8]
+      %g = take(%t, %i) {{axis = 0}} : {d}[2,3,2]
+      %o = iota() {{axis = 1}} : i64[2,3]
+      %k = constant() {{value = {literal}}} : {d}[2,2]
       return %r, %s, %c, %p, %g, %o, %k
-    }"""
+    }}"""
     rng = np.random.default_rng(0)
-    inputs = {
-        "x": rng.standard_normal((3, 4)).astype(np.float32),
-        "t": rng.standard_normal((5, 2)).astype(np.float32),
-        "i": np.array([[0, 4, -3], [7, 2, 1]], dtype=np.int32),  # clamped to [0, 4]
-    }
+    with np.errstate(all="ignore"):
+        x = (rng.standard_normal((3, 4)) * 10).astype(dtype.np)
+        t = (rng.standard_normal((5, 2)) * 10).astype(dtype.np)
+    inputs = {"x": x, "t": t, "i": np.array([[0, 4, -3], [7, 2, 1]], np.int32)}  # clamped
     ts.check(text, inputs)
 
 
