@@ -7,6 +7,8 @@ once (runtime.c's `xchg`: both posted, then one wait) costs the same as one mess
 collective of a group of p members, operand of n bytes (E elements of e bytes), costs the
 number of steps on its critical path times alpha plus the bytes along that path times beta:
 
+- all_reduce over 2 members, order rank or tree (both are op(v0, v1): one exchange, each member
+  folds the two values in order itself): 1 step, n bytes;
 - all_reduce, order rank (a chain down the members, pipelined in pieces of s = min(n, 256 KiB),
   k = ceil(n / 256 KiB) of them, then the result round the chain): 2(p + k - 2) steps,
   2(p + k - 2) s bytes;
@@ -125,6 +127,8 @@ def collective_cost(
     if p <= 1 or op == "shard_slice":
         return CollectiveCost(op, 0, 0.0, tuple([0] * max(p, 1)))
     if op == "all_reduce":
+        if p == 2 and order in ("rank", "tree"):
+            return CollectiveCost(op, 1, float(n), (n, n))
         if order == "rank":
             k = max(1, -(-n // CHAIN_PIECE))
             s = min(n, CHAIN_PIECE)
