@@ -35,6 +35,7 @@ from gdv.backends.mpi.tools import MpiError, MpiUnavailable, build_runtime, requ
 from gdv.ir.core import Module
 from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.mesh import function_mesh
+from gdv.ir.targets import target_info
 
 __all__ = [
     "MpiError",
@@ -102,7 +103,7 @@ def compile_segments(
             steps.append(step)
             continue
         source = print_module(segment_module(module, fn, step))
-        if target == "reference":
+        if target_info(target).interpreter:  # the reference backend runs the source itself
             steps.append(CompiledSegment(step, source))
             continue
         comp = compile_module(source, CompileOptions(target="c", allow_fallback=allow_fallback))

@@ -152,9 +152,11 @@ def compile_partitioned(args: argparse.Namespace) -> int:
     segment of local ops for C with its obligations proved; -o writes the SPMD program (run
     it with `gdv run --ranks N`), --emit-evidence the partition bundle with every segment's
     bundle inside."""
+    from gdv.backends.mpi import SEGMENT_TARGETS
     from gdv.ir.printer import print_module
+    from gdv.ir.targets import target_info
 
-    if args.target != "c":
+    if args.target not in SEGMENT_TARGETS or target_info(args.target).interpreter:
         raise IRError(
             f"--mesh compiles for target c (segments of local ops between MPI collectives), "
             f"not {args.target}",
