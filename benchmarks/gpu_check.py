@@ -163,6 +163,29 @@ def conformance_cases(dry: bool) -> list[tuple[str, str, dict | None, str | None
     return cases
 
 
+def _difference(k: int, got, want, inputs) -> dict:
+    """Where output k first differs: up to 4 positions with the inputs there (same-shaped
+    inputs only), got and want (value and bits)."""
+    g, w = np.asarray(got).ravel(), np.asarray(want).ravel()
+    same = (
+        (g == w) | (np.isnan(g.astype(np.float64)) & np.isnan(w.astype(np.float64)))
+        if (np.issubdtype(w.dtype, np.floating))
+        else (g == w)
+    )
+    if np.issubdtype(w.dtype, np.floating):
+        same &= np.signbit(g) == np.signbit(w)
+    where = np.flatnonzero(~same)[:4]
+    flat = {n: np.asarray(v).ravel() for n, v in (inputs or {}).items()}
+    out = {"output": k, "count": int((~same).sum()), "at": []}
+    for i in where:
+        row = {"index": int(i), "got": repr(g[i].item()), "want": repr(w[i].item())}
+        for n, v in flat.items():
+            if v.size == g.size:
+                row[n] = repr(v[i].item())
+        out["at"].append(row)
+    return out
+
+
 def run_conformance(dry: bool, deadline: float) -> list[dict]:
     from gdv.api import parse
     from gdv.backends import reference
@@ -191,10 +214,12 @@ def run_conformance(dry: bool, deadline: float) -> list[dict]:
             got = exe(inputs)
             want = reference.run(source, inputs)
             worst, exact = 0.0, True
-            for g, w in zip(got, want, strict=True):
+            details = []
+            for out_k, (g, w) in enumerate(zip(got, want, strict=True)):
                 if reference.bit_equal(g, w):
                     continue
                 exact = False
+                details.append(_difference(out_k, g, w, inputs))
                 if np.issubdtype(w.dtype, np.floating):
                     gg, ww = g.astype(np.float64), w.astype(np.float64)
                     if not np.array_equal(np.isnan(gg), np.isnan(ww)):
@@ -221,6 +246,7 @@ def run_conformance(dry: bool, deadline: float) -> list[dict]:
                     "mode": exe.mode,
                     "status": status,
                     "seconds": round(time.perf_counter() - t0, 2),
+                    "differences": details[:12],
                 }
             )
         except Exception as e:  # noqa: BLE001 - recorded, the run goes on

@@ -275,7 +275,7 @@ def attention(seq: int = 128, d: int = 256, heads: int = 4) -> Workload:
                 k = (h @ wk).reshape(seq, heads, dh).permute(1, 2, 0)
                 v = (h @ wv).reshape(seq, heads, dh).transpose(0, 1)
                 sc = (q @ k) * scale
-                mask = torch.ones(seq, seq, dtype=torch.bool).tril()
+                mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
                 sc = sc.masked_fill(~mask, float("-inf"))
                 o = (torch.softmax(sc, dim=-1) @ v).transpose(0, 1).reshape(seq, d)
                 return x + o @ wo

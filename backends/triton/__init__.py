@@ -68,8 +68,9 @@ from gdv.backends.triton import runtime as _rt
 
 # libdevice on a GPU, the reference backend's functions under the Triton interpreter
 {math} = _rt.math_functions()
-# no multiply-add contraction in any compile (IR_SPEC.md section 3)
-LAUNCH = {} if _rt.interpreting() else {"enable_fp_fusion": False}
+# no multiply-add contraction in any compile (IR_SPEC.md section 3), and libdevice keeps
+# subnormals (Triton's default, enable_reflect_ftz, flushes them to zero)
+LAUNCH = {} if _rt.interpreting() else {"enable_fp_fusion": False, "enable_reflect_ftz": False}
 '''
 
 

@@ -146,7 +146,7 @@ def descriptor(measure: bool = True, refresh: bool = False) -> dict[str, Any]:
         "compiler": {
             "command": "triton.compile (GPUTarget cuda sm_90, warp size 32)",
             "version": version,
-            "flags": ["enable_fp_fusion=False"],
+            "flags": ["enable_fp_fusion=False", "enable_reflect_ftz=False"],
             "openmp": False,
         },
         "execution": {
