@@ -340,6 +340,22 @@ def run_side_by_side(dry: bool, repeats: int, deadline: float) -> list[dict]:
                 row["eager_ms"] = 1e3 * _median_seconds(
                     lambda f=module, a=args: f(*a), sync, repeats
                 )
+                if exe.mode == "cuda":
+                    try:  # the same kernels, launched as one CUDA graph
+                        graphed = exe.graphed(tensors)
+                        (again,) = graphed(tensors)
+                        sync()
+                        row["graph_bit_identical"] = bool(
+                            torch.equal(again.view(torch.uint8), ours.view(torch.uint8))
+                            if again.dtype == ours.dtype
+                            else False
+                        )
+                        row["gdv_graph_ms"] = 1e3 * _median_seconds(
+                            lambda g=graphed, t=tensors: g(t), sync, repeats
+                        )
+                        row["gdv_graph_over_eager"] = row["gdv_graph_ms"] / row["eager_ms"]
+                    except Exception as e:  # noqa: BLE001 - recorded
+                        row["graph_error"] = f"{type(e).__name__}: {e}"[:300]
                 if not dry and time.perf_counter() < deadline:
                     try:
                         compiled = torch.compile(module)
@@ -434,14 +450,16 @@ def markdown(device: str, conformance: list[dict], sbs: list[dict]) -> str:
         "",
         "## Side by side (median of the timed calls, ms)",
         "",
-        "| workload | gdv triton | torch eager | torch.compile | gdv/eager | gdv/compile |"
-        " rel. diff vs eager |",
-        "|---|---|---|---|---|---|---|",
+        "| workload | gdv triton | gdv, one CUDA graph | torch eager | torch.compile | gdv/eager |"
+        " graph/eager | gdv/compile | rel. diff vs eager |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sbs:
         lines.append(
-            f"| {r['workload']} | {_fmt(r.get('gdv_ms'))} | {_fmt(r.get('eager_ms'))} | "
+            f"| {r['workload']} | {_fmt(r.get('gdv_ms'))} | {_fmt(r.get('gdv_graph_ms'))} | "
+            f"{_fmt(r.get('eager_ms'))} | "
             f"{_fmt(r.get('compile_ms'))} | {_fmt(r.get('gdv_over_eager'))} | "
+            f"{_fmt(r.get('gdv_graph_over_eager'))} | "
             f"{_fmt(r.get('gdv_over_compile'))} | {_fmt(r.get('relative_diff'))} |"
             + ("" if r.get("status") == "ok" else f" {r.get('status')}")
         )

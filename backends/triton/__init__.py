@@ -200,6 +200,36 @@ class Executable:
         with np.errstate(all="ignore"):
             return self.program.run(tensors, self.device, self._fallbacks)
 
+    def graphed(self, example: dict):
+        """`run_tensors` as one CUDA graph, for inputs of `example`'s shapes and dtypes: the
+        same kernels launched in the same order, captured once and replayed (no Python launch
+        per kernel). The returned function copies its inputs into the graph's buffers, replays
+        it and returns the graph's output tensors (overwritten by the next call). CUDA only,
+        and not with ops left to reference kernels (they run on the host)."""
+        import torch
+
+        if self.mode != "cuda" or self._fallbacks:
+            raise IRError("target triton: a CUDA graph needs a GPU and no op on a reference kernel")
+        static = {k: v.clone() for k, v in example.items()}
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):  # compiles every kernel and makes the constants first
+                self.run_tensors(static)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = self.run_tensors(static)
+
+        def replay(tensors: dict) -> list:
+            for k, v in tensors.items():
+                static[k].copy_(v)
+            graph.replay()
+            return outs
+
+        replay.graph = graph
+        return replay
+
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         outs = self.run_tensors(self.tensors(inputs))
         results = []

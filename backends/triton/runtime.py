@@ -158,11 +158,18 @@ def math_functions() -> tuple:
     return tuple(sigmoid if n == "sigmoid" else lib[n] for n in MATH_NAMES)
 
 
+_CONSTANTS: dict = {}
+
+
 def tensor(data: tuple[str, str, tuple[int, ...]], device):
-    """A value kept in the artifact (hex bytes, IR dtype, shape) as a torch tensor."""
+    """A value kept in the artifact (hex bytes, IR dtype, shape) as a torch tensor, made once
+    per device (no kernel writes to an operand; a CUDA graph's capture copies nothing)."""
     from gdv.backends.triton import to_torch
     from gdv.ir.dtypes import DType
 
-    raw, dtype, shape = data
-    arr = np.frombuffer(bytes.fromhex(raw), dtype=DType(dtype).np).reshape(shape)
-    return to_torch(arr, device)
+    key = (data, str(device))
+    if key not in _CONSTANTS:
+        raw, dtype, shape = data
+        arr = np.frombuffer(bytes.fromhex(raw), dtype=DType(dtype).np).reshape(shape)
+        _CONSTANTS[key] = to_torch(arr, device)
+    return _CONSTANTS[key]
