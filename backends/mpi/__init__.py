@@ -168,7 +168,13 @@ def run_mpi_many(
         )
     check_function(fn, module.filename)
     check_runnable(fn)
-    shards = [shard_inputs(module, inputs) for inputs in input_sets]  # checks the inputs
+    # An input that is the same object in every set (a model's weights) is written once per
+    # rank; the others once per rank and set. Sets are sharded one at a time (memory).
+    first = input_sets[0]
+    shared = [
+        n for n in first if len(input_sets) > 1 and all(s.get(n) is first[n] for s in input_sets)
+    ]
+    shard_inputs(module, first)  # checks the inputs before anything starts
     mpiexec, mpicc = require_all()
     runtime = build_runtime(mpicc)
     steps = compile_segments(module, allow_fallback, target)
@@ -176,13 +182,24 @@ def run_mpi_many(
     runs: list[MpiRun] = []
     try:
         _write_plan(
-            work, module, steps, runtime, allow_fallback, print_module(module), len(shards), target
+            work,
+            module,
+            steps,
+            runtime,
+            allow_fallback,
+            print_module(module),
+            len(input_sets),
+            target,
         )
-        for b, per_rank_shards in enumerate(shards):
-            for r, shard in enumerate(per_rank_shards):
-                np.savez(work / f"in.{r}.{b}.npz", **shard)
+        for b, inputs in enumerate(input_sets):
+            for r, shard in enumerate(shard_inputs(module, inputs)):
+                if b == 0 and shared:
+                    np.savez(work / f"in.{r}.shared.npz", **{n: shard[n] for n in shared})
+                np.savez(
+                    work / f"in.{r}.{b}.npz", **{n: v for n, v in shard.items() if n not in shared}
+                )
         seconds = _launch(mpiexec, work, ranks, timeout, steps)
-        for b in range(len(shards)):
+        for b in range(len(input_sets)):
             per_rank = []
             reports = []
             for r in range(ranks):

@@ -3,7 +3,8 @@
 The launcher (`gdv.backends.mpi.run_mpi`) leaves in WORKDIR the program (`program.gdv`), the
 plan (`plan.json`: the steps, the runtime's shared object, the number of input sets), each
 compiled segment's final module (`segK.gdv`) and one input file per rank and input set
-(`in.R.B.npz`). Rank R loads its segments once, then for each input set B reads only its own
+(`in.R.B.npz`; inputs common to every set once, `in.R.shared.npz`). Rank R loads its
+segments once, then for each input set B reads only its own
 inputs, runs the steps in order (segments on the C target, collectives on the runtime), and
 writes `out.R.B.npz` (its local results `out0`, `out1`, ...) and `report.R.B.json` (bytes sent
 per collective, seconds per step, seconds spent loading the segments); last, the marker
@@ -87,9 +88,13 @@ def run_rank(workdir: Path, rank: int) -> None:
     for name, k in last_read.items():
         if name not in set(fn.returns):
             dead_after.setdefault(k, []).append(name)
+    shared: dict = {}
+    if (workdir / f"in.{rank}.shared.npz").exists():  # the inputs every set has in common
+        with np.load(workdir / f"in.{rank}.shared.npz", allow_pickle=False) as data:
+            shared = {k: _as_dtype(data[k], types[k].dtype) for k in data.files}
     for b in range(plan.get("batches", 1)):
         with np.load(workdir / f"in.{rank}.{b}.npz", allow_pickle=False) as data:
-            env = {k: _as_dtype(data[k], types[k].dtype) for k in data.files}
+            env = {**shared, **{k: _as_dtype(data[k], types[k].dtype) for k in data.files}}
         report = _run_steps(
             plan, fn, mesh, runtime, executables, env, dead_after, workdir, rank, b == 0
         )
