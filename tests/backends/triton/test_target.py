@@ -290,3 +290,15 @@ def test_without_triton_lowering_works_and_running_says_what_to_install(monkeypa
         runtime.require_triton()
     d = descriptor("triton", measure=False)
     assert not d["available"]["ok"] and "gdv[gpu]" in d["available"]["reason"]
+
+
+def test_a_cuda_graph_needs_a_gpu() -> None:
+    """`Executable.graphed` (the artifact's kernels as one CUDA graph, timed by the device
+    check) is refused, with the reason, where the kernels run under the interpreter."""
+    exe = tt.Executable(
+        ts.final("func @main(%x: f32[4]) -> f32[4] {\n  %y = neg(%x) : f32[4]\n  return %y\n}\n")
+    )
+    assert exe.mode == "interpreter"
+    tensors = exe.tensors({"x": np.arange(4, dtype=np.float32)})
+    with pytest.raises(IRError, match="a CUDA graph needs a GPU"):
+        exe.graphed(tensors)
