@@ -33,6 +33,7 @@ __all__ = [
     "TARGETS",
     "TARGET_NAMES",
     "Artifact",
+    "Fallback",
     "Lowered",
     "Target",
     "get_target",
@@ -42,10 +43,24 @@ Runner = Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]
 """A compiled program: inputs keyed by parameter name (no `%`) -> outputs."""
 
 
+@dataclass(frozen=True)
+class Fallback:
+    """An op a target cannot do, run by the reference backend instead (only with
+    `allow_fallback`): its position in the entry function, name, location and the reason."""
+
+    index: int
+    op: str
+    loc: str
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "op": self.op, "location": self.loc, "reason": self.reason}
+
+
 @dataclass
 class Lowered:
     """A module lowered for a target: the artifact's text and the ops left to reference
-    kernels (`gdv.backends.c.Fallback` entries; none for targets without fallbacks)."""
+    kernels (`Fallback` entries; none for targets without fallbacks)."""
 
     text: str
     fallbacks: list = field(default_factory=list)

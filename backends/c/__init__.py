@@ -39,6 +39,7 @@ from gdv.backends.c.emit import CTYPE, UNSUPPORTED_DTYPES, Program, comment, cty
 from gdv.backends.c.registry import LOWERINGS, RULES, UNSUPPORTED
 from gdv.backends.c.simd import simd_choice
 from gdv.backends.c.toolchain import compiler, detect, flags, isa_features
+from gdv.backends.targets import Fallback
 from gdv.ir.core import Module, Op
 from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.ops import get as get_spec
@@ -58,20 +59,6 @@ __all__ = [
     "run",
     "schedule_parameters",
 ]
-
-
-@dataclass(frozen=True)
-class Fallback:
-    """An op the C target cannot do, run by the reference backend's kernel instead (only with
-    `allow_fallback`): its position in the entry function, name, location and the reason."""
-
-    index: int
-    op: str
-    loc: str
-    reason: str
-
-    def to_json(self) -> dict:
-        return {"index": self.index, "op": self.op, "location": self.loc, "reason": self.reason}
 
 
 @dataclass

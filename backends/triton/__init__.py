@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gdv.backends.targets import Fallback
 from gdv.backends.triton import elementwise, kernel, layout  # noqa: F401  (fill the tables)
 from gdv.backends.triton.emit import (
     TL,
@@ -33,20 +34,6 @@ from gdv.ir.dtypes import DType
 from gdv.ir.ops import get as get_spec
 
 __all__ = ["RULES", "Executable", "Fallback", "Lowered", "build", "capabilities", "lower_module"]
-
-
-@dataclass(frozen=True)
-class Fallback:
-    """An op the target cannot do, run by the reference backend instead (only with
-    `allow_fallback`): its position in the entry function, name, location and the reason."""
-
-    index: int
-    op: str
-    loc: str
-    reason: str
-
-    def to_json(self) -> dict:
-        return {"index": self.index, "op": self.op, "location": self.loc, "reason": self.reason}
 
 
 @dataclass
