@@ -21,6 +21,7 @@ import platform
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -151,22 +152,13 @@ def write_bundle(
     """Write the bundle of `comp` to `directory` (replacing an earlier bundle there, never
     another directory), signed with the Ed25519 private key in `sign_key` when given, with the
     measured `execution` report (`gdv.evidence.reports.execution`) when given."""
-    target = Path(directory)
-    if target.exists() and not (target / "manifest.json").is_file():
-        raise IRError(
-            f"{printable(str(target), 200)} exists and is not an evidence bundle; not "
-            "overwriting it",
-            Loc(str(target), 1, 1),
-        )
     signer = None
     if sign_key is not None:
         from gdv.evidence.signing import load_private_key
 
         signer = load_private_key(sign_key)
-    parent = target.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".gdv-evidence-", dir=parent))
-    try:
+
+    def fill(tmp: Path) -> None:
         manifest = build_manifest(comp, tmp)
         manifest["reports"] = write_reports(tmp, comp, execution)
         validate_manifest(manifest)
@@ -185,6 +177,25 @@ def write_bundle(
             "from_cache": sorted(o.obligation.id for o in comp.outcomes if o.cached),
         }
         (tmp / "timings.json").write_text(json.dumps(timings, indent=2, sort_keys=True) + "\n")
+
+    return install_bundle(directory, fill)
+
+
+def install_bundle(directory: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
+    """`fill` writes a bundle into a fresh folder beside `directory`, which then replaces
+    `directory` (an earlier bundle, never another folder); nothing is left on failure."""
+    target = Path(directory)
+    if target.exists() and not (target / "manifest.json").is_file():
+        raise IRError(
+            f"{printable(str(target), 200)} exists and is not an evidence bundle; not "
+            "overwriting it",
+            Loc(str(target), 1, 1),
+        )
+    parent = target.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".gdv-evidence-", dir=parent))
+    try:
+        fill(tmp)
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

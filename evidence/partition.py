@@ -31,20 +31,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gdv.evidence.bundle import (
     EvidenceError,
+    install_bundle,
     manifest_bytes,
     sha256,
     slug,
     tool_versions,
     validate_manifest,
 )
-from gdv.ir.diagnostics import IRError, Loc, printable
+from gdv.ir.diagnostics import IRError, printable
 from gdv.ir.printer import print_module
 
 if TYPE_CHECKING:
@@ -195,27 +194,13 @@ def _status(verdict: str) -> str:
 def write_partition_bundle(directory: str | os.PathLike, **kwargs: Any) -> Path:
     """Write a partition bundle to `directory` (replacing an earlier bundle there, never
     another directory); `kwargs` are `build_manifest`'s."""
-    target = Path(directory)
-    if target.exists() and not (target / "manifest.json").is_file():
-        raise IRError(
-            f"{printable(str(target), 200)} exists and is not an evidence bundle; not "
-            "overwriting it",
-            Loc(str(target), 1, 1),
-        )
-    parent = target.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".gdv-evidence-", dir=parent))
-    try:
+
+    def fill(tmp: Path) -> None:
         manifest = build_manifest(tmp, **kwargs)
         validate_manifest(manifest)
         (tmp / "manifest.json").write_bytes(manifest_bytes(manifest))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+
+    return install_bundle(directory, fill)
 
 
 # --- checking --------------------------------------------------------------------------------
@@ -287,19 +272,14 @@ def verify_partition(
 
 
 def _files(root: Path, manifest: dict, passed, failed) -> None:
-    listed = [manifest["source"], manifest["spmd"]]
+    from gdv.evidence.verify import check_files
+
+    listed = [("source", manifest["source"]), ("SPMD program", manifest["spmd"])]
     for c in manifest["claims"]:
-        listed += [e for e in (c["global"], c["spmd"]) if e] + c["queries"]
-    resolved = root.resolve()
-    for e in listed:
-        path = (root / e["file"]).resolve()
-        if resolved not in path.parents:
-            failed("files", f"{e['file']} lies outside the bundle")
-        if not path.is_file():
-            failed("files", f"{e['file']} is missing")
-        if sha256(path.read_bytes()) != e["sha256"]:
-            failed("files", f"{e['file']} does not match its recorded sha256")
-    passed("files", f"{len(listed)} file(s) match their sha256")
+        what = f"claim %{c['op']}"
+        listed += [(what, e) for e in (c["global"], c["spmd"]) if e]
+        listed += [(what, q) for q in c["queries"]]
+    check_files(root, listed, passed, failed)
 
 
 def _parse(root: Path, rel: str, failed) -> Module:

@@ -144,7 +144,6 @@ def verify_bundle(
             failed("schema", str(e))
         passed("schema", f"manifest.json follows schema {manifest['schema_version']}")
         if is_partition_manifest(manifest):
-
             # A segment's outputs are intermediate values (partial sums included): the error
             # limit applies to the partitioned program's outputs, checked by the partition.
             local = dataclasses.replace(policy, max_abs_error=None)
@@ -216,6 +215,16 @@ def _files(root: Path, manifest: dict, passed, failed) -> list[tuple[str, Module
     listed += [(f"pair of {o['id']}", o["pair"]) for o in manifest["obligations"] if o.get("pair")]
     listed += [("artifact", f) for f in manifest["artifact"]["files"]]
     listed += [(f"report {r['name']}", r) for r in manifest.get("reports", []) if r["sha256"]]
+    check_files(root, listed, passed, failed)
+    stages = _Stages(failed)
+    for s in manifest["stages"]:
+        stages.append([s["pass"], None, (root / s["file"]).read_bytes(), s["file"]])
+    stages.module(0)
+    return stages
+
+
+def check_files(root: Path, listed: list[tuple[str, dict]], passed, failed) -> None:
+    """Each `(what, {file, sha256})` lies inside the bundle, exists and has its hash."""
     resolved = root.resolve()
     for what, entry in listed:
         path = (root / entry["file"]).resolve()
@@ -226,11 +235,6 @@ def _files(root: Path, manifest: dict, passed, failed) -> list[tuple[str, Module
         if sha256(path.read_bytes()) != entry["sha256"]:
             failed("files", f"{entry['file']} ({what}) does not match its recorded sha256")
     passed("files", f"{len(listed)} file(s) match their sha256")
-    stages = _Stages(failed)
-    for s in manifest["stages"]:
-        stages.append([s["pass"], None, (root / s["file"]).read_bytes(), s["file"]])
-    stages.module(0)
-    return stages
 
 
 def _reports(root: Path, manifest: dict, passed, failed) -> None:
