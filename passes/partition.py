@@ -63,6 +63,16 @@ class PartitionStep:
     reason: str = ""
     seconds: float = 0.0
 
+    def to_json(self) -> dict:
+        """The claim as the partition and plan reports give it."""
+        return {
+            "op": self.op,
+            "theory": self.theory,
+            "verdict": self.verdict,
+            "seconds": round(self.seconds, 6),
+            "reason": self.reason,
+        }
+
 
 @dataclass
 class Partitioned:
@@ -105,27 +115,33 @@ def parse_shard(text: str) -> tuple[str, Sharding]:
     return name.strip().lstrip("%"), dims
 
 
+def check_annotation(fn: Function, mesh: Mesh, name: str, s: Sharding) -> None:
+    """`--shard NAME=...` names a parameter of `fn`, fits its type and the mesh, and splits
+    each dim into blocks of equal extent (an input error otherwise)."""
+    where = fn.loc or Loc("<input>", 1, 1)
+    p = fn.param(name)
+    if p is None:
+        params = ", ".join(f"%{q.name}" for q in fn.params)
+        raise IRError(f"--shard names %{name}, which is no parameter ({params})", where)
+    check_sharding(s, p.type, mesh, f"sharding of %{name}", p.loc or where)
+    for d, axes in enumerate(s):
+        if axes and p.type.shape[d] % mesh.group_size(axes):
+            raise IRError(
+                f"sharding of %{name}: dim {d} ({p.type.shape[d]}) is not a multiple of "
+                f"{mesh.group_size(axes)} ranks ({'+'.join(axes)})",
+                p.loc or where,
+            )
+
+
 def propagate(
     fn: Function, mesh: Mesh, annotations: dict[str, Sharding]
 ) -> tuple[dict[str, Sharding], list[Choice]]:
     """Every value's sharding, from the annotated parameters; with the reasons."""
     types = fn.types()
-    where = fn.loc or Loc("<input>", 1, 1)
     shard: dict[str, list[list[str] | None]] = {}
     reason: dict[str, str] = {}
     for name, s in annotations.items():
-        p = fn.param(name)
-        if p is None:
-            params = ", ".join(f"%{q.name}" for q in fn.params)
-            raise IRError(f"--shard names %{name}, which is no parameter ({params})", where)
-        check_sharding(s, p.type, mesh, f"sharding of %{name}", p.loc or where)
-        for d, axes in enumerate(s):
-            if axes and p.type.shape[d] % mesh.group_size(axes):
-                raise IRError(
-                    f"sharding of %{name}: dim {d} ({p.type.shape[d]}) is not a multiple of "
-                    f"{mesh.group_size(axes)} ranks ({'+'.join(axes)})",
-                    p.loc or where,
-                )
+        check_annotation(fn, mesh, name, s)
         shard[name] = [list(a) for a in s]
         reason[name] = "annotated"
     for v, t in types.items():
@@ -509,6 +525,7 @@ def communication_bytes(part: Partitioned) -> int:
 
 __all__ = [
     "Choice",
+    "check_annotation",
     "PartitionStep",
     "Partitioned",
     "communication_bytes",

@@ -41,10 +41,11 @@ from gdv.backends.cost import Roofline, op_cost
 from gdv.backends.mpi.cost import Network, collective_cost
 from gdv.ir.core import Function, Module, Op
 from gdv.ir.diagnostics import IRError, Loc
-from gdv.ir.mesh import Mesh, check_sharding, member_index
+from gdv.ir.mesh import Mesh, member_index
 from gdv.ir.ops.collective import COLLECTIVES
 from gdv.ir.sharding import FactorRule, factor_rule
 from gdv.ir.types import TensorType
+from gdv.passes.partition import check_annotation
 
 SCALE = 1e4
 """The largest cost in the integer program, after scaling (see `plan`)."""
@@ -398,20 +399,7 @@ def plan(
         raise IRError("the function is SPMD already: plan the global program", fn.loc or where)
     pinned: dict[str, Shard] = {}
     for name, s in (fixed or {}).items():
-        p = fn.param(name)
-        if p is None:
-            params = ", ".join(f"%{q.name}" for q in fn.params)
-            raise IRError(
-                f"--shard names %{name}, which is no parameter ({params})", fn.loc or where
-            )
-        check_sharding(s, p.type, mesh, f"sharding of %{name}", p.loc or where)
-        for d, axes in enumerate(s):
-            if axes and p.type.shape[d] % mesh.group_size(axes):
-                raise IRError(
-                    f"sharding of %{name}: dim {d} ({p.type.shape[d]}) is not a multiple of "
-                    f"{mesh.group_size(axes)} ranks ({'+'.join(axes)})",
-                    p.loc or where,
-                )
+        check_annotation(fn, mesh, name, s)
         pinned[name] = tuple(tuple(a) for a in s)
     nodes = build_nodes(fn, mesh, net, roof, order, pinned, whole_results)
     types = fn.types()

@@ -210,16 +210,7 @@ def partition_report(module, part, verdict: str) -> dict:
             for r, name, axes, nbytes in part.collectives
         ],
         "bytes_sent_per_rank": communication_bytes(part),
-        "claims": [
-            {
-                "op": st.op,
-                "theory": st.theory,
-                "verdict": st.verdict,
-                "seconds": round(st.seconds, 6),
-                "reason": st.reason,
-            }
-            for st in part.steps
-        ],
+        "claims": [st.to_json() for st in part.steps],
         "bounds": bounds,
     }
 

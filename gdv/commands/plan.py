@@ -295,16 +295,7 @@ def plan_report(
         },
     }
     if args.apply:
-        report["claims"] = [
-            {
-                "op": st.op,
-                "theory": st.theory,
-                "verdict": st.verdict,
-                "seconds": round(st.seconds, 6),
-                "reason": st.reason,
-            }
-            for st in part.steps
-        ]
+        report["claims"] = [st.to_json() for st in part.steps]
     return report
 
 
