@@ -16,8 +16,8 @@ import math
 
 from gdv.ir.core import Op
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.validate.bounds.model import EMPTY, TB, Err, make_tb
-from gdv.validate.bounds.reduce import sum_bound
+from gdv.validate.bounds.model import TB, Err, make_tb
+from gdv.validate.bounds.reduce import extreme_bound, sum_bound
 from gdv.validate.bounds.registry import Context, rule
 
 
@@ -25,16 +25,20 @@ def _group(op: Op, ctx: Context) -> int | None:
     return None if ctx.mesh is None else ctx.mesh.group_size(op.attrs["axes"])
 
 
+def _no_group(op: Op) -> TB:
+    return make_tb(
+        op.type,
+        (-math.inf, math.inf),
+        Err.infinite(f"{op.name} outside an SPMD function has no group size"),
+    )
+
+
 @rule(OPS["all_reduce"], OPS["reduce_scatter"])
 def _reduction(op: Op, args: list[TB], ctx: Context) -> TB:
     (x,) = args
     p = _group(op, ctx)
     if p is None:
-        return make_tb(
-            op.type,
-            (-math.inf, math.inf),
-            Err.infinite(f"{op.name} outside an SPMD function has no group size"),
-        )
+        return _no_group(op)
     if op.attrs["combiner"] != "add":
         return make_tb(op.type, x.exact, x.err, x.computed, x.specials)
     return sum_bound(op, x, p, ctx)
@@ -59,18 +63,8 @@ def _carry(op: Op, args: list[TB], ctx: Context) -> TB:
     (x,) = args
     p = _group(op, ctx)
     if p is None:
-        return make_tb(
-            op.type,
-            (-math.inf, math.inf),
-            Err.infinite("carry_reduce outside an SPMD function has no group size"),
-        )
+        return _no_group(op)
     n = p * math.prod(x.type.shape[d] for d in op.attrs["dims"])
     if op.attrs["combiner"] == "add":
         return sum_bound(op, x, n, ctx)
-    if n == 0:
-        if x.dtype.is_float:
-            s = "-inf" if op.attrs["combiner"] == "max" else "+inf"
-            return make_tb(op.type, EMPTY, Err.zero(), specials=frozenset({s}))
-        v = float(x.dtype.int_min if op.attrs["combiner"] == "max" else x.dtype.int_max)
-        return make_tb(op.type, (v, v), Err.zero())
-    return make_tb(op.type, x.exact, x.err, x.computed, x.specials)
+    return extreme_bound(op, x, n, op.attrs["combiner"] == "max")

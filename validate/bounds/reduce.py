@@ -68,11 +68,16 @@ def sum_bound(op: Op, x: TB, n: int, ctx: Context) -> TB:
 @rule(OPS["reduce_max"], OPS["reduce_min"])
 def _reduce_extreme(op: Op, args: list[TB], ctx: Context) -> TB:
     x = args[0]
-    n = reduced_count(op, x)
+    return extreme_bound(op, x, reduced_count(op, x), op.name == "reduce_max")
+
+
+def extreme_bound(op: Op, x: TB, n: int, is_max: bool) -> TB:
+    """The bound of a max (or min) of n values bounded by `x`: exact, in any order (shared
+    with the collectives' carry_reduce)."""
     if n == 0:  # -inf / +inf (floats) or the dtype's extreme (ints), identically on both sides
         if x.dtype.is_float:
-            s = "-inf" if op.name == "reduce_max" else "+inf"
+            s = "-inf" if is_max else "+inf"
             return make_tb(op.type, EMPTY, Err.zero(), specials=frozenset({s}))
-        v = float(x.dtype.int_min if op.name == "reduce_max" else x.dtype.int_max)
+        v = float(x.dtype.int_min if is_max else x.dtype.int_max)
         return make_tb(op.type, (v, v), Err.zero())
     return make_tb(op.type, x.exact, x.err, x.computed, x.specials)
