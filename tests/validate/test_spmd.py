@@ -426,3 +426,37 @@ def test_every_collective_s_error_bound_holds_on_the_simulation(name: str, order
         for a, b in zip(exact, ideal, strict=True):
             worst = max(worst, float(np.max(np.abs(a[0].astype(np.float64) - b[0]))))
     assert worst <= bound
+
+
+@pytest.mark.parametrize(
+    ("global_x", "local_x", "result", "verdict"),
+    [
+        ("f32[12,3]", "f32[3,3]", "f32[]", "equivalent"),  # every dim folded: a rank-0 result
+        ("f32[0,3]", "f32[0,3]", "f32[]", "equivalent"),  # an empty fold on every member
+        ("f32[12,3]", "f32[3,3]", "f32[]", "not-equivalent"),  # dims in the wrong order
+    ],
+)
+def test_carry_reduce_at_rank_0_and_size_0(global_x, local_x, result, verdict) -> None:
+    """The carried fold over every dim (a scalar) and over an empty operand is the global
+    reduction; folding the inner dim first is a different order, refuted bit for bit."""
+    dims = "[1, 0]" if verdict == "equivalent" else "[1]"
+    g = load(
+        f"func @main(%x: {global_x}) -> {result} {{\n"
+        f"  %s = reduce_sum(%x) {{axes = [0, 1]}} : {result}\n  return %s\n}}\n"
+    )
+    if verdict == "not-equivalent":
+        body = (
+            f'  %t = carry_reduce(%x) {{axes = ["r"], dims = {dims}, combiner = "add"}} : f32[3]\n'
+            "  %s = reduce_sum(%t) {axes = [0]} : f32[]\n"
+        )
+    else:
+        body = (
+            f'  %s = carry_reduce(%x) {{axes = ["r"], dims = {dims}, combiner = "add"}}'
+            f" : {result}\n"
+        )
+    s = load(
+        "mesh @m = {r = 4}\n"
+        f'func @main(%x: {local_x} {{sharding = [["r"], []]}}) -> {result} {{mesh = "m"}} {{\n'
+        f"{body}  return %s\n}}\n"
+    )
+    assert check_spmd_equivalence(g, s, "fp", 20).verdict == verdict
