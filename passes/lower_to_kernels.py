@@ -3,6 +3,8 @@ body is a new scalar function of the module:
 
     f(x, y)                 -> kernel over f's shape, identity maps, body f       (elementwise)
     broadcast(x) / transpose(x) -> copy kernel: the layout change lives in the map
+    slice(x)                -> copy kernel reading x[start + stride * i] (the map's stride
+                               coefficients and offsets)
     reduce_*(x) {axes}      -> kernel over x's shape, reduce = sorted axes, body x
     dot(a, b)               -> kernel over (batch, a free, b free, contract), body
                                convert(a) * convert(b) in acc, then a convert kernel to the
@@ -21,7 +23,7 @@ body is a new scalar function of the module:
                                strided nest convs stay ops.
 
 A splat constant (one value) becomes a kernel with no operands whose body is that value.
-Ops that are not affine in their indices (reshape, slice, concat, pad, take, iota, other
+Ops that are not affine in their indices (reshape, concat, pad, take, iota, other
 constants, the conv2d not lowered) stay ops at the loop stage. Each rewrite carries an exact
 (`fp`) equivalence obligation between the op and its kernels (and a conv2d's pad), with the new
 bodies in scope; the kernel's SMT meaning folds exactly as reduce_*, dot and conv2d do, so
@@ -169,6 +171,21 @@ def lower_op(
             list(range(n)),
         )
         return f"copy-{op.name}", [k]
+    if op.name == "slice":
+        # x[start + stride * i]: an affine read, so a copy kernel whose map holds the slice;
+        # fusion then reads the sliced tensor in place (a max pool's window taps) instead of
+        # materialising each slice.
+        n = op.type.rank
+        rows = [
+            [stride if c == d else 0 for c in range(n)] + [start]
+            for d, (start, stride) in enumerate(zip(op.attrs["start"], op.attrs["stride"]))
+        ]
+        body = bodies.new(owner, ts, [], "a0")
+        k = _kernel(
+            op, op.result, op.operands, op.type.dtype, body, list(op.type.shape), [rows],
+            list(range(n)),
+        )  # fmt: skip
+        return "copy-slice", [k]
     if op.name == "constant" and op.type.rank > 0 and not isinstance(op.attrs["value"], list):
         # A splat: a kernel with no operands whose body is the scalar constant, so fusion can
         # inline it into its user (no tensor of copies is written and read back).
