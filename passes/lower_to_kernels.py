@@ -176,10 +176,8 @@ def lower_op(
         # fusion then reads the sliced tensor in place (a max pool's window taps) instead of
         # materialising each slice.
         n = op.type.rank
-        rows = [
-            [stride if c == d else 0 for c in range(n)] + [start]
-            for d, (start, stride) in enumerate(zip(op.attrs["start"], op.attrs["stride"]))
-        ]
+        starts, strides = op.attrs["start"], op.attrs["stride"]
+        rows = [[strides[d] if c == d else 0 for c in range(n)] + [starts[d]] for d in range(n)]
         body = bodies.new(owner, ts, [], "a0")
         k = _kernel(
             op, op.result, op.operands, op.type.dtype, body, list(op.type.shape), [rows],
