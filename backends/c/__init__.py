@@ -275,6 +275,11 @@ class Executable:
         ]
         """One buffer per slot: parameters (replaced by the caller's arrays in each call),
         returned values, values of an unplanned function, and the planned arena."""
+        if prog.arena_slot is not None:
+            # The arena is committed now, when the program is loaded, as onnxruntime sets up
+            # its buffers when a session is created: a call then touches no new page (no page
+            # faults in the first call, and no growth of the process while it runs).
+            self._buffers[prog.arena_slot].fill(False)
         self._arena_of = {v: (offset, t) for v, (offset, t) in prog.arena_of.items()}
         self._prepacks = list(prog.prepacks)
         """Factors the program can pack once (`bind`): their slots hold NULL until then."""
