@@ -112,6 +112,7 @@ def pipeline(
                 blocking=tuple(blocking) if blocking else None,
                 chains=chains or SelectProducts.chains,
                 tuned=tuple(tuple(row) for row in tuned),
+                vectors_in_lanes=bool(reassociate),
             )
         ]
     if reassociate and level >= 1:

@@ -56,7 +56,8 @@ def lanes_for(op: Op, types: dict) -> int:
     steps = [[operand_step(op, types, k, d) for d in range(n)] for k in range(len(op.operands))]
     if not all(s[r] in (0, 1) for s in steps) or not any(s[r] == 1 for s in steps):
         return 1  # the sum does not run along memory
-    last_out = a["out"][-1] if a["out"] else None  # the result's unit-stride dim
+    # the result's unit-stride dim (one of extent 1 holds no adjacent outputs)
+    last_out = next((d for d in reversed(a["out"]) if a["space"][d] > 1), None)
     if last_out is not None and all(s[last_out] in (0, 1) for s in steps):
         return 1  # adjacent outputs: the nest already folds them in vector lanes, in order
     vector = max(1, int(a.get("vector", 1)))

@@ -135,6 +135,12 @@ class SelectProducts(Pass):
     tuned: tuple[tuple[str, int, int, int, int, int], ...] = ()
     """Measured choices from the descriptor's autotune cache: (dtype, MR, NV, KC, MC, NC)
     rows (none: the analytical model of `gdv.ir.products` decides)."""
+    vectors_in_lanes: bool = False
+    """With the reassociating mode (`-O3`, whose `reassociate-reductions` runs next): a
+    matrix-vector product (one row or one column: a batch-1 linear layer) is left a reduction
+    nest, so that it gets `lanes` and sums along its contiguous reduce dim in vector lanes,
+    reading the matrix in place, instead of a register tile of which one row or column is
+    used."""
 
     def plan(
         self, op: Op, module: Module, types: dict | None = None, weights: frozenset = frozenset()
@@ -148,6 +154,8 @@ class SelectProducts(Pass):
             return None
         found = products.find(op.attrs, op.type.dtype, body)
         if found is None:
+            return None
+        if self.vectors_in_lanes and 1 in products.sizes(op.attrs, found)[1:3]:
             return None
         as_rows = weights_as_rows(op, found, body, types) if types is not None else None
         found = as_rows or found

@@ -211,6 +211,55 @@ def test_products_fuse_and_row_sums_get_lanes_each_a_real_claim_that_proves() ->
     assert [o.status for o in discharge(exact, jobs=1, use_cache=False)] == ["refuted"] * 2
 
 
+def linear(m: int, k: int, n: int) -> str:
+    """x @ W^T with W as [n, k] (a linear layer's weight, read along k)."""
+    src = PRODUCT.replace("%y: f32[_K_, _N_]", "%y: f32[_N_, _K_]").replace(
+        "[[0, 0, 1, 0], [0, 1, 0, 0]]]", "[[0, 1, 0, 0], [0, 0, 1, 0]]]"
+    )
+    return _fill(src, M=m, K=k, N=n, EXTRA="")
+
+
+def _reassociated_o3(src: str):
+    """As -O3 runs them: select-products told that reassociate-reductions follows."""
+    passes = [
+        ScheduleKernels(vector_bytes=64),
+        SelectProducts(vector_bytes=64, vectors_in_lanes=True),
+    ]
+    return PassManager([*passes, ReassociateReductions()]).run(parse(src))
+
+
+@pytest.mark.parametrize("m,n", [(1, 300), (300, 1)])
+def test_o3_matrix_vector_products_sum_in_lanes_and_run_as_their_meaning_says(m, n) -> None:
+    """A batch-1 linear layer (one row or one column) is not a register tile with one live row
+    or column at -O3: it stays a reduction nest and sums its 256-long dot products in 64 lanes
+    (a `real` claim that proves); the C target runs that meaning bit for bit. Two rows or more
+    are still products, and the exact mode (-O2) keeps matrix-vector products as products."""
+    from gdv.backends.targets import get_target
+
+    res = _reassociated_o3(linear(m, 256, n))
+    (k,) = res.module.entry.ops
+    assert "strategy" not in k.attrs and k.attrs["lanes"] == 64
+    (claim,) = [o for o in res.obligations if o.kind == "equivalence"]
+    assert claim.theory == "real" and claim.assumptions == ["nest"]
+    assert [o.status for o in discharge(res.obligations, jobs=1, use_cache=False)] == [
+        "proved"
+    ] * len(res.obligations)
+    rng = np.random.default_rng(m + n)
+    inputs = {
+        "x": rng.standard_normal((m, 256)).astype(np.float32),
+        "y": rng.standard_normal((n, 256)).astype(np.float32),
+    }
+    got = get_target("c").run(res.module, inputs)[0]
+    assert bits_equal(got, reference.run(res.module, inputs)[0])
+    # the sequential fold differs from the lanes' fold on these values: the run is the new one
+    exact = reference.run(_reassociated(linear(m, 256, n)).module, inputs)[0]
+    assert not bits_equal(got, exact)
+    (two,) = _reassociated_o3(linear(2, 256, n if n > 1 else 2)).module.entry.ops
+    assert two.attrs["strategy"] == "product"
+    (o2,) = _reassociated(linear(m, 256, n)).module.entry.ops
+    assert o2.attrs["strategy"] == "product" and "lanes" not in o2.attrs
+
+
 @pytest.mark.parametrize(
     "src",
     [
