@@ -976,6 +976,114 @@ def _slice(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     imp.set(node, _slice1(imp, x, d, start, limit, step))
 
 
+@handler("aten.as_strided.default")
+def _as_strided(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    """`out[i] = storage[offset + sum_d i_d * stride_d]`, read as a slice, reshape and
+    transpose of the input's elements in row-major order (`as_strided_view`). That reading is
+    exact only when the input's storage *is* its elements in that order: torch recorded it as
+    contiguous from storage offset 0, and the view reads none of the storage past them."""
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    meta = a["self"].meta.get("val") if isinstance(a["self"], torch.fx.Node) else None
+    if meta is None or not hasattr(meta, "is_contiguous"):
+        raise imp.unsupported("its input has no recorded layout")
+    if not meta.is_contiguous() or int(meta.storage_offset()) != 0:
+        raise imp.unsupported(
+            f"its input is itself a strided view (strides {list(meta.stride())}, storage "
+            f"offset {int(meta.storage_offset())}): its storage is not its elements in order"
+        )
+    sizes = [int(s) for s in a["size"]]
+    strides = [int(s) for s in a["stride"]]
+    offset = int(a.get("storage_offset") or 0)
+    plan = as_strided_view(t.num_elements, sizes, strides, offset)
+    if isinstance(plan, str):
+        raise imp.unsupported(plan)
+    y = reshape(imp, x, [t.num_elements])
+    if plan.pad:
+        zero = _py(np.zeros((), t.dtype.np)[()], t.dtype)
+        y = imp.emit("pad", [y], low=[0], high=[plan.pad], value=zero)
+    y = _slice1(imp, y, 0, plan.start, plan.start + math.prod(plan.block), 1)
+    y = reshape(imp, y, plan.block)
+    if plan.limit != plan.block:
+        y = imp.emit("slice", [y], start=[0] * len(plan.block), limit=plan.limit, stride=plan.step)
+    y = reshape(imp, y, [plan.limit[k] for k in range(len(plan.block) - 1)])
+    if plan.perm != list(range(len(plan.perm))):
+        y = imp.emit("transpose", [y], perm=plan.perm)
+    imp.set(node, reshape(imp, y, sizes))
+
+
+@dataclass(frozen=True)
+class StridedView:
+    """How `as_strided` reads a row-major sequence of elements: pad the sequence with `pad`
+    zeros at the end (elements never read), take `block` = product elements from `start`,
+    reshape them to `block`, slice each dim to `limit` (step 1: `step` is all ones, kept for
+    the slice op), drop the last dim (size 1), then `perm` the dims."""
+
+    pad: int
+    start: int
+    block: list[int]
+    limit: list[int]
+    step: list[int]
+    perm: list[int]
+
+
+def as_strided_view(
+    numel: int, sizes: Sequence[int], strides: Sequence[int], offset: int
+) -> StridedView | str:
+    """The slice-reshape-transpose reading of `as_strided(sizes, strides, offset)` over
+    `numel` elements in row-major order, or why there is none.
+
+    Dims of size 1 read position 0 only, so their strides do not matter; the others, by
+    decreasing stride s_1 > ... > s_k with sizes n_1..n_k, read `offset + sum i_j s_j`. When
+    each stride is a multiple of the next and s_j >= n_{j+1} s_{j+1} (no two indices read one
+    element), that is element (i_1, i_2, ..., i_k, 0) of the `n_1*s_1` elements from `offset`
+    reshaped to [n_1, s_1/s_2, ..., s_{k-1}/s_k, s_k]: each i_j < n_j fits its dim. Overlapping
+    views (a stride 0 or two dims reading one element) and strides that are not multiples are
+    refused, as are views that read before or past the elements."""
+    if len(sizes) != len(strides):
+        return f"{len(sizes)} sizes but {len(strides)} strides"
+    if any(n < 0 for n in sizes) or offset < 0:
+        return f"negative sizes or storage offset (sizes {list(sizes)}, offset {offset})"
+    empty = 0 in sizes
+    live = [d for d, n in enumerate(sizes) if n > 1]
+    if any(strides[d] < 0 for d in live):
+        return f"negative strides {list(strides)}"
+    last = offset + sum((sizes[d] - 1) * strides[d] for d in live)
+    if not empty and last >= numel:
+        return (
+            f"the view reads element {last} of an input of {numel} element(s) (storage past "
+            "the input's own elements)"
+        )
+    if empty:
+        return StridedView(0, 0, [0, 1], [0, 1], [1, 1], [0])
+    order = sorted(live, key=lambda d: -strides[d])
+    s = [strides[d] for d in order]
+    n = [sizes[d] for d in order]
+    if order and s[-1] == 0:
+        return f"stride 0 on dim {order[-1]} of size {n[-1]}: overlapping (a broadcast)"
+    for j in range(len(order) - 1):
+        if s[j] % s[j + 1]:
+            return (
+                f"strides {list(strides)} (sizes {list(sizes)}) are not each a multiple of the "
+                "next smaller one: not expressible as slice, reshape and transpose"
+            )
+        if s[j] < n[j + 1] * s[j + 1]:  # i_j = 1 reads what i_{j+1} = s_j / s_{j+1} reads
+            return (
+                f"overlapping strides: sizes {list(sizes)} with strides {list(strides)} read "
+                "some elements twice"
+            )
+    if not order:
+        block = [1, 1]
+        limit = [1, 1]
+    else:
+        block = [n[0]] + [s[j] // s[j + 1] for j in range(len(s) - 1)] + [s[-1]]
+        limit = [*n, 1]
+    total = math.prod(block)
+    pad = max(0, offset + total - numel)
+    perm = [order.index(d) for d in live] if order else [0]
+    return StridedView(pad, offset, block, limit, [1] * len(block), perm)
+
+
 @handler("aten.select.int")
 def _select(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     x = imp.dyn(a["self"])
