@@ -3,7 +3,11 @@ imported, compiled for the C target with every obligation proved, and run agains
 
 Issue 19: its `adaptive_avg_pool2d` decomposes to a mean and an `aten.as_strided` (size-1 dims
 restrided), which the frontend now reads as a reshape. torchvision lives outside the
-environment (`benchmarks/models.py`, `_torchvision`); without it this test is skipped."""
+environment (`benchmarks/models.py`, `_torchvision`); without it this test is skipped.
+
+Measured 2026-12-04 on the 2-core development machine (load about 7): 1977 obligations, all
+proved, in a 43 s cold compile (27 s for the whole test on a quieter machine); the output's
+largest difference from PyTorch eager was 2.9e-6."""
 
 from __future__ import annotations
 

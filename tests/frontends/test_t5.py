@@ -5,7 +5,12 @@ Issue 19: T5's encoder was rejected because two `fold-constants` obligations (it
 position buckets: an integer table converted to f32, then divided) timed out at the default
 10 s. Claims without inputs are now decided element by element (validate/equivalence.py,
 `_closed_and_equal` and `_reference_agrees`), so those obligations are proved at once, here
-from a cold cache, and `gdv evidence verify` decides them again from the bundle."""
+from a cold cache, and `gdv evidence verify` decides them again from the bundle.
+
+Measured 2026-12-04 on the 2-core development machine: the 2-layer encoder, 345 obligations
+(6 folds, all decided by evaluation) in a 4.1 s cold compile, largest difference 9.5e-7; the
+t5-small-shaped one, 923 obligations (14 folds) in 22 s, largest difference 3.2e-6. Without
+the decision the 16x16 table's fold is `unknown` (a timeout) at 10 s; with it, 0.3 s."""
 
 from __future__ import annotations
 
