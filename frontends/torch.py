@@ -1004,9 +1004,8 @@ def _as_strided(imp: Importer, node: Any, a: dict[str, Any]) -> None:
         y = imp.emit("pad", [y], low=[0], high=[plan.pad], value=zero)
     y = _slice1(imp, y, 0, plan.start, plan.start + math.prod(plan.block), 1)
     y = reshape(imp, y, plan.block)
-    if plan.limit != plan.block:
+    if plan.limit != plan.block or any(k != 1 for k in plan.step):
         y = imp.emit("slice", [y], start=[0] * len(plan.block), limit=plan.limit, stride=plan.step)
-    y = reshape(imp, y, [plan.limit[k] for k in range(len(plan.block) - 1)])
     if plan.perm != list(range(len(plan.perm))):
         y = imp.emit("transpose", [y], perm=plan.perm)
     imp.set(node, reshape(imp, y, sizes))
@@ -1015,9 +1014,9 @@ def _as_strided(imp: Importer, node: Any, a: dict[str, Any]) -> None:
 @dataclass(frozen=True)
 class StridedView:
     """How `as_strided` reads a row-major sequence of elements: pad the sequence with `pad`
-    zeros at the end (elements never read), take `block` = product elements from `start`,
-    reshape them to `block`, slice each dim to `limit` (step 1: `step` is all ones, kept for
-    the slice op), drop the last dim (size 1), then `perm` the dims."""
+    zeros at the end (elements never read), take the product of `block` elements from
+    `start`, reshape them to `block`, slice each dim from 0 to `limit` by `step`, then
+    transpose by `perm`."""
 
     pad: int
     start: int
@@ -1035,53 +1034,58 @@ def as_strided_view(
 
     Dims of size 1 read position 0 only, so their strides do not matter; the others, by
     decreasing stride s_1 > ... > s_k with sizes n_1..n_k, read `offset + sum i_j s_j`. When
-    each stride is a multiple of the next and s_j >= n_{j+1} s_{j+1} (no two indices read one
-    element), that is element (i_1, i_2, ..., i_k, 0) of the `n_1*s_1` elements from `offset`
-    reshaped to [n_1, s_1/s_2, ..., s_{k-1}/s_k, s_k]: each i_j < n_j fits its dim. Overlapping
-    views (a stride 0 or two dims reading one element) and strides that are not multiples are
-    refused, as are views that read before or past the elements."""
+    each stride but the last is a multiple of the next, s_j >= n_{j+1} s_{j+1} (j < k-1) and
+    (n_k - 1) s_k < s_{k-1}, that is element (i_1, ..., i_{k-1}, i_k s_k) of the `n_1 s_1`
+    elements from `offset` reshaped to [n_1, s_1/s_2, ..., s_{k-2}/s_{k-1}, s_{k-1}]: each
+    index fits its dim, so a slice (step s_k in the last dim) takes exactly those elements.
+    Overlapping views (a stride 0, or two indices reading one element) and views outside that
+    form are refused, as are views that read past the elements."""
     if len(sizes) != len(strides):
         return f"{len(sizes)} sizes but {len(strides)} strides"
     if any(n < 0 for n in sizes) or offset < 0:
         return f"negative sizes or storage offset (sizes {list(sizes)}, offset {offset})"
-    empty = 0 in sizes
     live = [d for d, n in enumerate(sizes) if n > 1]
+    if 0 in sizes:
+        return StridedView(0, 0, [0], [0], [1], [0])
     if any(strides[d] < 0 for d in live):
         return f"negative strides {list(strides)}"
     last = offset + sum((sizes[d] - 1) * strides[d] for d in live)
-    if not empty and last >= numel:
+    if last >= numel:
         return (
             f"the view reads element {last} of an input of {numel} element(s) (storage past "
             "the input's own elements)"
         )
-    if empty:
-        return StridedView(0, 0, [0, 1], [0, 1], [1, 1], [0])
+    if not live:
+        return StridedView(0, offset, [1], [1], [1], [0])
     order = sorted(live, key=lambda d: -strides[d])
     s = [strides[d] for d in order]
     n = [sizes[d] for d in order]
-    if order and s[-1] == 0:
+    k = len(order)
+    if s[-1] == 0:
         return f"stride 0 on dim {order[-1]} of size {n[-1]}: overlapping (a broadcast)"
-    for j in range(len(order) - 1):
-        if s[j] % s[j + 1]:
+    overlap = (
+        f"overlapping strides: sizes {list(sizes)} with strides {list(strides)} read some "
+        "elements twice"
+    )
+    for j in range(k - 1):
+        within = s[j] >= n[j + 1] * s[j + 1] if j < k - 2 else s[j] > (n[j + 1] - 1) * s[j + 1]
+        if s[j] % s[j + 1] and (j < k - 2 or not within):
             return (
-                f"strides {list(strides)} (sizes {list(sizes)}) are not each a multiple of the "
-                "next smaller one: not expressible as slice, reshape and transpose"
+                f"strides {list(strides)} (sizes {list(sizes)}) do not nest (a stride that is "
+                "not a multiple of the next smaller one, past the last): not expressible as "
+                "slice, reshape and transpose"
             )
-        if s[j] < n[j + 1] * s[j + 1]:  # i_j = 1 reads what i_{j+1} = s_j / s_{j+1} reads
-            return (
-                f"overlapping strides: sizes {list(sizes)} with strides {list(strides)} read "
-                "some elements twice"
-            )
-    if not order:
-        block = [1, 1]
-        limit = [1, 1]
+        if not within:  # a multiple: i_j = 1 reads what i_{j+1} = s_j / s_{j+1} reads
+            return overlap
+    if k == 1:
+        block, limit, step = [n[0] * s[0]], [(n[0] - 1) * s[0] + 1], [s[0]]
     else:
-        block = [n[0]] + [s[j] // s[j + 1] for j in range(len(s) - 1)] + [s[-1]]
-        limit = [*n, 1]
-    total = math.prod(block)
-    pad = max(0, offset + total - numel)
-    perm = [order.index(d) for d in live] if order else [0]
-    return StridedView(pad, offset, block, limit, [1] * len(block), perm)
+        block = [n[0]] + [s[j] // s[j + 1] for j in range(k - 2)] + [s[-2]]
+        limit = [*n[:-1], (n[-1] - 1) * s[-1] + 1]
+        step = [1] * (k - 1) + [s[-1]]
+    pad = max(0, offset + math.prod(block) - numel)
+    perm = [order.index(d) for d in live]
+    return StridedView(pad, offset, block, limit, step, perm)
 
 
 @handler("aten.select.int")

@@ -560,6 +560,9 @@ AS_STRIDED = [
     ((24,), (2, 3, 2), (12, 1, 4), 1),  # dims permuted, an offset
     ((10,), (2, 2), (3, 1), 2),  # rows of a padded block
     ((6,), (2, 3), (3, 1), 0),  # a plain reshape
+    ((6,), (2, 2), (3, 2), 0),  # the smallest stride not dividing the next: a stepped slice
+    ((30,), (2, 2, 3), (14, 7, 2), 1),  # the last dim stepped
+    ((12,), (3,), (4,), 1),  # one dim, a step
     ((5,), (0, 3), (1, 1), 0),  # empty
     ((6,), (), (), 4),  # one element, rank 0
 ]
@@ -574,19 +577,21 @@ def test_as_strided_is_torchs_own(shape: Any, size: Any, stride: Any, offset: in
 @given(data=st.data())
 def test_as_strided_agrees_with_torch_or_is_refused(data: st.DataObject) -> None:
     """Any view over a small tensor: imported and equal to torch's, bit for bit, or refused
-    with a reason; a non-overlapping nested view (each stride a multiple of the next, each
-    dim inside the next larger stride) is always imported."""
-    numel = data.draw(st.integers(1, 24), label="numel")
+    with a reason; a nested view (each dim's span inside the next larger stride, each stride
+    but the smallest a multiple of the next) is always imported."""
     rank = data.draw(st.integers(0, 3), label="rank")
     size = data.draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank), label="size")
     stride = data.draw(st.lists(st.integers(0, 8), min_size=rank, max_size=rank), label="stride")
-    offset = data.draw(st.integers(0, numel - 1), label="offset")
+    offset = data.draw(st.integers(0, 3), label="offset")
     last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
-    if last >= numel:
-        return  # torch itself refuses to read past the storage
+    numel = last + 1 + data.draw(st.integers(0, 3), label="spare")  # never past the storage
     live = sorted(((s, n) for n, s in zip(size, stride, strict=True) if n > 1), reverse=True)
+    pairs = list(zip(live, live[1:], strict=False))
+    # each dim's span inside the next larger stride, strides multiples of the next but for
+    # the smallest (a stepped slice)
     nested = all(s > 0 for s, _ in live) and all(
-        a % b == 0 and a >= b * m for (a, _), (b, m) in zip(live, live[1:], strict=False)
+        a > b * (m - 1) if j == len(pairs) - 1 else (a % b == 0 and a >= b * m)
+        for j, ((a, _), (b, m)) in enumerate(pairs)
     )
     module = Strided(size, stride, offset)
     x = rand(numel, seed=numel)
@@ -610,12 +615,28 @@ def test_as_strided_refusals_say_why() -> None:
     assert refusal(Strided((2, 3), (1, 1)), x).endswith(
         "overlapping strides: sizes [2, 3] with strides [1, 1] read some elements twice"
     )
+    assert refusal(Strided((2, 2, 3), (12, 6, 3)), rand(30)).endswith(
+        "overlapping strides: sizes [2, 2, 3] with strides [12, 6, 3] read some elements twice"
+    )
     assert refusal(Strided((3,), (0,)), x).endswith(
         "stride 0 on dim 0 of size 3: overlapping (a broadcast)"
     )
-    assert refusal(Strided((2, 2), (3, 2)), x).endswith(
-        "strides [3, 2] (sizes [2, 2]) are not each a multiple of the next smaller one: not "
-        "expressible as slice, reshape and transpose"
+    assert refusal(Strided((2, 3), (3, 2)), rand(8)).endswith(
+        "strides [3, 2] (sizes [2, 3]) do not nest (a stride that is not a multiple of the next "
+        "smaller one, past the last): not expressible as slice, reshape and transpose"
+    )
+    assert refusal(Strided((2, 2, 2), (5, 2, 1)), rand(9)).endswith(
+        "strides [5, 2, 1] (sizes [2, 2, 2]) do not nest (a stride that is not a multiple of "
+        "the next smaller one, past the last): not expressible as slice, reshape and transpose"
+    )
+
+
+def test_as_strided_past_its_input_is_refused() -> None:
+    # x[:2] is contiguous from offset 0, but its storage holds all of x: torch reads x[2:]
+    message = refusal(Fn(lambda x: torch.as_strided(x[:2], (4,), (1,))), rand(4))
+    assert message.endswith(
+        "the view reads element 3 of an input of 2 element(s) (storage past the input's own "
+        "elements)"
     )
 
 
