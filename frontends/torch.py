@@ -16,6 +16,10 @@ to an IR composite or a short IR sequence more directly (`linear`, `layer_norm`,
 - Elementwise arithmetic on f16 and bf16 runs in f32 and rounds back, as torch's CPU kernels
   do (for one add, mul, div or sqrt this equals computing in the narrow dtype: f32 has more
   than twice the bits); reductions, norms and contractions on them accumulate in f32 likewise.
+- `as_strided` (what `adaptive_avg_pool2d` decomposes to) is read as a slice, reshape and
+  transpose of its input's elements, where torch recorded the input contiguous from storage
+  offset 0 and the view is nested and inside those elements (`as_strided_view`); overlapping
+  and other views are refused with the reason.
 - Every op or argument combination that cannot be expressed is refused with
   `unsupported PyTorch op aten.X at node NAME: reason`; a malformed file is an input error.
   Where an op's result type differs from what torch recorded for the node, the import is
