@@ -16,6 +16,10 @@ to an IR composite or a short IR sequence more directly (`linear`, `layer_norm`,
 - Elementwise arithmetic on f16 and bf16 runs in f32 and rounds back, as torch's CPU kernels
   do (for one add, mul, div or sqrt this equals computing in the narrow dtype: f32 has more
   than twice the bits); reductions, norms and contractions on them accumulate in f32 likewise.
+- `as_strided` (what `adaptive_avg_pool2d` decomposes to) is read as a slice, reshape and
+  transpose of its input's elements, where torch recorded the input contiguous from storage
+  offset 0 and the view is nested and inside those elements (`as_strided_view`); overlapping
+  and other views are refused with the reason.
 - Every op or argument combination that cannot be expressed is refused with
   `unsupported PyTorch op aten.X at node NAME: reason`; a malformed file is an input error.
   Where an op's result type differs from what torch recorded for the node, the import is
@@ -974,6 +978,118 @@ def _slice(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     n = len(range(start, end, step))
     limit = start + step * (n - 1) + 1 if n else start
     imp.set(node, _slice1(imp, x, d, start, limit, step))
+
+
+@handler("aten.as_strided.default")
+def _as_strided(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    """`out[i] = storage[offset + sum_d i_d * stride_d]`, read as a slice, reshape and
+    transpose of the input's elements in row-major order (`as_strided_view`). That reading is
+    exact only when the input's storage *is* its elements in that order: torch recorded it as
+    contiguous from storage offset 0, and the view reads none of the storage past them."""
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    meta = a["self"].meta.get("val") if isinstance(a["self"], torch.fx.Node) else None
+    if meta is None or not hasattr(meta, "is_contiguous"):
+        raise imp.unsupported("its input has no recorded layout")
+    if not meta.is_contiguous() or int(meta.storage_offset()) != 0:
+        raise imp.unsupported(
+            f"its input is itself a strided view (strides {list(meta.stride())}, storage "
+            f"offset {int(meta.storage_offset())}): its storage is not its elements in order"
+        )
+    sizes = [int(s) for s in a["size"]]
+    strides = [int(s) for s in a["stride"]]
+    offset = int(a.get("storage_offset") or 0)
+    plan = as_strided_view(t.num_elements, sizes, strides, offset)
+    if isinstance(plan, str):
+        raise imp.unsupported(plan)
+    y = reshape(imp, x, [t.num_elements])
+    if plan.pad:
+        zero = _py(np.zeros((), t.dtype.np)[()], t.dtype)
+        y = imp.emit("pad", [y], low=[0], high=[plan.pad], value=zero)
+    y = _slice1(imp, y, 0, plan.start, plan.start + math.prod(plan.block), 1)
+    y = reshape(imp, y, plan.block)
+    if plan.limit != plan.block or any(k != 1 for k in plan.step):
+        y = imp.emit("slice", [y], start=[0] * len(plan.block), limit=plan.limit, stride=plan.step)
+    if plan.perm != list(range(len(plan.perm))):
+        y = imp.emit("transpose", [y], perm=plan.perm)
+    imp.set(node, reshape(imp, y, sizes))
+
+
+@dataclass(frozen=True)
+class StridedView:
+    """How `as_strided` reads a row-major sequence of elements: pad the sequence with `pad`
+    zeros at the end (elements never read), take the product of `block` elements from
+    `start`, reshape them to `block`, slice each dim from 0 to `limit` by `step`, then
+    transpose by `perm`."""
+
+    pad: int
+    start: int
+    block: list[int]
+    limit: list[int]
+    step: list[int]
+    perm: list[int]
+
+
+def as_strided_view(
+    numel: int, sizes: Sequence[int], strides: Sequence[int], offset: int
+) -> StridedView | str:
+    """The slice-reshape-transpose reading of `as_strided(sizes, strides, offset)` over
+    `numel` elements in row-major order, or why there is none.
+
+    Dims of size 1 read position 0 only, so their strides do not matter; the others, by
+    decreasing stride s_1 > ... > s_k with sizes n_1..n_k, read `offset + sum i_j s_j`. When
+    each stride but the last is a multiple of the next, s_j >= n_{j+1} s_{j+1} (j < k-1) and
+    (n_k - 1) s_k < s_{k-1}, that is element (i_1, ..., i_{k-1}, i_k s_k) of the `n_1 s_1`
+    elements from `offset` reshaped to [n_1, s_1/s_2, ..., s_{k-2}/s_{k-1}, s_{k-1}]: each
+    index fits its dim, so a slice (step s_k in the last dim) takes exactly those elements.
+    Overlapping views (a stride 0, or two indices reading one element) and views outside that
+    form are refused, as are views that read past the elements."""
+    if len(sizes) != len(strides):
+        return f"{len(sizes)} sizes but {len(strides)} strides"
+    if any(n < 0 for n in sizes) or offset < 0:
+        return f"negative sizes or storage offset (sizes {list(sizes)}, offset {offset})"
+    live = [d for d, n in enumerate(sizes) if n > 1]
+    if 0 in sizes:
+        return StridedView(0, 0, [0], [0], [1], [0])
+    if any(strides[d] < 0 for d in live):
+        return f"negative strides {list(strides)}"
+    last = offset + sum((sizes[d] - 1) * strides[d] for d in live)
+    if last >= numel:
+        return (
+            f"the view reads element {last} of an input of {numel} element(s) (storage past "
+            "the input's own elements)"
+        )
+    if not live:
+        return StridedView(0, offset, [1], [1], [1], [0])
+    order = sorted(live, key=lambda d: -strides[d])
+    s = [strides[d] for d in order]
+    n = [sizes[d] for d in order]
+    k = len(order)
+    if s[-1] == 0:
+        return f"stride 0 on dim {order[-1]} of size {n[-1]}: overlapping (a broadcast)"
+    overlap = (
+        f"overlapping strides: sizes {list(sizes)} with strides {list(strides)} read some "
+        "elements twice"
+    )
+    for j in range(k - 1):
+        within = s[j] >= n[j + 1] * s[j + 1] if j < k - 2 else s[j] > (n[j + 1] - 1) * s[j + 1]
+        if s[j] % s[j + 1] and (j < k - 2 or not within):
+            return (
+                f"strides {list(strides)} (sizes {list(sizes)}) do not nest (a stride that is "
+                "not a multiple of the next smaller one, past the last): not expressible as "
+                "slice, reshape and transpose"
+            )
+        if not within:  # a multiple: i_j = 1 reads what i_{j+1} = s_j / s_{j+1} reads
+            return overlap
+    if k == 1:
+        block, limit, step = [n[0] * s[0]], [(n[0] - 1) * s[0] + 1], [s[0]]
+    else:
+        block = [n[0]] + [s[j] // s[j + 1] for j in range(k - 2)] + [s[-2]]
+        limit = [*n[:-1], (n[-1] - 1) * s[-1] + 1]
+        step = [1] * (k - 1) + [s[-1]]
+    pad = max(0, offset + math.prod(block) - numel)
+    perm = [order.index(d) for d in live]
+    return StridedView(pad, offset, block, limit, step, perm)
 
 
 @handler("aten.select.int")

@@ -125,7 +125,11 @@ class Query:
     lemmas: list[tuple[str, z3.BoolRef]]
     input_functions: list[z3.FuncDeclRef]
     trivial: bool = False
-    """True when the output has no elements or both sides are the same term."""
+    """True when the output has no elements or both sides are the same term, or when a claim
+    without inputs was decided by evaluation (`closed`)."""
+    closed: bool = False
+    """Decided by evaluation: a claim without inputs whose two sides Z3's simplifier and the
+    reference interpreter both find equal at every position (`_closed_and_equal`)."""
     points: list[tuple[int, list[z3.ExprRef], z3.ExprRef]] = field(default_factory=list)
     """Input reads replaced by constants (`ackermannize`): (parameter, index terms, constant)."""
     plain: list[z3.BoolRef] = field(default_factory=list)
@@ -211,8 +215,10 @@ def build_query(
         Idx.of(fixed[d]) if d in fixed else Idx.var(i, 0, n - 1)
         for d, (i, n) in enumerate(zip(index, shape, strict=True))
     )
-    if _closed_and_equal(fa, ta, tb, theory, abstract, fixed):
-        return Query([*bounds, z3.BoolVal(False)], index, set(), [], funcs, trivial=True)
+    if _closed_and_equal(fa, ta, tb, theory, abstract, fixed) and _reference_agrees(fa, fb, output):
+        return Query(
+            [*bounds, z3.BoolVal(False)], index, set(), [], funcs, trivial=True, closed=True
+        )
     va, vb = ta.at(idx), tb.at(idx)
     found = set(values.uninterpreted)
     lemma_list = lemmas.instantiate(ctx, [va, vb]) if theory == "real" else []
@@ -248,8 +254,10 @@ def _closed_and_equal(fa: Function, ta, tb, theory: str, abstract: bool, fixed) 
     of the same SMT meaning, exact on constant floating-point and integer operations) reduces
     "they differ" to `false` at each. Anything it cannot reduce (an uninterpreted fold or
     transcendental, a NaN payload) leaves the claim to the solver, as does a position where
-    the sides differ (the solver then finds it with a counterexample). The query is then
-    `false`, which the checker's own encoding rebuilds the same way and any solver proves."""
+    the sides differ (the solver then finds it with a counterexample). `build_query` also asks
+    the reference interpreter (`_reference_agrees`); only when both agree is the query `false`,
+    which the checker's own encoding rebuilds the same way (it runs this same decision) and any
+    solver proves. A claim with inputs never comes here: it is a search over its inputs."""
     if fa.params or abstract or fixed or theory not in ("fp", "int"):
         return False
     shape = ta.shape
@@ -260,6 +268,31 @@ def _closed_and_equal(fa: Function, ta, tb, theory: str, abstract: bool, fixed) 
         if not z3.is_false(z3.simplify(z3.Not(ta.at(at) == tb.at(at)))):
             return False
     return True
+
+
+CLOSED_COST = 1 << 22
+"""The most element operations (`replay_cost`, both sides) a claim without inputs may cost
+the reference interpreter for `_reference_agrees` to run it (else the solver decides it)."""
+
+
+def _reference_agrees(fa: Function, fb: Function, output: int) -> bool:
+    """The second, independent half of the decision of a claim without inputs: the reference
+    interpreter (numpy, IR_SPEC.md's meaning written again) gives output `output` of both
+    sides the same bits at every position (all NaNs one value, as SMT `=`). Z3's simplifier
+    and this evaluation must agree before the claim is decided without a search, so a fault in
+    either one alone never proves a wrong fold. A program too costly to run, or that the
+    interpreter refuses, leaves the claim to the solver."""
+    from gdv.backends import reference
+    from gdv.validate.counterexample import same_bits
+
+    if replay_cost(fa) + replay_cost(fb) > CLOSED_COST:
+        return False
+    try:
+        a = reference.run(fa, {}, mode="exact")[output]
+        b = reference.run(fb, {}, mode="exact")[output]
+    except (IRError, ArithmeticError, ValueError, MemoryError):
+        return False
+    return a.shape == b.shape and a.dtype == b.dtype and bool(same_bits(a, b).all())
 
 
 def _reduce(
@@ -494,7 +527,17 @@ def _check(fa: Function, fb: Function, theory: str, timeout: float) -> Equivalen
     if unknown_reasons:
         result.verdict = "unknown"
         result.reason = "; ".join(unknown_reasons)
+    elif any(q.stage == "closed" for q in result.queries):
+        result.reason = CLOSED_REASON
     return result
+
+
+CLOSED_REASON = (
+    "decided by evaluation: the claim has no inputs, and Z3's simplifier and the reference "
+    "interpreter both find its two sides equal at every position (its query is `false`)"
+)
+"""The reason recorded with an obligation proved so (the manifest's `reason`): how it was
+decided. The checker decides it again as it encodes the pair (`build_query`)."""
 
 
 def _check_output(
@@ -505,7 +548,7 @@ def _check_output(
         # Both sides encode to one term (commutative operands are in canonical order, so
         # `add(b, a)` and (AB)^T against B^T A^T land here): equal at every index, at any size,
         # with no probe and no solver.
-        stats.append(QueryStat(o, "identical", "unsat", 0.0))
+        stats.append(QueryStat(o, "closed" if q.closed else "identical", "unsat", 0.0))
         return "equivalent", "", None
     if theory == "fp":
         # Seeded concrete inputs refute most non-equivalent pairs at once; the solver is

@@ -536,3 +536,111 @@ def test_cli_bad_files_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_math_sanity_of_helpers() -> None:
     assert math.isclose(_maxdiff(np.array([1.0, np.nan]), np.array([1.5, np.nan])), 0.5)
+
+
+# --- as_strided -------------------------------------------------------------------------------
+
+
+class Strided(nn.Module):
+    """`as_strided` of a fresh (contiguous) value, as decompositions emit it."""
+
+    def __init__(self, size: Any, stride: Any, offset: int = 0) -> None:
+        super().__init__()
+        self.view = (tuple(size), tuple(stride), offset)
+
+    def forward(self, x: Any) -> Any:
+        size, stride, offset = self.view
+        return torch.as_strided(x * 2.0, size, stride, offset)
+
+
+AS_STRIDED = [
+    # adaptive_avg_pool2d's decomposition (convnext): size-1 dims with arbitrary strides
+    ((1, 768, 1, 1), (1, 768, 1, 1), (768, 1, 768, 768), 0),
+    ((4, 6), (3, 2), (1, 6), 0),  # a transpose of a column block
+    ((24,), (2, 3, 2), (12, 1, 4), 1),  # dims permuted, an offset
+    ((10,), (2, 2), (3, 1), 2),  # rows of a padded block
+    ((6,), (2, 3), (3, 1), 0),  # a plain reshape
+    ((6,), (2, 2), (3, 2), 0),  # the smallest stride not dividing the next: a stepped slice
+    ((30,), (2, 2, 3), (14, 7, 2), 1),  # the last dim stepped
+    ((12,), (3,), (4,), 1),  # one dim, a step
+    ((5,), (0, 3), (1, 1), 0),  # empty
+    ((6,), (), (), 4),  # one element, rank 0
+]
+
+
+@pytest.mark.parametrize("shape,size,stride,offset", AS_STRIDED)
+def test_as_strided_is_torchs_own(shape: Any, size: Any, stride: Any, offset: int) -> None:
+    check(Strided(size, stride, offset), rand(*shape))
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_as_strided_agrees_with_torch_or_is_refused(data: st.DataObject) -> None:
+    """Any view over a small tensor: imported and equal to torch's, bit for bit, or refused
+    with a reason; a nested view (each dim's span inside the next larger stride, each stride
+    but the smallest a multiple of the next) is always imported."""
+    rank = data.draw(st.integers(0, 3), label="rank")
+    size = data.draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank), label="size")
+    stride = data.draw(st.lists(st.integers(0, 8), min_size=rank, max_size=rank), label="stride")
+    offset = data.draw(st.integers(0, 3), label="offset")
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+    numel = last + 1 + data.draw(st.integers(0, 3), label="spare")  # never past the storage
+    live = sorted(((s, n) for n, s in zip(size, stride, strict=True) if n > 1), reverse=True)
+    pairs = list(zip(live, live[1:], strict=False))
+    # each dim's span inside the next larger stride, strides multiples of the next but for
+    # the smallest (a stepped slice)
+    nested = all(s > 0 for s, _ in live) and all(
+        a > b * (m - 1) if j == len(pairs) - 1 else (a % b == 0 and a >= b * m)
+        for j, ((a, _), (b, m)) in enumerate(pairs)
+    )
+    module = Strided(size, stride, offset)
+    x = rand(numel, seed=numel)
+    ep = torch.export.export(module, (x,))
+    try:
+        m, weights = import_program(ep)
+    except Unsupported as e:
+        assert not nested, e.message
+        assert "as_strided" in e.message and (
+            "overlapping" in e.message or "not express" in e.message
+        )
+        return
+    got = reference.run(m, {m.entry.params[0].name: to_numpy(x), **weights})[0]
+    with torch.no_grad():
+        want = to_numpy(module(x))
+    assert got.shape == want.shape and np.array_equal(_bits(got), _bits(want))
+
+
+def test_as_strided_refusals_say_why() -> None:
+    x = rand(6)
+    assert refusal(Strided((2, 3), (1, 1)), x).endswith(
+        "overlapping strides: sizes [2, 3] with strides [1, 1] read some elements twice"
+    )
+    assert refusal(Strided((2, 2, 3), (12, 6, 3)), rand(30)).endswith(
+        "overlapping strides: sizes [2, 2, 3] with strides [12, 6, 3] read some elements twice"
+    )
+    assert refusal(Strided((3,), (0,)), x).endswith(
+        "stride 0 on dim 0 of size 3: overlapping (a broadcast)"
+    )
+    assert refusal(Strided((2, 3), (3, 2)), rand(8)).endswith(
+        "strides [3, 2] (sizes [2, 3]) do not nest (a stride that is not a multiple of the next "
+        "smaller one, past the last): not expressible as slice, reshape and transpose"
+    )
+    assert refusal(Strided((2, 2, 2), (5, 2, 1)), rand(9)).endswith(
+        "strides [5, 2, 1] (sizes [2, 2, 2]) do not nest (a stride that is not a multiple of "
+        "the next smaller one, past the last): not expressible as slice, reshape and transpose"
+    )
+
+
+def test_as_strided_past_its_input_is_refused() -> None:
+    # x[:2] is contiguous from offset 0, but its storage holds all of x: torch reads x[2:]
+    message = refusal(Fn(lambda x: torch.as_strided(x[:2], (4,), (1,))), rand(4))
+    assert message.endswith(
+        "the view reads element 3 of an input of 2 element(s) (storage past the input's own "
+        "elements)"
+    )
+
+
+def test_as_strided_of_a_strided_view_is_refused() -> None:
+    # the input's storage is not its elements in order: as_strided reads the storage
+    message = refusal(Fn(lambda x: torch.as_strided(x.t(), (2, 3), (3, 1))), rand(3, 2))
+    assert "aten.as_strided.default" in message and "itself a strided view" in message

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from gdv.api import parse
 from gdv.backends import reference
 from gdv.passes.fold_constants import FoldConstants
+from gdv.validate import equivalence
 from gdv.validate.counterexample import same_bits
-from gdv.validate.discharge import obligation_queries
-from gdv.validate.equivalence import build_query, check_equivalence
+from gdv.validate.discharge import discharge, obligation_queries
+from gdv.validate.equivalence import CLOSED_REASON, build_query, check_equivalence
 
 
 def table(values) -> str:
@@ -143,3 +144,66 @@ def test_closed_decision_agrees_with_the_reference(op, a, b, flip) -> None:
     assert verdict == ("equivalent" if equal else "not-equivalent")
     # decided by evaluation exactly when it holds (a difference goes to the solver)
     assert build_query(src.entry, tgt.entry, 0).trivial is equal
+
+
+def small_fold(tweak: float = 0.0, with_input: bool = False):
+    """A 2x2 integer table converted and divided by 8.0, against its fold (one element moved
+    by `tweak`); `with_input`: both sides also take an f32 input they do not read."""
+    sig = "%x: f32[2,2]" if with_input else ""
+    src = (
+        f"func @main({sig}) -> f32[2,2] {{\n"
+        "  %t = constant() {value = [[1, 2], [3, 5]]} : i32[2,2]\n"
+        "  %f = convert(%t) : f32[2,2]\n"
+        "  %e = constant() {value = 8.0} : f32[2,2]\n"
+        "  %d = div(%f, %e) : f32[2,2]\n  return %d\n}\n"
+    )
+    last = 0.625 + tweak
+    tgt = (
+        f"func @main({sig}) -> f32[2,2] {{\n"
+        f"  %c = constant() {{value = [[0.125, 0.25], [0.375, {last!r}]]}} : f32[2,2]\n"
+        "  return %c\n}\n"
+    )
+    return parse(src), parse(tgt)
+
+
+def test_a_claim_with_an_input_is_never_decided_by_evaluation() -> None:
+    """The same true fold, but the claim quantifies over an input (unread): a search, never
+    the evaluation; the solver still proves it and refutes the wrong one."""
+    src, tgt = small_fold(with_input=True)
+    for kwargs in ({}, {"abstract": True}):
+        assert not build_query(src.entry, tgt.entry, 0, **kwargs).closed
+    result = check_equivalence(src, tgt, "fp", timeout=10.0)
+    assert result.verdict == "equivalent" and result.reason != CLOSED_REASON
+    assert "closed" not in [q.stage for q in result.queries]
+    wrong_src, wrong_tgt = small_fold(tweak=0.125, with_input=True)
+    assert check_equivalence(wrong_src, wrong_tgt, "fp", timeout=10.0).verdict == "not-equivalent"
+    # without the input it is decided by evaluation, but not with a fixed output position
+    src, tgt = small_fold()
+    assert build_query(src.entry, tgt.entry, 0).closed
+    assert not build_query(src.entry, tgt.entry, 0, fixed={0: 1}).closed
+    assert not build_query(src.entry, tgt.entry, 0, abstract=True).closed
+
+
+def test_the_method_is_recorded_with_the_proof() -> None:
+    src, tgt = small_fold()
+    result = check_equivalence(src, tgt, "fp", timeout=10.0)
+    assert result.verdict == "equivalent" and result.reason == CLOSED_REASON
+    assert [q.stage for q in result.queries] == ["closed"]
+    folds = FoldConstants().run(src).obligations
+    assert folds
+    for out in discharge(folds, jobs=1, use_cache=False):
+        assert out.status == "proved" and out.reason == CLOSED_REASON, out.obligation.id
+
+
+def test_a_simplifier_fault_alone_never_proves_a_wrong_fold(monkeypatch) -> None:
+    """Both halves must agree: with Z3's simplifier made to call every closed claim equal,
+    the reference interpreter still sees the wrong element, so the solver decides (and
+    refutes); with the interpreter made to agree, the simplifier still does not."""
+    src, tgt = small_fold(tweak=0.125)
+    monkeypatch.setattr(equivalence, "_closed_and_equal", lambda *a: True)
+    assert not build_query(src.entry, tgt.entry, 0).closed
+    assert check_equivalence(src, tgt, "fp", timeout=10.0).verdict == "not-equivalent"
+    monkeypatch.undo()
+    monkeypatch.setattr(equivalence, "_reference_agrees", lambda *a: True)
+    assert not build_query(src.entry, tgt.entry, 0).closed
+    assert check_equivalence(src, tgt, "fp", timeout=10.0).verdict == "not-equivalent"
