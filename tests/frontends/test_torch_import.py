@@ -255,6 +255,27 @@ def test_reductions(name: str, fn: Any, tol: float | None) -> None:
     check(Fn(fn), rand(3, 7, 5, seed=7), tol=tol)
 
 
+ARG = [
+    ("argmax_all", lambda x: torch.argmax(x)),
+    ("argmax_all_keepdim", lambda x: torch.argmax(x, keepdim=True)),
+    ("argmax_dim", lambda x: torch.argmax(x, 1)),
+    ("argmin_negative_dim_keepdim", lambda x: torch.argmin(x, -1, keepdim=True)),
+    ("max_dim_indices", lambda x: torch.max(x, 1).indices),
+    ("min_dim_values_and_indices", lambda x: tuple(torch.min(x, 0, keepdim=True))),
+]
+"""Index results: the first extreme, a NaN counting as the extreme, +0.0 tying with -0.0."""
+
+
+@pytest.mark.parametrize("name,fn", ARG, ids=[c[0] for c in ARG])
+def test_arg_extremes_on_ties_nan_inf_and_signed_zeros(name: str, fn: Any) -> None:
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor(
+        [[1.0, nan, 3.0, nan], [-0.0, 0.0, -inf, -inf], [2.0, 5.0, 5.0, 1.0], [inf, inf, 0, -0.0]]
+    )
+    check(Fn(fn), x)
+    check(Fn(fn), torch.tensor([[3, 1, 3], [-7, -7, 2]], dtype=torch.int32))
+
+
 # --- composites and contractions --------------------------------------------------------------
 
 
@@ -386,9 +407,8 @@ def test_refusals_name_op_node_and_reason() -> None:
     assert refusal(Fn(lambda x: torch.cumsum(x, 0)), rand(3)) == (
         "unsupported PyTorch op aten.cumsum.default at node cumsum: a running sum has no IR op"
     )
-    assert refusal(Fn(lambda x: torch.argmax(x)), rand(3)) == (
-        "unsupported PyTorch op aten.argmax.default at node argmax: an index-valued reduction "
-        "has no IR op"
+    assert refusal(Fn(lambda x: torch.sort(x).values), rand(3)) == (
+        "unsupported PyTorch op aten.sort.default at node sort: sorting has no IR op"
     )
     assert refusal(Fn(lambda x: torch.remainder(x, 2.0)), rand(3)) == (
         "unsupported PyTorch op aten.remainder.Scalar at node remainder: no IR mapping"
@@ -396,10 +416,6 @@ def test_refusals_name_op_node_and_reason() -> None:
     assert refusal(Fn(lambda x: torch.log1p(x)), rand(3)) == (
         "unsupported PyTorch op aten.log1p.default at node log1p: no exact IR decomposition "
         "(log(1 + x) rounds 1 + x)"
-    )
-    assert refusal(Fn(lambda x: torch.max(x, 0).indices), rand(3, 4)) == (
-        "unsupported PyTorch op aten.max.dim at node max_1: its output 1 (an index-valued "
-        "result) has no IR op; only output 0 may be used"
     )
     assert refusal(Fn(lambda x, i: x[i]), rand(4), torch.tensor([True, False, True, True])) == (
         "unsupported PyTorch op aten.index.Tensor at node index: a boolean mask index (its "
