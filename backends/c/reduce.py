@@ -1,14 +1,22 @@
 """C for reduce_sum, reduce_max and reduce_min outside kernels: a loop nest whose body is the
 element itself, folded left over the reduced axes in row-major order from the first element
-(backends/c/nest.py), the empty fold giving 0, -inf / the dtype's minimum, +inf / its maximum."""
+(backends/c/nest.py), the empty fold giving 0, -inf / the dtype's minimum, +inf / its maximum.
+
+cumsum and cumprod: a loop along the axis (backwards when `reverse`) per position of the other
+dims, carrying the accumulator; each step is the `add` or `mul` expression of the dtype
+(`scalar`, so f16/bf16 round once per step as the IR says), stored after the step, or before it
+when `exclusive` (the first position then gets 0 or 1)."""
 
 from __future__ import annotations
 
-from gdv.backends.c.emit import Program, comment
+import math
+
+from gdv.backends.c.emit import Program, comment, ctype, value_literal
 from gdv.backends.c.nest import Nest, emit_nest
 from gdv.backends.c.registry import lowering
 from gdv.ir.core import Op
-from gdv.ir.ops.reduce import REDUCTIONS
+from gdv.ir.ops.reduce import REDUCTIONS, SCAN_STEP, SCANS
+from gdv.ir.types import TensorType
 
 _COMBINER = {s.name: s.combiner.op for s in REDUCTIONS.specs()}
 
@@ -27,3 +35,49 @@ def _reduce(prog: Program, op: Op) -> None:
     emit_nest(
         prog, op, nest, [x], lambda loads, lines, indent: loads[0], f"{op.name} %{comment(src)}"
     )
+
+
+@lowering(*SCANS.specs())
+def _scan(prog: Program, op: Op) -> None:
+    from gdv.backends.c.elementwise import scalar
+
+    (src,) = op.operands
+    x = prog.entry.types()[src]
+    dtype = x.dtype
+    t = ctype(dtype, op, prog.module)
+    axis = op.attrs["axis"]
+    n = x.shape[axis]
+    outer = math.prod(x.shape[:axis])
+    inner = math.prod(x.shape[axis + 1 :])
+    exclusive = bool(op.attrs.get("exclusive", False))
+    reverse = bool(op.attrs.get("reverse", False))
+    prog.new_slot(op.result, op.type)
+    if op.type.num_elements == 0:
+        prog.body.append(f"  /* {op.name} %{comment(op.result)}: no elements */")
+        return
+    step_op = Op("acc", SCAN_STEP[op.name], ["acc", "v"], {}, TensorType(dtype, ()))
+    step = scalar(prog, step_op, ["acc", "v"], [dtype, dtype])
+    empty = value_literal(0 if op.name == "cumsum" else 1, dtype)
+    k = f"INT64_C({n - 1}) - s" if reverse else "s"
+    at = f"(o * INT64_C({n}) + ({k})) * INT64_C({inner}) + j"
+    name = prog.new_function()
+    lines = [
+        f"/* {op.name} %{comment(op.result)} */",
+        f"static void {name}(const {t} *restrict a0, {t} *restrict r)",
+        "{",
+        f"  for (int64_t o = 0; o < INT64_C({outer}); o++)",
+        f"    for (int64_t j = 0; j < INT64_C({inner}); j++) {{",
+        "      int64_t s = 0;",
+        f"      {t} acc = a0[{at}];",
+        f"      r[{at}] = {empty if exclusive else 'acc'};",
+        f"      for (s = 1; s < INT64_C({n}); s++) {{",
+        f"        const {t} v = a0[{at}];",
+    ]
+    if exclusive:
+        lines += [f"        r[{at}] = acc;", f"        acc = {step};"]
+    else:
+        lines += [f"        acc = {step};", f"        r[{at}] = acc;"]
+    lines += ["      }", "    }", "}", ""]
+    prog.functions.append("\n".join(lines))
+    args = [prog.var(src), prog.var(op.result)]
+    prog.body.append(f"  {name}({', '.join(args)});  /* %{comment(op.result)} */")

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from gdv.ir.ops import AttrSpec, Combiner, OpSpec, OpTypeError, kind_int_list, names_where, register
-from gdv.ir.ops._rules import check_axes
+from gdv.ir.ops import (
+    AttrSpec,
+    Combiner,
+    OpSpec,
+    OpTypeError,
+    kind_bool,
+    kind_int,
+    kind_int_list,
+    names_where,
+    register,
+)
+from gdv.ir.ops._rules import check_axes, check_axis
 from gdv.ir.types import TensorType
 
 REDUCE_DOCS = {
@@ -58,3 +68,47 @@ def combiner_of(name: str) -> Combiner:
         if spec.combiner.op == name:
             return spec.combiner
     raise KeyError(name)
+
+
+# --- scans (since gdv 0.6, issue 19) ---------------------------------------------------------
+
+SCAN_STEP = {"cumsum": "add", "cumprod": "mul"}
+"""Each scan's step: the elementwise op it folds with (so it rounds and wraps as that op)."""
+
+
+def _infer_scan(name: str):
+    def infer(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
+        x = types[0]
+        if x.dtype.is_bool:
+            raise OpTypeError(f"{name} takes a float or integer operand, operand 1 is {x}", 0)
+        check_axis(attrs["axis"], x.rank, "axis")
+        return x
+
+    return infer
+
+
+for _name, _step in SCAN_STEP.items():
+    register(
+        OpSpec(
+            _name,
+            "reduce",
+            1,
+            1,
+            (
+                AttrSpec("axis", kind_int),
+                AttrSpec("exclusive", kind_bool, required=False),
+                AttrSpec("reverse", kind_bool, required=False),
+            ),
+            _infer_scan(_name),
+            f"A running left fold with {_step} along `axis`, same type as x. Scan order: the "
+            "positions of the axis in increasing index (decreasing with `reverse = true`). "
+            "out[p] = acc over the positions up to p in scan order (before p with `exclusive = "
+            f"true`): acc = x[first]; acc = {_step}(acc, x[next]) ...; an empty prefix (the "
+            f"first position, exclusive) gives {0 if _step == 'add' else 1} "
+            "(+0.0 for float sums). Each step rounds (or wraps) as one "
+            f"{_step} in the dtype.",
+            int_legal=True,
+        )
+    )
+
+SCANS = names_where(lambda s: s.name in SCAN_STEP, "The running folds (cumsum, cumprod).")
