@@ -759,8 +759,6 @@ Handler = Callable[[Importer, Any, list[str], dict[str, Any]], None]
 HANDLERS: dict[str, Handler] = {}
 
 _WHY_NOT = {
-    "CumSum": "a running sum has no IR op",
-    "CumProd": "a running product has no IR op",
     "TopK": "sorting has no IR op",
     "NonZero": "its output shape depends on the data",
     "Unique": "its output shape depends on the data",
@@ -1908,6 +1906,23 @@ def _hardmax(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) ->
     hit = imp.emit("cmp", [imp.emit("iota", [], it, axis=axis), rb], dir="eq")
     one = imp.emit("select", [hit, imp.const(1.0, yt), imp.const(0.0, yt)])
     _out(imp, node, reshape(imp, one, t.shape))
+
+
+@handler("CumSum", "CumProd")
+def _cumulative(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # IR cumsum/cumprod: ONNX's exclusive output is the inclusive one shifted by one position
+    # with 0 (1) first, which is the IR's exclusive scan; reverse scans from the end.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype.is_bool or t.rank == 0:
+        raise imp.unsupported(f"an operand of type {t}")
+    axis_arr = np.asarray(imp.static(ins[1], "axis")).reshape(-1)
+    if axis_arr.size != 1:
+        raise imp.unsupported(f"axis has {axis_arr.size} values, expected one")
+    axis = _norm_axis(imp, int(axis_arr[0]), t.rank)
+    flags = {k: True for k in ("exclusive", "reverse") if attrs.get(k, 0)}
+    ir = "cumsum" if node.op_type == "CumSum" else "cumprod"
+    _out(imp, node, imp.emit(ir, [x], axis=axis, **flags))
 
 
 MAX_UNROLLED = 256

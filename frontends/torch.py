@@ -587,7 +587,6 @@ _WHY_NOT = {
     "aten.rand.default": "random number generation has no IR op",
     "aten.randn.default": "random number generation has no IR op",
     "aten.native_dropout.default": "training-mode dropout (random masks) has no IR op",
-    "aten.cumsum.default": "a running sum has no IR op",
     "aten.sort.default": "sorting has no IR op",
     "aten.topk.default": "sorting has no IR op",
     "aten.nonzero.default": "its output shape depends on the data",
@@ -1208,6 +1207,28 @@ def _argmax(imp: Importer, node: Any, a: dict[str, Any]) -> None:
             else [s for d, s in enumerate(t.shape) if d != axis]
         )
     imp.set(node, reshape(imp, r, shape))
+
+
+@handler("aten.cumsum.default", "aten.cumprod.default")
+def _cumulative(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # In the result dtype (integers and booleans promote to i64), accumulated in its opmath
+    # dtype (f32 for f16 and bf16) and rounded back per output, as torch's CPU kernel does.
+    # torch's float sum starts from +0.0 (0 + x0 + x1 ...), which differs from the IR's fold
+    # only by turning -0.0 into +0.0; adding +0.0 to every element first is exactly that
+    # (x + 0.0 = x except -0.0, and no running sum after 0 + x0 is -0.0).
+    out = _out_type(imp, node)
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    if t.rank == 0:
+        imp.set(node, convert(imp, x, out.dtype))
+        return
+    dim = _norm_dim(imp, a["dim"], t.rank)
+    x = convert(imp, convert(imp, x, out.dtype), _opmath(out.dtype))
+    ir = "cumsum" if _op_name(node.target) == "aten.cumsum.default" else "cumprod"
+    xt = imp.type_of(x)
+    if ir == "cumsum" and xt.dtype.is_float:
+        x = imp.emit("add", [x, imp.const(0.0, xt)])
+    imp.set(node, convert(imp, imp.emit(ir, [x], axis=dim), out.dtype))
 
 
 @handler("aten.linalg_vector_norm.default")
