@@ -5,16 +5,27 @@ element itself, folded left over the reduced axes in row-major order from the fi
 cumsum and cumprod: a loop along the axis (backwards when `reverse`) per position of the other
 dims, carrying the accumulator; each step is the `add` or `mul` expression of the dtype
 (`scalar`, so f16/bf16 round once per step as the IR says), stored after the step, or before it
-when `exclusive` (the first position then gets 0 or 1)."""
+when `exclusive` (the first position then gets 0 or 1).
+
+argsort: a stable insertion sort of each row's positions (see `_argsort`)."""
 
 from __future__ import annotations
 
 import math
 
-from gdv.backends.c.emit import Program, comment, ctype, value_literal
+from gdv.backends.c.emit import (
+    COMPUTE_CTYPE,
+    NARROW,
+    Program,
+    comment,
+    ctype,
+    load,
+    value_literal,
+)
 from gdv.backends.c.nest import Nest, emit_nest
 from gdv.backends.c.registry import lowering
 from gdv.ir.core import Op
+from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.reduce import REDUCTIONS, SCAN_STEP, SCANS
 from gdv.ir.types import TensorType
 
@@ -78,6 +89,65 @@ def _scan(prog: Program, op: Op) -> None:
     else:
         lines += [f"        acc = {step};", f"        r[{at}] = acc;"]
     lines += ["      }", "    }", "}", ""]
+    prog.functions.append("\n".join(lines))
+    args = [prog.var(src), prog.var(op.result)]
+    prog.body.append(f"  {name}({', '.join(args)});  /* %{comment(op.result)} */")
+
+
+@lowering(OPS["argsort"])
+def _argsort(prog: Program, op: Op) -> None:
+    """A stable insertion sort of the positions of each row, in place in the result: a
+    position moves before another only when its value comes strictly before (NaN above every
+    number), so equal values keep position order. Quadratic in the axis extent, no scratch."""
+    from gdv.backends.c.elementwise import NARROW_HELPER
+
+    (src,) = op.operands
+    x = prog.entry.types()[src]
+    dtype = x.dtype
+    t = ctype(dtype, op, prog.module)
+    ct = COMPUTE_CTYPE[dtype]
+    if dtype in NARROW:
+        prog.helpers.add(NARROW_HELPER)
+    axis = op.attrs["axis"]
+    n = x.shape[axis]
+    outer = math.prod(x.shape[:axis])
+    inner = math.prod(x.shape[axis + 1 :])
+    descending = bool(op.attrs.get("descending", False))
+    prog.new_slot(op.result, op.type)
+    if op.type.num_elements == 0:
+        prog.body.append(f"  /* argsort %{comment(op.result)}: no elements */")
+        return
+    rel = ">" if descending else "<"
+    first = "(a " + rel + " b)"
+    if dtype.is_float:  # a NaN is above every number
+        above = "(isnan(a) && !isnan(b))" if descending else "(!isnan(a) && isnan(b))"
+        first = f"({first} || {above})"
+    name = prog.new_function()
+    lines = [
+        f"/* argsort %{comment(op.result)} */",
+        f"static void {name}(const {t} *restrict a0, int64_t *restrict r)",
+        "{",
+        f"  for (int64_t o = 0; o < INT64_C({outer}); o++)",
+        f"    for (int64_t j = 0; j < INT64_C({inner}); j++) {{",
+        f"      const int64_t base = o * INT64_C({n * inner}) + j;",
+        f"      for (int64_t s = 0; s < INT64_C({n}); s++) r[base + s * INT64_C({inner})] = s;",
+        f"      for (int64_t s = 1; s < INT64_C({n}); s++) {{",
+        "        const int64_t p = s;",
+        f"        const {ct} a = {load(f'a0[base + p * INT64_C({inner})]', dtype)};",
+        "        int64_t k = s;",
+        "        while (k > 0) {",
+        f"          const int64_t q = r[base + (k - 1) * INT64_C({inner})];",
+        f"          const {ct} b = {load(f'a0[base + q * INT64_C({inner})]', dtype)};",
+        f"          if (!{first}) break;",
+        f"          r[base + k * INT64_C({inner})] = q;",
+        "          k--;",
+        "        }",
+        f"        r[base + k * INT64_C({inner})] = p;",
+        "      }",
+        "    }",
+        "}",
+        "",
+    ]
     prog.functions.append("\n".join(lines))
     args = [prog.var(src), prog.var(op.result)]
     prog.body.append(f"  {name}({', '.join(args)});  /* %{comment(op.result)} */")

@@ -142,3 +142,27 @@ def _scan(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
         bool(a.get("reverse", False)),
         ctx.storage(op.type.dtype),
     )
+
+
+def argsort(x: np.ndarray, axis: int, descending: bool) -> np.ndarray:
+    """IR argsort: the stable order along `axis` by value (NaN above every number, NaNs equal,
+    -0.0 equal to +0.0), equal values by position, as i64 positions."""
+    rows = np.moveaxis(np.asarray(x), axis, -1)
+    pos = np.broadcast_to(np.arange(rows.shape[-1]), rows.shape)
+    if rows.dtype.kind == "f" or not np.issubdtype(rows.dtype, np.integer):
+        w = widen(rows)
+        nan = np.isnan(w)
+        value = np.where(nan, 0.0, w)
+        # lexsort: the last key is the primary one; each key is compared with `<`, under
+        # which -0.0 and +0.0 are equal, and the position breaks every remaining tie
+        keys = (pos, -value, ~nan) if descending else (pos, value, nan)
+    else:
+        # ~v is strictly decreasing on signed and unsigned integers alike, with no overflow
+        keys = (pos, ~rows) if descending else (pos, rows)
+    order = np.lexsort(keys, axis=-1)
+    return np.ascontiguousarray(np.moveaxis(order.astype(np.int64), -1, axis))
+
+
+@kernel(OPS["argsort"])
+def _argsort(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    return argsort(args[0], op.attrs["axis"], bool(op.attrs.get("descending", False)))

@@ -113,6 +113,7 @@ _REASONS = {
     "a product) has no Triton kernel yet",
     "cumsum": "a running fold (scan) stays an op at every stage and has no Triton kernel yet",
     "cumprod": "a running fold (scan) stays an op at every stage and has no Triton kernel yet",
+    "argsort": "a sort stays an op at every stage and has no Triton kernel yet",
 }
 for _spec in all_specs():
     if _spec.name in ("reshape", "slice", "concat", "pad", "take", "constant", "iota", "kernel"):

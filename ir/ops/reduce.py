@@ -1,9 +1,11 @@
-"""Reductions: reduce_sum, reduce_max, reduce_min over `axes`, left folds in row-major order."""
+"""Reductions: reduce_sum, reduce_max, reduce_min over `axes`, left folds in row-major order;
+the scans cumsum, cumprod and the sort argsort along one `axis` (since gdv 0.6)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gdv.ir.dtypes import DType
 from gdv.ir.ops import (
     AttrSpec,
     Combiner,
@@ -112,3 +114,35 @@ for _name, _step in SCAN_STEP.items():
     )
 
 SCANS = names_where(lambda s: s.name in SCAN_STEP, "The running folds (cumsum, cumprod).")
+
+
+# --- sorting (since gdv 0.6, issue 19) -------------------------------------------------------
+
+
+def _infer_argsort(
+    types: list[TensorType], attrs: dict[str, Any], written: TensorType
+) -> TensorType:
+    x = types[0]
+    if x.dtype.is_bool:
+        raise OpTypeError(f"argsort takes a float or integer operand, operand 1 is {x}", 0)
+    check_axis(attrs["axis"], x.rank, "axis")
+    return x.with_dtype(DType.I64)
+
+
+register(
+    OpSpec(
+        "argsort",
+        "reduce",
+        1,
+        1,
+        (AttrSpec("axis", kind_int), AttrSpec("descending", kind_bool, required=False)),
+        _infer_argsort,
+        "The stable sorting permutation along `axis`, as i64 positions: out[..., j, ...] is "
+        "the position p along the axis of the element that comes j-th when the positions are "
+        "ordered by value (ascending; descending with `descending = true`), equal values by "
+        "position (lower first). A NaN is above every number (last ascending, first "
+        "descending) and NaNs are equal to each other; -0.0 and +0.0 are equal. So "
+        "out[j] = the p with rank(p) = j, rank(p) = #{q : q comes before p}.",
+        int_legal=True,
+    )
+)

@@ -290,6 +290,15 @@ def _scan(draw) -> Drawn:
     return [t], attrs, None
 
 
+def _argsort(draw) -> Drawn:
+    t = draw(types(NUMERIC, min_rank=1))
+    attrs: dict[str, Any] = {"axis": draw(st.integers(0, t.rank - 1))}
+    descending = draw(st.sampled_from([None, False, True]))
+    if descending is not None:
+        attrs["descending"] = descending
+    return [t], attrs, None
+
+
 def _dot(draw) -> Drawn:
     dtype = draw(dtype_choice(NUMERIC))
     batch = draw(st.lists(dims, max_size=2))
@@ -487,6 +496,7 @@ OP_GENERATORS: dict[str, Generator] = {
     "pad": _pad,
     **{name: _reduce for name in REDUCE_DOCS},
     **{name: _scan for name in SCAN_STEP},
+    "argsort": _argsort,
     "dot": _dot,
     "take": _take,
     "conv2d": _conv2d,

@@ -9,6 +9,7 @@ cumsum, cumprod: every output is the fold of a prefix of k terms, 1 <= k <= n (o
 prefix, exclusive): the hull of the bounds of those folds (a sum's bound grows with k and its
 interval k [lo, hi] is linear in k, so k = 1 and k = n bound it; a product's bounds are
 iterated `mul` bounds, one per k).
+argsort: positions in [0, n - 1], exact when the operand is, else off by up to n - 1.
 Integers are exact; a sum that may leave the dtype wraps (reported).
 """
 
@@ -121,3 +122,15 @@ def _scan(op: Op, args: list[TB], ctx: Context) -> TB:
     if not parts:  # no element at all
         return make_tb(op.type, (0.0, 0.0), Err.zero())
     return _hull_of(op, parts)
+
+
+@rule(OPS["argsort"])
+def _argsort(op: Op, args: list[TB], ctx: Context) -> TB:
+    """Positions in [0, n - 1]: exact when the operand is; otherwise a rounding may reorder
+    two elements, and a position may be off by up to n - 1."""
+    x = args[0]
+    n = x.type.shape[op.attrs["axis"]]
+    if n == 0:
+        return make_tb(op.type, (0.0, 0.0), Err.zero())
+    err = Err.zero() if x.err.total == 0 else Err.make({}, float(n - 1))
+    return make_tb(op.type, (0.0, float(n - 1)), err)

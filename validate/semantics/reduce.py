@@ -12,6 +12,8 @@ import math
 import z3
 
 from gdv.ir.core import Op
+from gdv.ir.dtypes import DType
+from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.reduce import REDUCTIONS, SCANS
 from gdv.validate.semantics.index import Idx, delinearize
 from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, _run, rule
@@ -87,5 +89,54 @@ def scan(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
         guarded = z3.If(z3.And(var >= 0, var < lt), b, v.zero(x.dtype))
         folded = v.fold_function(kind, x.dtype)(lt, z3.Lambda([var], guarded))
         return z3.If(lt == 0, v.fold_identity(kind, x.dtype), z3.If(lt == 1, first, folded))
+
+    return Tensor(op.type, at)
+
+
+@rule(OPS["argsort"])
+def argsort(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """out[j] = sum over p of (rank(p) == j ? p : 0), rank(p) = sum over q of (q comes before
+    p ? 1 : 0): exactly one p has rank j, since "comes before" (by value, NaN above every
+    number, then by position) is a strict total order on the positions. Two nested i64 sum
+    folds, unrolled where small like every fold."""
+    (x,) = xs
+    axis = op.attrs["axis"]
+    n = x.shape[axis]
+    descending = bool(op.attrs.get("descending", False))
+    v = ctx.values
+    dt = x.dtype
+    i64 = DType.I64
+    nan_aware = dt.is_float and ctx.theory == "fp"
+
+    def before(a, b, qa: z3.ArithRef, qb: z3.ArithRef) -> z3.BoolRef:
+        """Element a (at position qa) comes before element b (at qb)."""
+        strict = v.cmp("gt" if descending else "lt", dt, a, b)
+        tie = v.cmp("eq", dt, a, b)
+        if nan_aware:
+            na, nb = v.is_nan(dt, a), v.is_nan(dt, b)
+            above = z3.And(na, z3.Not(nb)) if descending else z3.And(z3.Not(na), nb)
+            strict = z3.Or(strict, above)
+            tie = z3.Or(tie, z3.And(na, nb))
+        return z3.Or(strict, z3.And(tie, qa < qb))
+
+    def at(i: Index) -> Term:
+        def element(p: Idx) -> Term:
+            j = list(i)
+            j[axis] = p
+            return (yield x.read(tuple(j)))
+
+        def candidate(p: Idx) -> Term:
+            xp = yield from element(p)
+
+            def precedes(q: Idx) -> Term:
+                xq = yield from element(q)
+                one = before(xq, xp, q.to_z3(), p.to_z3())
+                return z3.If(one, v.one(i64), v.zero(i64))
+
+            rank = yield from ctx.fold("sum", i64, n, precedes)
+            hit = rank == z3.Int2BV(i[axis].to_z3(), 64)
+            return z3.If(hit, z3.Int2BV(p.to_z3(), 64), v.zero(i64))
+
+        return (yield from ctx.fold("sum", i64, n, candidate))
 
     return Tensor(op.type, at)

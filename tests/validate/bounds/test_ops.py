@@ -143,6 +143,10 @@ CASES: dict[str, tuple] = {
         "{dt}[4,6]",
         POSITIVE,
     ),
+    "argsort": _case(
+        X2, SUM_THEN + "%y = argsort(%s) {{axis = 1, descending = true}} : i64[4,6]", "i64[4,6]"
+    ),
+    "argsort_exact_operand": _case(X1, "%y = argsort(%x) {{axis = 0}} : i64[4,6]", "i64[4,6]"),
     "reduce_max": _case(X2, SUM_THEN + "%y = reduce_max(%s) {{axes = [0]}} : {dt}[6]", "{dt}[6]"),
     "reduce_min": _case(X2, SUM_THEN + "%y = reduce_min(%s) {{axes = [1]}} : {dt}[4]", "{dt}[4]"),
     "dot": _case(
@@ -270,6 +274,7 @@ OP_OF_CASE = {
     "convert_to_i1": "convert",
     "reduce_sum_all": "reduce_sum",
     "cumsum_exclusive_reverse": "cumsum",
+    "argsort_exact_operand": "argsort",
     "cumprod_exclusive": "cumprod",
     "dot_acc_f32": "dot",
     "dot_acc_f32_narrow_result": "dot",
