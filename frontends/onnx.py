@@ -746,6 +746,44 @@ def arg_extreme(imp: GraphEmitter, x: str, axis: int, largest: bool, last: bool)
     return imp.emit("reduce_max" if last else "reduce_min", [cand], axes=[axis])
 
 
+def take_along(imp: GraphEmitter, x: str, idx: str, axis: int) -> str:
+    """numpy's take_along_axis: out[p] = x[p with p[axis] replaced by idx[p]], for i64 indices
+    already in [0, size) and of x's shape except along `axis`: a take from the flattened x at
+    the linear index idx * stride(axis) + sum over the other dims d of iota_d * stride(d)."""
+    t = imp.type_of(x)
+    it = imp.type_of(idx)
+    strides = [math.prod(t.shape[d + 1 :]) for d in range(t.rank)]
+    lin = imp.emit("mul", [idx, imp.const(strides[axis], it)])
+    for d in range(t.rank):
+        if d != axis and it.shape[d] > 1:
+            pos = imp.emit("iota", [], it, axis=d)
+            lin = imp.emit("add", [lin, imp.emit("mul", [pos, imp.const(strides[d], it)])])
+    return imp.emit("take", [reshape(imp, x, [t.num_elements]), lin], axis=0)
+
+
+def sort_along(imp: GraphEmitter, x: str, axis: int, descending: bool, k: int | None = None):
+    """(values, i64 positions) of x's first k (all) elements along `axis` in the IR argsort's
+    stable order: NaN above every number, equal values by position."""
+    t = imp.type_of(x)
+    if t.dtype.is_bool:
+        x = convert(imp, x, DType.I8)
+    order = imp.emit("argsort", [x], axis=axis, **({"descending": True} if descending else {}))
+    n = t.shape[axis]
+    if k is not None and k != n:
+        ot = imp.type_of(order)
+        shape = list(ot.shape)
+        shape[axis] = k
+        start = [0] * ot.rank
+        order = imp.emit(
+            "slice", [order], ot.with_shape(shape), start=start, limit=shape,
+            stride=[1] * ot.rank,
+        )  # fmt: skip
+    if imp.type_of(order).num_elements == 0:
+        return imp.const(0, t.with_shape(imp.type_of(order).shape)), order
+    values = take_along(imp, x, order, axis)
+    return (convert(imp, values, t.dtype) if t.dtype.is_bool else values), order
+
+
 def _norm_axis(imp: Importer, axis: int, rank: int) -> int:
     a = axis + rank if axis < 0 else axis
     if not 0 <= a < max(rank, 1):
@@ -759,7 +797,6 @@ Handler = Callable[[Importer, Any, list[str], dict[str, Any]], None]
 HANDLERS: dict[str, Handler] = {}
 
 _WHY_NOT = {
-    "TopK": "sorting has no IR op",
     "NonZero": "its output shape depends on the data",
     "Unique": "its output shape depends on the data",
     "Compress": "its output shape depends on the data",
@@ -1923,6 +1960,30 @@ def _cumulative(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any])
     flags = {k: True for k in ("exclusive", "reverse") if attrs.get(k, 0)}
     ir = "cumsum" if node.op_type == "CumSum" else "cumprod"
     _out(imp, node, imp.emit(ir, [x], axis=axis, **flags))
+
+
+@handler("TopK")
+def _topk(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # The first k of the IR argsort's order (descending when `largest`): ties keep the lower
+    # index first and a NaN is above every number, as ONNX's reference (a lexsort) has it;
+    # `sorted = 0` allows any order, and this one is sorted.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype.is_bool or t.rank == 0:
+        raise imp.unsupported(f"an operand of type {t}")
+    if imp.opset >= 10:
+        karr = np.asarray(imp.static(ins[1], "k")).reshape(-1)
+        if karr.size != 1:
+            raise imp.unsupported(f"k has {karr.size} values, expected one")
+        k = int(karr[0])
+    else:
+        k = int(attrs.get("k", 0))
+    axis = _norm_axis(imp, attrs.get("axis", -1), t.rank)
+    if not 0 <= k <= t.shape[axis]:
+        raise imp.unsupported(f"k = {k} is outside [0, {t.shape[axis]}] for axis {axis} of {t}")
+    values, indices = sort_along(imp, x, axis, bool(attrs.get("largest", 1)), k)
+    _out(imp, node, values, 0)
+    _out(imp, node, indices, 1)
 
 
 MAX_UNROLLED = 256

@@ -47,6 +47,7 @@ from gdv.frontends.onnx import (
     convert,
     mangle,
     reshape,
+    sort_along,
 )
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
@@ -587,8 +588,6 @@ _WHY_NOT = {
     "aten.rand.default": "random number generation has no IR op",
     "aten.randn.default": "random number generation has no IR op",
     "aten.native_dropout.default": "training-mode dropout (random masks) has no IR op",
-    "aten.sort.default": "sorting has no IR op",
-    "aten.topk.default": "sorting has no IR op",
     "aten.nonzero.default": "its output shape depends on the data",
     "aten.log1p.default": "no exact IR decomposition (log(1 + x) rounds 1 + x)",
     "aten.expm1.default": "no exact IR decomposition (exp(x) - 1 cancels)",
@@ -1229,6 +1228,32 @@ def _cumulative(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     if ir == "cumsum" and xt.dtype.is_float:
         x = imp.emit("add", [x, imp.const(0.0, xt)])
     imp.set(node, convert(imp, imp.emit(ir, [x], axis=dim), out.dtype))
+
+
+@handler(
+    "aten.sort.default", "aten.sort.stable", "aten.argsort.default", "aten.argsort.stable",
+    "aten.topk.default",
+)  # fmt: skip
+def _sort(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # The IR argsort's stable order (NaN above every number, equal values by index); torch
+    # promises stability only with stable=True, so this is one of the orders it may give.
+    name = _op_name(node.target)
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    if t.rank == 0:
+        raise imp.unsupported("sorting a scalar")
+    axis = _norm_dim(imp, a.get("dim", -1), t.rank)
+    if name == "aten.topk.default":
+        k = int(a["k"])
+        if not 0 <= k <= t.shape[axis]:
+            raise imp.unsupported(f"k = {k} is outside [0, {t.shape[axis]}]")
+        values, indices = sort_along(imp, x, axis, bool(a.get("largest", True)), k)
+    else:
+        values, indices = sort_along(imp, x, axis, bool(a.get("descending", False)))
+    if name.startswith("aten.argsort"):
+        imp.set(node, indices)
+    else:
+        imp.tuples[node.name] = [_v(imp, values), _v(imp, indices)]
 
 
 @handler("aten.linalg_vector_norm.default")

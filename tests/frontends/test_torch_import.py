@@ -266,6 +266,33 @@ ARG = [
 """Index results: the first extreme, a NaN counting as the extreme, +0.0 tying with -0.0."""
 
 
+SORTS = [
+    ("topk", lambda x: torch.topk(x, 2)),
+    ("topk_smallest_dim0", lambda x: torch.topk(x, 3, dim=0, largest=False)),
+    ("sort", lambda x: torch.sort(x, dim=1)),
+    ("sort_descending_dim0", lambda x: torch.sort(x, 0, descending=True)),
+    ("argsort", lambda x: torch.argsort(x, -1)),
+    ("argsort_stable_descending", lambda x: torch.argsort(x, dim=0, stable=True, descending=True)),
+]
+"""Sorting: a NaN is above every number. torch orders equal values in an unspecified way (its
+topk does not keep the lower index first), so these inputs have no ties, except the stable sorts
+of `test_stable_sort_keeps_ties_in_index_order`."""
+
+
+@pytest.mark.parametrize("name,fn", SORTS, ids=[c[0] for c in SORTS])
+def test_sorts_on_nan_and_inf(name: str, fn: Any) -> None:
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([[1.0, nan, 3.0, -2.0], [0.5, -1.0, inf, 2.0], [1e30, 7.0, -1e30, 5.0]])
+    check(Fn(fn), x)
+    check(Fn(fn), torch.tensor([[3, 1, 4, 9], [-7, 2, 0, 5], [8, -3, 6, 1]], dtype=torch.int32))
+
+
+def test_stable_sort_keeps_ties_in_index_order() -> None:
+    x = torch.tensor([[3.0, 1.0, 3.0, 1.0, 3.0], [0.0, -0.0, 2.0, -0.0, 0.0]])
+    check(Fn(lambda x: torch.sort(x, stable=True, dim=1, descending=True)), x)
+    check(Fn(lambda x: torch.sort(x, stable=True, dim=1)), x)
+
+
 CUMULATIVE = [
     ("cumsum", lambda x: torch.cumsum(x, 1)),
     ("cumprod_negative_dim", lambda x: torch.cumprod(x, -1)),
@@ -431,11 +458,8 @@ def refusal(module: Any, *inputs: Any, **export: Any) -> str:
 
 
 def test_refusals_name_op_node_and_reason() -> None:
-    assert refusal(Fn(lambda x: torch.topk(x, 2).values), rand(3)) == (
-        "unsupported PyTorch op aten.topk.default at node topk: sorting has no IR op"
-    )
-    assert refusal(Fn(lambda x: torch.sort(x).values), rand(3)) == (
-        "unsupported PyTorch op aten.sort.default at node sort: sorting has no IR op"
+    assert refusal(Fn(lambda x: torch.sort(x).values), torch.tensor(1.0)) == (
+        "unsupported PyTorch op aten.sort.default at node sort: sorting a scalar"
     )
     assert refusal(Fn(lambda x: torch.remainder(x, 2.0)), rand(3)) == (
         "unsupported PyTorch op aten.remainder.Scalar at node remainder: no IR mapping"
