@@ -7,7 +7,7 @@ dims, carrying the accumulator; each step is the `add` or `mul` expression of th
 (`scalar`, so f16/bf16 round once per step as the IR says), stored after the step, or before it
 when `exclusive` (the first position then gets 0 or 1).
 
-argsort: a stable insertion sort of each row's positions (see `_argsort`)."""
+argsort: a stable merge sort of each row's positions (see `_argsort`)."""
 
 from __future__ import annotations
 
@@ -96,10 +96,12 @@ def _scan(prog: Program, op: Op) -> None:
 
 @lowering(OPS["argsort"])
 def _argsort(prog: Program, op: Op) -> None:
-    """A stable insertion sort of the positions of each row, in place in the result: a
-    position moves before another only when its value comes strictly before (NaN above every
-    number), so equal values keep position order. Quadratic in the axis extent, no scratch."""
+    """A stable bottom-up merge sort of the positions of each row (O(n log n), a scratch of
+    2n positions on the heap; -1 when it cannot be had): a run's element is taken from the
+    right run only when its value comes strictly before (NaN above every number), so equal
+    values keep position order."""
     from gdv.backends.c.elementwise import NARROW_HELPER
+    from gdv.backends.c.matmul import _runtime_includes
 
     (src,) = op.operands
     x = prog.entry.types()[src]
@@ -117,37 +119,52 @@ def _argsort(prog: Program, op: Op) -> None:
     if op.type.num_elements == 0:
         prog.body.append(f"  /* argsort %{comment(op.result)}: no elements */")
         return
+    _runtime_includes(prog)
     rel = ">" if descending else "<"
-    first = "(a " + rel + " b)"
+    before = "(a " + rel + " b)"
     if dtype.is_float:  # a NaN is above every number
         above = "(isnan(a) && !isnan(b))" if descending else "(!isnan(a) && isnan(b))"
-        first = f"({first} || {above})"
+        before = f"({before} || {above})"
+    at = f"base + {{}} * INT64_C({inner})"
     name = prog.new_function()
     lines = [
         f"/* argsort %{comment(op.result)} */",
-        f"static void {name}(const {t} *restrict a0, int64_t *restrict r)",
+        f"static int {name}(const {t} *restrict a0, int64_t *restrict r)",
         "{",
+        f"  int64_t *buf = malloc(sizeof(int64_t) * (size_t)INT64_C({2 * n}));",
+        "  if (!buf) return 1;",
         f"  for (int64_t o = 0; o < INT64_C({outer}); o++)",
         f"    for (int64_t j = 0; j < INT64_C({inner}); j++) {{",
         f"      const int64_t base = o * INT64_C({n * inner}) + j;",
-        f"      for (int64_t s = 0; s < INT64_C({n}); s++) r[base + s * INT64_C({inner})] = s;",
-        f"      for (int64_t s = 1; s < INT64_C({n}); s++) {{",
-        "        const int64_t p = s;",
-        f"        const {ct} a = {load(f'a0[base + p * INT64_C({inner})]', dtype)};",
-        "        int64_t k = s;",
-        "        while (k > 0) {",
-        f"          const int64_t q = r[base + (k - 1) * INT64_C({inner})];",
-        f"          const {ct} b = {load(f'a0[base + q * INT64_C({inner})]', dtype)};",
-        f"          if (!{first}) break;",
-        f"          r[base + k * INT64_C({inner})] = q;",
-        "          k--;",
+        f"      int64_t *from = buf, *to = buf + INT64_C({n});",
+        f"      for (int64_t s = 0; s < INT64_C({n}); s++) from[s] = s;",
+        f"      for (int64_t w = 1; w < INT64_C({n}); w *= 2) {{",
+        f"        for (int64_t lo = 0; lo < INT64_C({n}); lo += 2 * w) {{",
+        f"          const int64_t mid = lo + w < INT64_C({n}) ? lo + w : INT64_C({n});",
+        f"          const int64_t hi = lo + 2 * w < INT64_C({n}) ? lo + 2 * w : INT64_C({n});",
+        "          int64_t p = lo, q = mid, d = lo;",
+        "          while (p < mid && q < hi) {",
+        f"            const {ct} a = {load('a0[' + at.format('from[q]') + ']', dtype)};",
+        f"            const {ct} b = {load('a0[' + at.format('from[p]') + ']', dtype)};",
+        f"            to[d++] = {before} ? from[q++] : from[p++];",
+        "          }",
+        "          while (p < mid) to[d++] = from[p++];",
+        "          while (q < hi) to[d++] = from[q++];",
         "        }",
-        f"        r[base + k * INT64_C({inner})] = p;",
+        "        int64_t *swap = from;",
+        "        from = to;",
+        "        to = swap;",
         "      }",
+        f"      for (int64_t s = 0; s < INT64_C({n}); s++) r[{at.format('s')}] = from[s];",
         "    }",
+        "  free(buf);",
+        "  return 0;",
         "}",
         "",
     ]
     prog.functions.append("\n".join(lines))
     args = [prog.var(src), prog.var(op.result)]
-    prog.body.append(f"  {name}({', '.join(args)});  /* %{comment(op.result)} */")
+    prog.body.append(
+        f"  if ({name}({', '.join(args)}) != 0) return -1;  /* %{comment(op.result)}; "
+        "-1: out of memory */"
+    )

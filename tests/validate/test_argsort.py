@@ -139,6 +139,28 @@ def test_c_target_matches_the_reference(dt: str, tmp_path) -> None:
         np.testing.assert_array_equal(g, w)
 
 
+def test_c_target_on_a_long_axis_with_many_ties(tmp_path) -> None:
+    # enough positions for ten merge passes, the runs full of equal values and NaNs
+    from gdv.driver import compile as gdv_compile
+
+    text = (
+        "func @main(%x: f32[2,1000,3]) -> (i64[2,1000,3], i64[2,1000,3]) {\n"
+        "  %a = argsort(%x) {axis = 1} : i64[2,1000,3]\n"
+        "  %b = argsort(%x) {axis = 1, descending = true} : i64[2,1000,3]\n"
+        "  return %a, %b\n}\n"
+    )
+    src = tmp_path / "long.gdv"
+    src.write_text(text)
+    comp = gdv_compile(src, target="c", cache_dir=str(tmp_path / "cache"))
+    rng = np.random.default_rng(5)
+    x = rng.choice(np.array(POOL, np.float32), size=(2, 1000, 3))
+    got = comp(x=x)
+    want = reference.run(parse(text), {"x": x})
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(want[0], np.argsort(x, axis=1, kind="stable"))
+
+
 # --- type errors --------------------------------------------------------------------------------
 
 
