@@ -716,6 +716,74 @@ def convert(imp: Importer, x: str, dtype: DType) -> str:
     return imp.emit("convert", [x], t.with_dtype(dtype))
 
 
+def arg_extreme(imp: GraphEmitter, x: str, axis: int, largest: bool, last: bool) -> str:
+    """The i64 position along `axis` of x's largest (or smallest) element: the first one, or
+    the last with `last`. A NaN counts as the extreme (the first, or last, NaN wins) and +0.0
+    ties with -0.0, as numpy's argmax/argmin and ONNX's ArgMax/ArgMin say. The axis is dropped.
+
+    Exact by construction, in existing ops: m = reduce_max(x) (reduce_min) is NaN exactly when
+    x holds a NaN (IR_SPEC section 3), and otherwise equals some element under IEEE `==` (the
+    max of -0.0 and +0.0 is one of them); the hits are `x == m`, or `x != x` when m is NaN; the
+    answer is the smallest (largest) iota index among the hits. The caller refuses an empty
+    axis: it has no index to give."""
+    t = imp.type_of(x)
+    if t.dtype.is_bool:  # false < true, as i8 0 < 1
+        x = convert(imp, x, DType.I8)
+        t = imp.type_of(x)
+    n = t.shape[axis]
+    kept = [d for d in range(t.rank) if d != axis]
+    m = imp.emit("reduce_max" if largest else "reduce_min", [x], axes=[axis])
+    mb = imp.emit("broadcast", [m], t, dims=kept)
+    hit = imp.emit("cmp", [x, mb], dir="eq")
+    if t.dtype.is_float:
+        m_nan = imp.emit("cmp", [mb, mb], dir="ne")
+        x_nan = imp.emit("cmp", [x, x], dir="ne")
+        hit = imp.emit("select", [m_nan, x_nan, hit])
+    it = TensorType(DType.I64, t.shape)
+    pos = imp.emit("iota", [], it, axis=axis)
+    miss = imp.const(-1 if last else n, it)
+    cand = imp.emit("select", [hit, pos, miss])
+    return imp.emit("reduce_max" if last else "reduce_min", [cand], axes=[axis])
+
+
+def take_along(imp: GraphEmitter, x: str, idx: str, axis: int) -> str:
+    """numpy's take_along_axis: out[p] = x[p with p[axis] replaced by idx[p]], for i64 indices
+    already in [0, size) and of x's shape except along `axis`: a take from the flattened x at
+    the linear index idx * stride(axis) + sum over the other dims d of iota_d * stride(d)."""
+    t = imp.type_of(x)
+    it = imp.type_of(idx)
+    strides = [math.prod(t.shape[d + 1 :]) for d in range(t.rank)]
+    lin = imp.emit("mul", [idx, imp.const(strides[axis], it)])
+    for d in range(t.rank):
+        if d != axis and it.shape[d] > 1:
+            pos = imp.emit("iota", [], it, axis=d)
+            lin = imp.emit("add", [lin, imp.emit("mul", [pos, imp.const(strides[d], it)])])
+    return imp.emit("take", [reshape(imp, x, [t.num_elements]), lin], axis=0)
+
+
+def sort_along(imp: GraphEmitter, x: str, axis: int, descending: bool, k: int | None = None):
+    """(values, i64 positions) of x's first k (all) elements along `axis` in the IR argsort's
+    stable order: NaN above every number, equal values by position."""
+    t = imp.type_of(x)
+    if t.dtype.is_bool:
+        x = convert(imp, x, DType.I8)
+    order = imp.emit("argsort", [x], axis=axis, **({"descending": True} if descending else {}))
+    n = t.shape[axis]
+    if k is not None and k != n:
+        ot = imp.type_of(order)
+        shape = list(ot.shape)
+        shape[axis] = k
+        start = [0] * ot.rank
+        order = imp.emit(
+            "slice", [order], ot.with_shape(shape), start=start, limit=shape,
+            stride=[1] * ot.rank,
+        )  # fmt: skip
+    if imp.type_of(order).num_elements == 0:
+        return imp.const(0, t.with_shape(imp.type_of(order).shape)), order
+    values = take_along(imp, x, order, axis)
+    return (convert(imp, values, t.dtype) if t.dtype.is_bool else values), order
+
+
 def _norm_axis(imp: Importer, axis: int, rank: int) -> int:
     a = axis + rank if axis < 0 else axis
     if not 0 <= a < max(rank, 1):
@@ -729,11 +797,6 @@ Handler = Callable[[Importer, Any, list[str], dict[str, Any]], None]
 HANDLERS: dict[str, Handler] = {}
 
 _WHY_NOT = {
-    "ArgMax": "an index-valued reduction has no IR op",
-    "ArgMin": "an index-valued reduction has no IR op",
-    "CumSum": "a running sum has no IR op",
-    "CumProd": "a running product has no IR op",
-    "TopK": "sorting has no IR op",
     "NonZero": "its output shape depends on the data",
     "Unique": "its output shape depends on the data",
     "Compress": "its output shape depends on the data",
@@ -746,7 +809,6 @@ _WHY_NOT = {
     "BitwiseOr": "bitwise ops have no IR op",
     "BitwiseXor": "bitwise ops have no IR op",
     "BitwiseNot": "bitwise ops have no IR op",
-    "Hardmax": "an index-valued reduction (argmax) has no IR op",
     "RandomUniform": "random number generation has no IR op",
     "RandomNormal": "random number generation has no IR op",
     "RandomUniformLike": "random number generation has no IR op",
@@ -1835,6 +1897,93 @@ def _reduce(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> 
     elif op in ("ReduceLogSum", "ReduceLogSumExp"):
         r = imp.emit("log", [r])
     _out(imp, node, _keep(imp, x, r, axes, attrs))
+
+
+def _arg_axis(imp: Importer, t: TensorType, axis: int) -> None:
+    if t.shape[axis] == 0 and math.prod(s for d, s in enumerate(t.shape) if d != axis):
+        raise imp.unsupported(f"axis {axis} of {t} is empty: there is no index to give")
+
+
+@handler("ArgMax", "ArgMin")
+def _arg_max_min(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    axis = _norm_axis(imp, attrs.get("axis", 0), t.rank)
+    if t.rank == 0:
+        raise imp.unsupported("a scalar operand has no axis")
+    _arg_axis(imp, t, axis)
+    last = bool(attrs.get("select_last_index", 0))
+    r = arg_extreme(imp, x, axis, node.op_type == "ArgMax", last)
+    _out(imp, node, _keep(imp, x, r, [axis], attrs))
+
+
+@handler("Hardmax")
+def _hardmax(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # 1 at the first maximum along `axis` (argmax's, NaN rule included), 0 elsewhere; before
+    # opset 13 along axis 1 of the input coerced to 2-D [prod(dims < axis), prod(dims >= axis)].
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    if t.rank == 0:
+        raise imp.unsupported("a scalar operand has no axis")
+    if imp.opset >= 13:
+        axis = _norm_axis(imp, attrs.get("axis", -1), t.rank)
+        y = x
+    else:
+        a = attrs.get("axis", 1)
+        a = a + t.rank if a < 0 else a
+        if not 0 <= a <= t.rank:
+            raise imp.unsupported(f"axis {attrs.get('axis')} is out of range for rank {t.rank}")
+        y = reshape(imp, x, [math.prod(t.shape[:a]), math.prod(t.shape[a:])])
+        axis = 1
+    yt = imp.type_of(y)
+    _arg_axis(imp, yt, axis)
+    r = arg_extreme(imp, y, axis, True, False)
+    it = TensorType(DType.I64, yt.shape)
+    rb = imp.emit("broadcast", [r], it, dims=[d for d in range(yt.rank) if d != axis])
+    hit = imp.emit("cmp", [imp.emit("iota", [], it, axis=axis), rb], dir="eq")
+    one = imp.emit("select", [hit, imp.const(1.0, yt), imp.const(0.0, yt)])
+    _out(imp, node, reshape(imp, one, t.shape))
+
+
+@handler("CumSum", "CumProd")
+def _cumulative(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # IR cumsum/cumprod: ONNX's exclusive output is the inclusive one shifted by one position
+    # with 0 (1) first, which is the IR's exclusive scan; reverse scans from the end.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype.is_bool or t.rank == 0:
+        raise imp.unsupported(f"an operand of type {t}")
+    axis_arr = np.asarray(imp.static(ins[1], "axis")).reshape(-1)
+    if axis_arr.size != 1:
+        raise imp.unsupported(f"axis has {axis_arr.size} values, expected one")
+    axis = _norm_axis(imp, int(axis_arr[0]), t.rank)
+    flags = {k: True for k in ("exclusive", "reverse") if attrs.get(k, 0)}
+    ir = "cumsum" if node.op_type == "CumSum" else "cumprod"
+    _out(imp, node, imp.emit(ir, [x], axis=axis, **flags))
+
+
+@handler("TopK")
+def _topk(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # The first k of the IR argsort's order (descending when `largest`): ties keep the lower
+    # index first and a NaN is above every number, as ONNX's reference (a lexsort) has it;
+    # `sorted = 0` allows any order, and this one is sorted.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype.is_bool or t.rank == 0:
+        raise imp.unsupported(f"an operand of type {t}")
+    if imp.opset >= 10:
+        karr = np.asarray(imp.static(ins[1], "k")).reshape(-1)
+        if karr.size != 1:
+            raise imp.unsupported(f"k has {karr.size} values, expected one")
+        k = int(karr[0])
+    else:
+        k = int(attrs.get("k", 0))
+    axis = _norm_axis(imp, attrs.get("axis", -1), t.rank)
+    if not 0 <= k <= t.shape[axis]:
+        raise imp.unsupported(f"k = {k} is outside [0, {t.shape[axis]}] for axis {axis} of {t}")
+    values, indices = sort_along(imp, x, axis, bool(attrs.get("largest", 1)), k)
+    _out(imp, node, values, 0)
+    _out(imp, node, indices, 1)
 
 
 MAX_UNROLLED = 256

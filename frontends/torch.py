@@ -45,11 +45,13 @@ from gdv.frontends.onnx import (
     _matmul,
     _py,
     _slice1,
+    arg_extreme,
     bcast,
     broadcast_shape,
     convert,
     mangle,
     reshape,
+    sort_along,
 )
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
@@ -590,11 +592,6 @@ _WHY_NOT = {
     "aten.rand.default": "random number generation has no IR op",
     "aten.randn.default": "random number generation has no IR op",
     "aten.native_dropout.default": "training-mode dropout (random masks) has no IR op",
-    "aten.argmax.default": "an index-valued reduction has no IR op",
-    "aten.argmin.default": "an index-valued reduction has no IR op",
-    "aten.cumsum.default": "a running sum has no IR op",
-    "aten.sort.default": "sorting has no IR op",
-    "aten.topk.default": "sorting has no IR op",
     "aten.nonzero.default": "its output shape depends on the data",
     "aten.log1p.default": "no exact IR decomposition (log(1 + x) rounds 1 + x)",
     "aten.expm1.default": "no exact IR decomposition (exp(x) - 1 cancels)",
@@ -1279,16 +1276,100 @@ def _reduce(imp: Importer, node: Any, a: dict[str, Any]) -> None:
 
 @handler("aten.max.dim", "aten.min.dim")
 def _max_dim(imp: Importer, node: Any, a: dict[str, Any]) -> None:
-    # (values, indices): the values are a reduce_max/min; the indices have no IR op, so a
-    # program that reads them is refused at the getitem.
+    # (values, indices): a reduce_max/min and the first position of the extreme (argmax's
+    # rule: a NaN is the extreme).
     x = imp.dyn(a["self"])
     t = imp.type_of(x)
     if t.dtype.is_bool:
         raise imp.unsupported("boolean operands are not supported")
     axes = _dims(imp, a["dim"], t.rank)
-    ir = "reduce_max" if _op_name(node.target) == "aten.max.dim" else "reduce_min"
-    r = _keepdim(imp, imp.emit(ir, [x], axes=axes), t, axes, bool(a.get("keepdim")))
-    imp.tuples[node.name] = [_v(imp, r), None]
+    largest = _op_name(node.target) == "aten.max.dim"
+    keep = bool(a.get("keepdim"))
+    r = _keepdim(imp, imp.emit("reduce_max" if largest else "reduce_min", [x], axes=axes), t,
+                 axes, keep)  # fmt: skip
+    if t.rank == 0:
+        i = imp.const(0, TensorType(DType.I64, ()))
+    else:
+        if t.shape[axes[0]] == 0:
+            raise imp.unsupported(f"dim {axes[0]} of {t} is empty: there is no index to give")
+        i = _keepdim(imp, arg_extreme(imp, x, axes[0], largest, False), t, axes, keep)
+    imp.tuples[node.name] = [_v(imp, r), _v(imp, i)]
+
+
+@handler("aten.argmax.default", "aten.argmin.default")
+def _argmax(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # dim None: the index into the flattened tensor (keepdim keeps every dim as 1).
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    dim = a.get("dim")
+    if dim is None:
+        y, axis = reshape(imp, x, [t.num_elements]), 0
+    else:
+        y, axis = x, _norm_dim(imp, dim, t.rank)
+        if t.rank == 0:
+            y = reshape(imp, x, [1])
+    yt = imp.type_of(y)
+    if yt.shape[axis] == 0 and math.prod(s for d, s in enumerate(yt.shape) if d != axis):
+        raise imp.unsupported(f"dim {axis} of {yt} is empty: there is no index to give")
+    largest = _op_name(node.target) == "aten.argmax.default"
+    r = arg_extreme(imp, y, axis, largest, False)
+    if dim is None or t.rank == 0:
+        shape = [1] * t.rank if a.get("keepdim") else []
+    else:
+        shape = (
+            [1 if d == axis else s for d, s in enumerate(t.shape)]
+            if a.get("keepdim")
+            else [s for d, s in enumerate(t.shape) if d != axis]
+        )
+    imp.set(node, reshape(imp, r, shape))
+
+
+@handler("aten.cumsum.default", "aten.cumprod.default")
+def _cumulative(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # In the result dtype (integers and booleans promote to i64), accumulated in its opmath
+    # dtype (f32 for f16 and bf16) and rounded back per output, as torch's CPU kernel does.
+    # torch's float sum starts from +0.0 (0 + x0 + x1 ...), which differs from the IR's fold
+    # only by turning -0.0 into +0.0; adding +0.0 to every element first is exactly that
+    # (x + 0.0 = x except -0.0, and no running sum after 0 + x0 is -0.0).
+    out = _out_type(imp, node)
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    if t.rank == 0:
+        imp.set(node, convert(imp, x, out.dtype))
+        return
+    dim = _norm_dim(imp, a["dim"], t.rank)
+    x = convert(imp, convert(imp, x, out.dtype), _opmath(out.dtype))
+    ir = "cumsum" if _op_name(node.target) == "aten.cumsum.default" else "cumprod"
+    xt = imp.type_of(x)
+    if ir == "cumsum" and xt.dtype.is_float:
+        x = imp.emit("add", [x, imp.const(0.0, xt)])
+    imp.set(node, convert(imp, imp.emit(ir, [x], axis=dim), out.dtype))
+
+
+@handler(
+    "aten.sort.default", "aten.sort.stable", "aten.argsort.default", "aten.argsort.stable",
+    "aten.topk.default",
+)  # fmt: skip
+def _sort(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # The IR argsort's stable order (NaN above every number, equal values by index); torch
+    # promises stability only with stable=True, so this is one of the orders it may give.
+    name = _op_name(node.target)
+    x = imp.dyn(a["self"])
+    t = imp.type_of(x)
+    if t.rank == 0:
+        raise imp.unsupported("sorting a scalar")
+    axis = _norm_dim(imp, a.get("dim", -1), t.rank)
+    if name == "aten.topk.default":
+        k = int(a["k"])
+        if not 0 <= k <= t.shape[axis]:
+            raise imp.unsupported(f"k = {k} is outside [0, {t.shape[axis]}]")
+        values, indices = sort_along(imp, x, axis, bool(a.get("largest", True)), k)
+    else:
+        values, indices = sort_along(imp, x, axis, bool(a.get("descending", False)))
+    if name.startswith("aten.argsort"):
+        imp.set(node, indices)
+    else:
+        imp.tuples[node.name] = [_v(imp, values), _v(imp, indices)]
 
 
 @handler("aten.linalg_vector_norm.default")

@@ -11,7 +11,8 @@ its first (major) factor's axes.
 
 matmul `[i, k] x [k, j] -> [i, j]`, k a reduction; elementwise ops share one factor per dim;
 broadcast maps the operand's dims to the result dims `dims` names; transpose permutes;
-reduce_* reduces its axes; softmax, log_softmax and layer_norm keep their axes replicated;
+reduce_* reduces its axes; softmax, log_softmax, layer_norm, cumsum, cumprod and argsort
+keep their axes replicated (a scan's prefix, or a sort, crosses every block of its axis);
 slice and pad pass through the dims they keep whole, concat every dim but its axis, take the
 table's other dims and the indices' dims, conv2d the batch and (groups = 1) the output
 channels; loop-stage kernels are kept whole.
@@ -123,7 +124,7 @@ def _reduce(op: Op, types: list[TensorType]) -> FactorRule:
     return FactorRule(sizes, [dims], result, reduction={f"d{a}" for a in axes})
 
 
-@rule("softmax", "log_softmax")
+@rule("softmax", "log_softmax", "cumsum", "cumprod", "argsort")
 def _axis_normalised(op: Op, types: list[TensorType]) -> FactorRule:
     sizes, dims = _dims("d", op.type.shape)
     return FactorRule(sizes, [dims], dims, replicated={f"d{op.attrs['axis']}"})

@@ -97,3 +97,72 @@ def _empty(kind: str, dtype: DType) -> float | int:
 kernel(OPS["reduce_sum"])(_reduce("sum"))
 kernel(OPS["reduce_max"])(_reduce("max"))
 kernel(OPS["reduce_min"])(_reduce("min"))
+
+
+def scan(x: np.ndarray, axis: int, step: str, exclusive: bool, reverse: bool, dtype: DType):
+    """The running left fold of IR cumsum (`step` "add") or cumprod ("mul") along `axis`,
+    each step rounded to (or wrapping in) `dtype`; x holds `dtype` values."""
+    rows = np.moveaxis(np.asarray(x, dtype=dtype.np), axis, 0)
+    if reverse:
+        rows = rows[::-1]
+    out = np.empty_like(rows)
+    if rows.shape[0]:
+        w = Working(dtype)
+        if w.native:
+            # ufunc.accumulate is the sequential recurrence out[i] = op(out[i-1], x[i]) (no
+            # pairwise splitting), in `dtype` when asked to: the IR's left fold.
+            ufunc = np.add if step == "add" else np.multiply
+            inclusive = ufunc.accumulate(rows, axis=0, dtype=dtype.np)
+        else:
+            inclusive = np.empty_like(rows)
+            acc = w.load(rows[0])
+            inclusive[0] = w.store(acc)
+            for r in range(1, rows.shape[0]):
+                acc = (w.add if step == "add" else w.mul)(acc, w.load(rows[r]))
+                inclusive[r] = w.store(acc)
+        if exclusive:
+            out[0] = 0 if step == "add" else 1
+            out[1:] = inclusive[:-1]
+        else:
+            out = inclusive
+    if reverse:
+        out = out[::-1]
+    return np.ascontiguousarray(np.moveaxis(out, 0, axis))
+
+
+@kernel(OPS["cumsum"], OPS["cumprod"])
+def _scan(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    step = "add" if op.name == "cumsum" else "mul"
+    a = op.attrs
+    return scan(
+        args[0],
+        a["axis"],
+        step,
+        bool(a.get("exclusive", False)),
+        bool(a.get("reverse", False)),
+        ctx.storage(op.type.dtype),
+    )
+
+
+def argsort(x: np.ndarray, axis: int, descending: bool) -> np.ndarray:
+    """IR argsort: the stable order along `axis` by value (NaN above every number, NaNs equal,
+    -0.0 equal to +0.0), equal values by position, as i64 positions."""
+    rows = np.moveaxis(np.asarray(x), axis, -1)
+    pos = np.broadcast_to(np.arange(rows.shape[-1]), rows.shape)
+    if rows.dtype.kind == "f" or not np.issubdtype(rows.dtype, np.integer):
+        w = widen(rows)
+        nan = np.isnan(w)
+        value = np.where(nan, 0.0, w)
+        # lexsort: the last key is the primary one; each key is compared with `<`, under
+        # which -0.0 and +0.0 are equal, and the position breaks every remaining tie
+        keys = (pos, -value, ~nan) if descending else (pos, value, nan)
+    else:
+        # ~v is strictly decreasing on signed and unsigned integers alike, with no overflow
+        keys = (pos, ~rows) if descending else (pos, rows)
+    order = np.lexsort(keys, axis=-1)
+    return np.ascontiguousarray(np.moveaxis(order.astype(np.int64), -1, axis))
+
+
+@kernel(OPS["argsort"])
+def _argsort(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    return argsort(args[0], op.attrs["axis"], bool(op.attrs.get("descending", False)))

@@ -111,6 +111,9 @@ _KERNELS_ONLY = (
 _REASONS = {
     "conv2d": "a convolution that lower-to-kernels keeps as an op (small, or strided and not "
     "a product) has no Triton kernel yet",
+    "cumsum": "a running fold (scan) stays an op at every stage and has no Triton kernel yet",
+    "cumprod": "a running fold (scan) stays an op at every stage and has no Triton kernel yet",
+    "argsort": "a sort stays an op at every stage and has no Triton kernel yet",
 }
 for _spec in all_specs():
     if _spec.name in ("reshape", "slice", "concat", "pad", "take", "constant", "iota", "kernel"):

@@ -282,6 +282,27 @@ def _axis(s: Scope) -> Drawn:
     return [t], {"axis": s.draw(st.integers(0, t.rank - 1))}, None
 
 
+def _flags(s: Scope, names: tuple[str, ...]) -> dict[str, Any]:
+    """Optional boolean attributes: absent, false or true."""
+    out: dict[str, Any] = {}
+    for name in names:
+        value = s.draw(st.sampled_from([None, False, True]))
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def _scan(s: Scope) -> Drawn:
+    t = s.type(NUMERIC, min_rank=1)
+    attrs = {"axis": s.draw(st.integers(0, t.rank - 1)), **_flags(s, ("exclusive", "reverse"))}
+    return [t], attrs, None
+
+
+def _argsort(s: Scope) -> Drawn:
+    t = s.type(NUMERIC, min_rank=1)
+    return [t], {"axis": s.draw(st.integers(0, t.rank - 1)), **_flags(s, ("descending",))}, None
+
+
 def _layer_norm(s: Scope) -> Drawn:
     x = s.type(FLOAT_DTYPES)
     axes = sorted(s.draw(st.sets(st.integers(0, x.rank - 1)))) if x.rank else []
@@ -302,6 +323,7 @@ GENERATORS: dict[str, Callable[[Scope], Drawn]] = {
     **dict(broadcast=_broadcast, reshape=_reshape, transpose=_transpose, slice=_slice),
     **dict(concat=_concat, pad=_pad, dot=_dot, matmul=_matmul, take=_take, conv2d=_conv2d),
     **dict(softmax=_axis, log_softmax=_axis, layer_norm=_layer_norm, gelu=_gelu),
+    **dict(cumsum=_scan, cumprod=_scan, argsort=_argsort),
 }
 OPS: tuple[str, ...] = tuple(sorted(GENERATORS))
 """The ops `programs()` generates: every registry op but those in EXCLUDED."""

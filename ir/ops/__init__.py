@@ -74,6 +74,12 @@ def kind_int_pairs(v: Any) -> list[list[int]]:
     return v
 
 
+def kind_bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"expected true or false, got {describe(v)}")
+    return v
+
+
 def kind_number(v: Any) -> Any:
     if not _is_number(v) and not isinstance(v, bool):
         raise ValueError(f"expected a number, got {describe(v)}")

@@ -1,11 +1,23 @@
-"""Reductions: reduce_sum, reduce_max, reduce_min over `axes`, left folds in row-major order."""
+"""Reductions: reduce_sum, reduce_max, reduce_min over `axes`, left folds in row-major order;
+the scans cumsum, cumprod and the sort argsort along one `axis` (since gdv 0.6)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gdv.ir.ops import AttrSpec, Combiner, OpSpec, OpTypeError, kind_int_list, names_where, register
-from gdv.ir.ops._rules import check_axes
+from gdv.ir.dtypes import DType
+from gdv.ir.ops import (
+    AttrSpec,
+    Combiner,
+    OpSpec,
+    OpTypeError,
+    kind_bool,
+    kind_int,
+    kind_int_list,
+    names_where,
+    register,
+)
+from gdv.ir.ops._rules import check_axes, check_axis
 from gdv.ir.types import TensorType
 
 REDUCE_DOCS = {
@@ -58,3 +70,79 @@ def combiner_of(name: str) -> Combiner:
         if spec.combiner.op == name:
             return spec.combiner
     raise KeyError(name)
+
+
+# --- scans (since gdv 0.6, issue 19) ---------------------------------------------------------
+
+SCAN_STEP = {"cumsum": "add", "cumprod": "mul"}
+"""Each scan's step: the elementwise op it folds with (so it rounds and wraps as that op)."""
+
+
+def _infer_scan(name: str):
+    def infer(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
+        x = types[0]
+        if x.dtype.is_bool:
+            raise OpTypeError(f"{name} takes a float or integer operand, operand 1 is {x}", 0)
+        check_axis(attrs["axis"], x.rank, "axis")
+        return x
+
+    return infer
+
+
+for _name, _step in SCAN_STEP.items():
+    register(
+        OpSpec(
+            _name,
+            "reduce",
+            1,
+            1,
+            (
+                AttrSpec("axis", kind_int),
+                AttrSpec("exclusive", kind_bool, required=False),
+                AttrSpec("reverse", kind_bool, required=False),
+            ),
+            _infer_scan(_name),
+            f"A running left fold with {_step} along `axis`, same type as x. Scan order: the "
+            "positions of the axis in increasing index (decreasing with `reverse = true`). "
+            "out[p] = acc over the positions up to p in scan order (before p with `exclusive = "
+            f"true`): acc = x[first]; acc = {_step}(acc, x[next]) ...; an empty prefix (the "
+            f"first position, exclusive) gives {0 if _step == 'add' else 1} "
+            "(+0.0 for float sums). Each step rounds (or wraps) as one "
+            f"{_step} in the dtype.",
+            int_legal=True,
+        )
+    )
+
+SCANS = names_where(lambda s: s.name in SCAN_STEP, "The running folds (cumsum, cumprod).")
+
+
+# --- sorting (since gdv 0.6, issue 19) -------------------------------------------------------
+
+
+def _infer_argsort(
+    types: list[TensorType], attrs: dict[str, Any], written: TensorType
+) -> TensorType:
+    x = types[0]
+    if x.dtype.is_bool:
+        raise OpTypeError(f"argsort takes a float or integer operand, operand 1 is {x}", 0)
+    check_axis(attrs["axis"], x.rank, "axis")
+    return x.with_dtype(DType.I64)
+
+
+register(
+    OpSpec(
+        "argsort",
+        "reduce",
+        1,
+        1,
+        (AttrSpec("axis", kind_int), AttrSpec("descending", kind_bool, required=False)),
+        _infer_argsort,
+        "The stable sorting permutation along `axis`, as i64 positions: out[..., j, ...] is "
+        "the position p along the axis of the element that comes j-th when the positions are "
+        "ordered by value (ascending; descending with `descending = true`), equal values by "
+        "position (lower first). A NaN is above every number (last ascending, first "
+        "descending) and NaNs are equal to each other; -0.0 and +0.0 are equal. So "
+        "out[j] = the p with rank(p) = j, rank(p) = #{q : q comes before p}.",
+        int_legal=True,
+    )
+)

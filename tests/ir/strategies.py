@@ -25,7 +25,7 @@ from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, DType
 from gdv.ir.ops.collective import COLLECTIVES
 from gdv.ir.ops.elementwise import BINARY_DOCS, CMP_DIRECTIONS, INT_BINARY, UNARY_FLOAT_DOCS
-from gdv.ir.ops.reduce import REDUCE_DOCS
+from gdv.ir.ops.reduce import REDUCE_DOCS, SCAN_STEP
 from gdv.ir.parser import MAX_NAME_LENGTH, float_literal
 from gdv.ir.types import TensorType
 
@@ -280,6 +280,25 @@ def _reduce(draw) -> Drawn:
     return [t], {"axes": list(axes[: draw(st.integers(0, t.rank))])}, None
 
 
+def _scan(draw) -> Drawn:
+    t = draw(types(NUMERIC, min_rank=1))
+    attrs: dict[str, Any] = {"axis": draw(st.integers(0, t.rank - 1))}
+    for flag in ("exclusive", "reverse"):
+        value = draw(st.sampled_from([None, False, True]))
+        if value is not None:
+            attrs[flag] = value
+    return [t], attrs, None
+
+
+def _argsort(draw) -> Drawn:
+    t = draw(types(NUMERIC, min_rank=1))
+    attrs: dict[str, Any] = {"axis": draw(st.integers(0, t.rank - 1))}
+    descending = draw(st.sampled_from([None, False, True]))
+    if descending is not None:
+        attrs["descending"] = descending
+    return [t], attrs, None
+
+
 def _dot(draw) -> Drawn:
     dtype = draw(dtype_choice(NUMERIC))
     batch = draw(st.lists(dims, max_size=2))
@@ -476,6 +495,8 @@ OP_GENERATORS: dict[str, Generator] = {
     "concat": _concat,
     "pad": _pad,
     **{name: _reduce for name in REDUCE_DOCS},
+    **{name: _scan for name in SCAN_STEP},
+    "argsort": _argsort,
     "dot": _dot,
     "take": _take,
     "conv2d": _conv2d,

@@ -257,6 +257,26 @@ def c_reduce(draw, name: str) -> Case:
     return [t], name, {"axes": axes}, t.with_shape(out)
 
 
+def c_scan(draw, name: str) -> Case:
+    t = TensorType(draw(st.sampled_from(NUMERIC)), shape(draw, draw(st.integers(1, 3)), 5))
+    attrs: dict[str, Any] = {"axis": draw(st.integers(0, t.rank - 1))}
+    for flag in ("exclusive", "reverse"):
+        value = draw(st.sampled_from([None, False, True]))
+        if value is not None:
+            attrs[flag] = value
+    return [t], name, attrs, t
+
+
+def c_argsort(draw, name: str) -> Case:
+    # at most 6 along the axis: the nested unrolled folds grow with its square
+    t = TensorType(draw(st.sampled_from(NUMERIC)), shape(draw, draw(st.integers(1, 3)), 6))
+    attrs: dict[str, Any] = {"axis": draw(st.integers(0, t.rank - 1))}
+    descending = draw(st.sampled_from([None, False, True]))
+    if descending is not None:
+        attrs["descending"] = descending
+    return [t], name, attrs, t.with_dtype(DType.I64)
+
+
 def c_dot(draw, name: str) -> Case:
     dt = draw(st.sampled_from(NUMERIC))
     nb, nc = draw(st.integers(0, 1)), draw(st.integers(0, 2))
@@ -387,6 +407,8 @@ CASES: dict[str, Callable[[Any, str], Case]] = {
     "concat": c_concat,
     "pad": c_pad,
     **{n: c_reduce for n in ("reduce_sum", "reduce_max", "reduce_min")},
+    **{n: c_scan for n in ("cumsum", "cumprod")},
+    "argsort": c_argsort,
     "dot": c_dot,
     "take": c_take,
     "conv2d": c_conv2d,

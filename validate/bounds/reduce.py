@@ -5,6 +5,11 @@ reduce_sum of n terms: n ex (propagated) + the sequential-summation error of `se
 Where the terms are nonnegative and one of them is 1 (softmax's exp(x - max x), fact `max1`),
 the sum is at least 1 exactly and at least (1 - slack)(1 - u)^(n-1) computed.
 reduce_max, reduce_min: exact and 1-Lipschitz: the operand's interval and error.
+cumsum, cumprod: every output is the fold of a prefix of k terms, 1 <= k <= n (or the empty
+prefix, exclusive): the hull of the bounds of those folds (a sum's bound grows with k and its
+interval k [lo, hi] is linear in k, so k = 1 and k = n bound it; a product's bounds are
+iterated `mul` bounds, one per k).
+argsort: positions in [0, n - 1], exact when the operand is, else off by up to n - 1.
 Integers are exact; a sum that may leave the dtype wraps (reported).
 """
 
@@ -14,8 +19,8 @@ import math
 
 from gdv.ir.core import Op
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.validate.bounds.elementwise import _specials_add, finish, int_result
-from gdv.validate.bounds.model import EMPTY, TB, Err, i_scale, is_empty, mag, make_tb
+from gdv.validate.bounds.elementwise import _mul, _specials_add, finish, int_result
+from gdv.validate.bounds.model import EMPTY, TB, Err, hull, i_scale, is_empty, mag, make_tb
 from gdv.validate.bounds.registry import Context, rule
 from gdv.validate.bounds.rounding import combine, sequential_sum
 
@@ -81,3 +86,51 @@ def extreme_bound(op: Op, x: TB, n: int, is_max: bool) -> TB:
         v = float(x.dtype.int_min if is_max else x.dtype.int_max)
         return make_tb(op.type, (v, v), Err.zero())
     return make_tb(op.type, x.exact, x.err, x.computed, x.specials)
+
+
+def _hull_of(op: Op, parts: list[TB]) -> TB:
+    """A bound holding for each of `parts`: the hull of their intervals, the largest error."""
+    err = parts[0].err
+    for p in parts[1:]:
+        err = err.max(p.err)
+    specials = frozenset().union(*(p.specials for p in parts))
+    exact = hull(*(p.exact for p in parts))
+    return make_tb(op.type, exact, err, hull(*(p.computed for p in parts)), specials)
+
+
+@rule(OPS["cumsum"], OPS["cumprod"])
+def _scan(op: Op, args: list[TB], ctx: Context) -> TB:
+    x = args[0]
+    n = x.type.shape[op.attrs["axis"]]
+    exclusive = bool(op.attrs.get("exclusive", False))
+    longest = n - 1 if exclusive else n
+    parts: list[TB] = []
+    if exclusive and n:  # the empty prefix: exactly 0 (sum) or 1 (product) on both sides
+        v = 0.0 if op.name == "cumsum" else 1.0
+        parts.append(make_tb(op.type, (v, v), Err.zero()))
+    if longest >= 1 and op.name == "cumsum":
+        parts += [sum_bound(op, x, 1, ctx), sum_bound(op, x, longest, ctx)]
+    elif longest >= 1:
+        acc = make_tb(op.type, x.exact, x.err, x.computed, x.specials)
+        parts.append(acc)
+        step = Op(op.result, op.name, ["acc", "x"], {}, op.type)  # a mul, named for notes
+        for _ in range(1, longest):
+            acc = _mul(step, [acc, x], ctx)
+            if not acc.err.finite:
+                return make_tb(op.type, (-math.inf, math.inf), acc.err)
+            parts.append(acc)
+    if not parts:  # no element at all
+        return make_tb(op.type, (0.0, 0.0), Err.zero())
+    return _hull_of(op, parts)
+
+
+@rule(OPS["argsort"])
+def _argsort(op: Op, args: list[TB], ctx: Context) -> TB:
+    """Positions in [0, n - 1]: exact when the operand is; otherwise a rounding may reorder
+    two elements, and a position may be off by up to n - 1."""
+    x = args[0]
+    n = x.type.shape[op.attrs["axis"]]
+    if n == 0:
+        return make_tb(op.type, (0.0, 0.0), Err.zero())
+    err = Err.zero() if x.err.total == 0 else Err.make({}, float(n - 1))
+    return make_tb(op.type, (0.0, float(n - 1)), err)

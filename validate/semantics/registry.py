@@ -192,6 +192,11 @@ class Ctx:
             self.sums.append(SumRecord(n, dtype, var, b, body, term, self.depth))
         return term
 
+    def small_fold(self, n: int) -> bool:
+        """Would a fold of extent n be unrolled here (`_small`)? For rules that pick among
+        unrolled folds of several extents (the scans)."""
+        return self._small(n)
+
     def _small(self, n: int) -> bool:
         """Unroll this fold? Only in `fp` (the `real` theory has its `unroll` lemma), for
         extents up to `SMALL_FOLD`, while the unrolled folds around it multiply to at most

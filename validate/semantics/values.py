@@ -492,6 +492,8 @@ class Values:
         """The value of an empty reduction (IR_SPEC.md section 3)."""
         if kind == "sum":
             return self.zero(dtype)
+        if kind == "prod":  # cumprod's empty prefix
+            return self.one(dtype)
         if dtype.is_int:
             return z3.BitVecVal(dtype.int_min if kind == "max" else dtype.int_max, dtype.bits)
         inf = np.array(-np.inf if kind == "max" else np.inf, dtype=dtype.np)
@@ -499,7 +501,8 @@ class Values:
 
     def fold_step(self, kind: str, dtype: DType, acc, x) -> z3.ExprRef:
         """One step of the left fold: acc = op(acc, x)."""
-        return {"sum": self.add, "max": self.max, "min": self.min}[kind](dtype, acc, x)
+        step = {"sum": self.add, "prod": self.mul, "max": self.max, "min": self.min}[kind]
+        return step(dtype, acc, x)
 
     def fold_function(self, kind: str, dtype: DType) -> z3.FuncDeclRef:
         """fold(extent, array) -> value: uninterpreted, one per (kind, sort)."""

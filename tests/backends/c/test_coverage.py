@@ -469,6 +469,9 @@ def _all_ops_module(dtype: DType) -> tuple[str, dict[str, np.ndarray], dict[int,
         f.op("iota() {axis = 1}", t)
         for name in ("reduce_sum", "reduce_max", "reduce_min"):
             f.op(f"{name}(%x) {{axes = [1]}}", _ty(dtype, (2,)))
+        f.op("cumsum(%x) {axis = 1}", t)
+        f.op("cumprod(%x) {axis = 1, exclusive = true, reverse = true}", t)
+        f.op("argsort(%x) {axis = 1, descending = true}", _ty(DType.I64, (2, 3)))
         f.op(
             "dot(%x, %y) {lhs_batch = [], rhs_batch = [], lhs_contract = [1], rhs_contract = [1]}",
             _ty(dtype, (2, 2)),
@@ -564,7 +567,11 @@ def test_every_op_and_dtype_has_a_conformance_case() -> None:
     for name, dtypes in covered.items():
         if name in float_only:
             want = set(FLOAT)
-        elif name in ("iota", "reduce_sum", "reduce_max", "reduce_min", "dot", "conv2d", "kernel"):
+        elif name in ("iota", "reduce_sum", "reduce_max", "reduce_min", "cumsum", "cumprod"):
+            want = set(FLOAT) | set(INT)
+        elif name == "argsort":
+            want = set(FLOAT) | set(INT)
+        elif name in ("dot", "conv2d", "kernel"):
             want = set(FLOAT) | set(INT)
         elif name in BINARY:
             want = set(FLOAT) | set(INT)

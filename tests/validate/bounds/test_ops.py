@@ -127,6 +127,26 @@ CASES: dict[str, tuple] = {
     ),
     "reduce_sum": _case(X1, "%y = reduce_sum(%x) {{axes = [1]}} : {dt}[4]", "{dt}[4]"),
     "reduce_sum_all": _case(X1, "%y = reduce_sum(%x) {{axes = [0, 1]}} : {dt}[]", "{dt}[]"),
+    "cumsum": _case(X2, SUM_THEN + "%y = cumsum(%s) {{axis = 1}} : {dt}[4,6]", "{dt}[4,6]"),
+    "cumsum_exclusive_reverse": _case(
+        X1,
+        "%y = cumsum(%x) {{axis = 0, exclusive = true, reverse = true}} : {dt}[4,6]",
+        "{dt}[4,6]",
+        POSITIVE,
+    ),
+    "cumprod": _case(
+        X2, SUM_THEN + "%y = cumprod(%s) {{axis = 1}} : {dt}[4,6]", "{dt}[4,6]", SMALL, SMALL
+    ),
+    "cumprod_exclusive": _case(
+        X1,
+        "%y = cumprod(%x) {{axis = 1, exclusive = true}} : {dt}[4,6]",
+        "{dt}[4,6]",
+        POSITIVE,
+    ),
+    "argsort": _case(
+        X2, SUM_THEN + "%y = argsort(%s) {{axis = 1, descending = true}} : i64[4,6]", "i64[4,6]"
+    ),
+    "argsort_exact_operand": _case(X1, "%y = argsort(%x) {{axis = 0}} : i64[4,6]", "i64[4,6]"),
     "reduce_max": _case(X2, SUM_THEN + "%y = reduce_max(%s) {{axes = [0]}} : {dt}[6]", "{dt}[6]"),
     "reduce_min": _case(X2, SUM_THEN + "%y = reduce_min(%s) {{axes = [1]}} : {dt}[4]", "{dt}[4]"),
     "dot": _case(
@@ -253,6 +273,9 @@ OP_OF_CASE = {
     "convert_to_int": "convert",
     "convert_to_i1": "convert",
     "reduce_sum_all": "reduce_sum",
+    "cumsum_exclusive_reverse": "cumsum",
+    "argsort_exact_operand": "argsort",
+    "cumprod_exclusive": "cumprod",
     "dot_acc_f32": "dot",
     "dot_acc_f32_narrow_result": "dot",
     "softmax_masked": "softmax",
