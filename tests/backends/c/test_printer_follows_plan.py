@@ -26,6 +26,7 @@ ALLOWED_CONSTRUCTORS = {
     ("conv.py", "Op"),
     ("nest.py", "Op"),
     ("contract.py", "Op"),
+    ("reduce.py", "Op"),  # a cumsum / cumprod step
 }
 IR_FIELDS = {"attrs", "operands", "ops", "params", "returns", "result", "type"}
 """Fields of IR ops and functions (`Program.functions` and `.body` are C text, not IR)."""
