@@ -5,7 +5,10 @@ cache directory in ONNX's test-data layout (model.onnx, test_data_set_N/*.pb) an
 there against `gdv.frontends.onnx.Backend`, compared as `onnx.backend.test.runner` compares:
 `numpy.testing.assert_allclose` with the case's rtol (1e-3) and atol (1e-7), plus equal dtypes
 and shapes. Every case is counted: `pass`, `fail` (a wrong answer, an error, a crash) or
-`unsupported` (gdv refused the model with its `unsupported ONNX op ...` message).
+`unsupported` (gdv refused the model with its `unsupported ONNX op ...` message). Each case
+also names the op it exercises (`op`), and the results file counts the three outcomes per op
+(`ops`) and per op family (`families`, `FAMILY`); `--table` prints the latter as the README's
+table.
 """
 
 from __future__ import annotations
@@ -169,6 +172,99 @@ def run_case(case_dir: Path) -> dict[str, Any]:
         return {"status": "fail", "detail": f"crash: {type(e).__name__}: {str(e)[:300]}"}
 
 
+_FAMILY_OPS = {
+    "arithmetic": "Add Sub Mul Div Mod Pow Neg Abs Reciprocal Sqrt Exp Log Ceil Floor Round "
+    "Sign Clip Max Min Sum Mean Erf IsNaN IsInf Identity",
+    "comparison and logic": "Equal Greater Less GreaterOrEqual LessOrEqual And Or Xor Not Where",
+    "bitwise": "BitShift BitwiseAnd BitwiseOr BitwiseXor BitwiseNot",
+    "trigonometric and hyperbolic": "Sin Cos Tan Asin Acos Atan Sinh Cosh Tanh Asinh Acosh Atanh",
+    "activations": "Relu LeakyRelu PRelu Elu Selu Celu Gelu Sigmoid HardSigmoid HardSwish "
+    "Softplus Softsign ThresholdedRelu Mish Swish SwiGLU Shrink Softmax LogSoftmax Hardmax "
+    "SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss",
+    "reductions and scans": "ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 "
+    "ReduceL2 ReduceLogSum ReduceLogSumExp ReduceSumSquare ArgMax ArgMin CumSum CumProd TopK",
+    "products and convolutions": "MatMul Gemm MatMulInteger Conv ConvInteger ConvTranspose "
+    "DeformConv Einsum QLinearMatMul QLinearConv Det CausalConvWithState",
+    "pooling": "MaxPool AveragePool GlobalAveragePool GlobalMaxPool LpPool GlobalLpPool "
+    "MaxUnpool MaxRoiPool RoiAlign",
+    "normalization": "BatchNormalization LayerNormalization InstanceNormalization "
+    "GroupNormalization LpNormalization MeanVarianceNormalization LRN RMSNormalization",
+    "shape and layout": "Reshape Transpose Flatten Squeeze Unsqueeze Concat Split Slice Pad "
+    "Expand Tile Shape Size DepthToSpace SpaceToDepth Trilu ReverseSequence Compress NonZero "
+    "Unique Range OneHot EyeLike ConstantOfShape Constant CenterCropPad Col2Im",
+    "gather and scatter": "Gather GatherElements GatherND Scatter ScatterElements ScatterND "
+    "TensorScatter",
+    "resize and sampling": "Resize Upsample GridSample AffineGrid",
+    "casts and quantization": "Cast CastLike QuantizeLinear DequantizeLinear "
+    "DynamicQuantizeLinear BitCast",
+    "control flow": "If Loop Scan",
+    "recurrent": "RNN GRU LSTM",
+    "attention": "Attention FlexAttention LinearAttention RotaryEmbedding",
+    "detection and images": "NonMaxSuppression ImageDecoder",
+    "random": "RandomNormal RandomUniform RandomNormalLike RandomUniformLike Bernoulli "
+    "Multinomial Dropout",
+    "signal": "DFT STFT MelWeightMatrix HannWindow HammingWindow BlackmanWindow",
+    "sequences and optionals": "SequenceAt SequenceConstruct SequenceEmpty SequenceErase "
+    "SequenceInsert SequenceLength SequenceMap SplitToSequence ConcatFromSequence Optional "
+    "OptionalHasElement OptionalGetElement",
+    "training": "Adagrad Adam Momentum Gradient",
+    "strings and classical ML": "StringNormalizer StringConcat StringSplit RegexFullMatch "
+    "TfIdfVectorizer LabelEncoder TreeEnsemble TreeEnsembleClassifier TreeEnsembleRegressor "
+    "ArrayFeatureExtractor Binarizer Imputer Normalizer OneHotEncoder Scaler ZipMap",
+}
+FAMILY = {op: family for family, ops in _FAMILY_OPS.items() for op in ops.split()}
+"""The op family each ONNX op type is counted under (`other` when not listed), for the
+results file's per-family table."""
+
+
+def case_op(case_dir: Path) -> str:
+    """The ONNX op a node test exercises: its model's one op type; for a function-expanded
+    case (`..._expanded...`, several nodes) that of the case it expands; else `(several)`."""
+    import onnx
+
+    try:
+        model = onnx.load(str(case_dir / "model.onnx"), load_external_data=False)
+    except Exception:  # noqa: BLE001 -- an unreadable model is counted under `(unreadable)`
+        return "(unreadable)"
+    ops = {n.op_type for n in model.graph.node}
+    if len(ops) == 1:
+        return next(iter(ops))
+    name = case_dir.name
+    if "_expanded" in name:
+        base = case_dir.with_name(name[: name.index("_expanded")])
+        if base != case_dir and (base / "model.onnx").exists():
+            return case_op(base)
+    return "(several)"
+
+
+def tally(cases: dict[str, dict[str, Any]], key) -> dict[str, dict[str, int]]:
+    """Pass, fail and unsupported counts of `cases` grouped by `key(name, result)`."""
+    out: dict[str, dict[str, int]] = {}
+    for name, r in cases.items():
+        row = out.setdefault(key(name, r), {"pass": 0, "fail": 0, "unsupported": 0})
+        row[r["status"]] += 1
+    return dict(sorted(out.items()))
+
+
+def family_table(report: dict[str, Any]) -> str:
+    """The per-family counts as a Markdown table (the README's), most cases first."""
+    rows = sorted(report["families"].items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    lines = ["| op family | cases | pass | fail | refused | pass % |", "|---|---|---|---|---|---|"]
+    for family, c in rows:
+        n = sum(c.values())
+        pct = 100.0 * c["pass"] / n if n else 0.0
+        lines.append(
+            f"| {family} | {n} | {c['pass']} | {c['fail']} | {c['unsupported']} | {pct:.0f}% |"
+        )
+    c = report["counts"]
+    pct = 100.0 * c["pass"] / report["total"] if report["total"] else 0.0
+    lines.append(
+        f"| **all** | {report['total']} | {c['pass']} | {c['fail']} | {c['unsupported']} | "
+        f"{pct:.1f}% |"
+    )
+    return "\n".join(lines)
+
+
 def run_all(cache_dir: Path, results_path: Path, only: str | None = None) -> dict[str, Any]:
     """Run every cached case; write and return {"counts", "cases": {name: {status, detail}}}."""
     cases = generate(cache_dir)
@@ -179,10 +275,12 @@ def run_all(cache_dir: Path, results_path: Path, only: str | None = None) -> dic
         for d in cases:
             if only and only not in d.name:
                 continue
-            results[d.name] = run_case(d)
+            results[d.name] = {**run_case(d), "op": case_op(d)}
     counts = Counter(r["status"] for r in results.values())
     report = {
         "counts": {k: counts.get(k, 0) for k in ("pass", "fail", "unsupported")},
+        "families": tally(results, lambda _, r: FAMILY.get(r["op"], "other")),
+        "ops": tally(results, lambda _, r: r["op"]),
         "total": len(results),
         "seconds": round(time.perf_counter() - start, 1),
         "cases": results,
@@ -201,11 +299,16 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument("--only", help="run the cases whose name contains this")
     p.add_argument("-v", "--verbose", action="store_true", help="print every failure")
+    p.add_argument(
+        "--table", action="store_true", help="print the per-family table (Markdown) at the end"
+    )
     args = p.parse_args(argv)
     report = run_all(Path(args.cache_dir), Path(args.results), args.only)
     for name, r in sorted(report["cases"].items()):
         if r["status"] == "fail" or (args.verbose and r["status"] != "pass"):
             print(f"{r['status']}: {name}: {r['detail']}")
+    if args.table:
+        print(family_table(report))
     c = report["counts"]
     print(
         f"{report['total']} node tests: {c['pass']} pass, {c['fail']} fail, "

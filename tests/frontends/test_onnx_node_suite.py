@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gdv.frontends.onnx_conformance import DEFAULT_RESULTS, run_all
+from gdv.frontends.onnx_conformance import DEFAULT_RESULTS, family_table, run_all
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,6 +47,12 @@ def test_every_case_is_counted(report: dict) -> None:
         assert r["status"] in ("pass", "fail", "unsupported"), name
         if r["status"] == "unsupported":
             assert r["detail"], name
+        assert r["op"] and not r["op"].startswith("("), (name, r["op"])  # the op it exercises
+    # the per-op and per-family tables count every case once
+    for table in (report["ops"], report["families"]):
+        summed = {k: sum(row[k] for row in table.values()) for k in counts}
+        assert summed == counts, table
+    assert "| **all** | " in family_table(report)
 
 
 def test_pass_count_at_least_the_floor(report: dict) -> None:
