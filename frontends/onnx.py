@@ -779,6 +779,8 @@ def _require_float(imp: Importer, x: str, why: str = "") -> TensorType:
 _UNARY_FLOAT = {
     "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Tanh": "tanh", "Erf": "erf",
     "Sigmoid": "sigmoid", "Floor": "floor", "Sin": "sin", "Cos": "cos",
+    "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh",
+    "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
 }  # fmt: skip
 
 

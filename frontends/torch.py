@@ -612,6 +612,9 @@ _UNARY = {
     "aten.exp.default": "exp", "aten.log.default": "log", "aten.sqrt.default": "sqrt",
     "aten.rsqrt.default": "rsqrt", "aten.tanh.default": "tanh", "aten.sigmoid.default": "sigmoid",
     "aten.erf.default": "erf", "aten.sin.default": "sin", "aten.cos.default": "cos",
+    "aten.tan.default": "tan", "aten.asin.default": "asin", "aten.acos.default": "acos",
+    "aten.atan.default": "atan", "aten.sinh.default": "sinh", "aten.cosh.default": "cosh",
+    "aten.asinh.default": "asinh", "aten.acosh.default": "acosh", "aten.atanh.default": "atanh",
 }  # fmt: skip
 
 

@@ -79,7 +79,7 @@ def _replicated_all(op: Op, types: list[TensorType]) -> FactorRule:
 
 ELEMENTWISE = (
     "neg abs exp log sqrt rsqrt tanh sigmoid erf sin cos floor relu add sub mul div max min pow "
-    "cmp select convert gelu"
+    "cmp select convert gelu tan asin acos atan sinh cosh asinh acosh atanh"
 ).split()
 
 

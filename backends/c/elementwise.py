@@ -10,7 +10,8 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
 - max/min: NaN if either is NaN, max(-0.0, +0.0) = +0.0, min gives -0.0 (helpers below, the
   reference's `float_max`/`float_min` step by step); relu is max(x, +0.0).
 - neg flips the sign (C's unary minus), abs clears it (fabs), floor is exact (floor).
-- transcendentals (exp log tanh erf sin cos pow, rsqrt = 1/sqrt, sigmoid = 1/(1+exp(-x))):
+- transcendentals (exp log tanh erf sin cos pow tan asin acos atan sinh cosh asinh acosh atanh,
+  rsqrt = 1/sqrt, sigmoid = 1/(1+exp(-x))):
   their last bits are implementation-defined (IR_SPEC.md section 3). f32 results of exp, tanh,
   erf and sigmoid use gdv's own branch-free f32 functions (backends/c/vmath.py: gdv_vexpf,
   gdv_vtanhf, gdv_verff, gdv_vsigmoidf), which vectorise in `omp simd` loops (16 lanes with
@@ -77,6 +78,15 @@ LIBM = {
     "erf": "erf",
     "sin": "sin",
     "cos": "cos",
+    "tan": "tan",
+    "asin": "asin",
+    "acos": "acos",
+    "atan": "atan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "asinh": "asinh",
+    "acosh": "acosh",
+    "atanh": "atanh",
     "pow": "pow",
     "rsqrt": "sqrt",
     "sigmoid": "exp",
@@ -342,7 +352,7 @@ SCALAR: dict[OpSpec, object] = {}
 per op spec, `scalar` (which computes it) or an explicit `Unsupported` entry with the reason."""
 for _name in (
     "neg abs exp log sqrt rsqrt tanh sigmoid erf sin cos floor relu add sub mul div max min "
-    "pow cmp select convert constant"
+    "pow cmp select convert constant tan asin acos atan sinh cosh asinh acosh atanh"
 ).split():
     SCALAR[OPS[_name]] = scalar
 

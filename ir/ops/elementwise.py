@@ -22,6 +22,9 @@ from gdv.ir.ops import (
 from gdv.ir.ops._rules import check_axis, check_literal, require_float, same_shape_operands
 from gdv.ir.types import TensorType
 
+TRIG_OPS = ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+"""The inverse and hyperbolic trig functions and tan (since gdv 0.6, issue 19)."""
+
 UNARY_FLOAT_DOCS = {
     "neg": "-x (flips the sign bit; NaN stays NaN)",
     "abs": "|x| (clears the sign bit)",
@@ -34,11 +37,31 @@ UNARY_FLOAT_DOCS = {
     "erf": "erf x (transcendental)",
     "sin": "sin x (transcendental)",
     "cos": "cos x (transcendental)",
+    "tan": "tan x (transcendental)",
+    "asin": "arcsin x in [-pi/2, pi/2]; NaN for |x| > 1 (transcendental)",
+    "acos": "arccos x in [0, pi]; NaN for |x| > 1 (transcendental)",
+    "atan": "arctan x in [-pi/2, pi/2] (transcendental)",
+    "sinh": "sinh x (transcendental)",
+    "cosh": "cosh x (transcendental)",
+    "asinh": "arsinh x (transcendental)",
+    "acosh": "arcosh x >= 0; NaN for x < 1 (transcendental)",
+    "atanh": "artanh x; +-inf at +-1, NaN for |x| > 1 (transcendental)",
     "floor": "the largest integer <= x, exact",
     "relu": "max(x, 0.0) with relu(-0.0) = +0.0 and relu(NaN) = NaN",
 }
 
-TRANSCENDENTAL_OPS = ("exp", "log", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "pow")
+TRANSCENDENTAL_OPS = (
+    "exp",
+    "log",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "sin",
+    "cos",
+    "pow",
+    *TRIG_OPS,
+)
 """Ops whose last-bit results are implementation-defined (IR_SPEC.md section 3): the specs
 below get `transcendental=True` from this list; everyone else asks the specs."""
 

@@ -131,6 +131,14 @@ ELEMENTWISE = [
     ("erf", lambda x, y: torch.erf(x), 1e-6),
     ("sin_cos", lambda x, y: (torch.sin(x), torch.cos(y)), 1e-6),
     ("rsqrt", lambda x, y: torch.rsqrt(x.abs() + 0.1), 1e-5),
+    ("tan_atan", lambda x, y: (torch.tan(x), torch.atan(y * 10)), 1e-6),
+    (
+        "asin_acos_atanh",
+        lambda x, y: (torch.asin(x * 0.3), torch.acos(y * 0.3), torch.atanh(x * 0.3)),
+        1e-6,
+    ),
+    ("sinh_cosh", lambda x, y: (torch.sinh(x), torch.cosh(y)), 1e-6),
+    ("asinh_acosh", lambda x, y: (torch.asinh(x * 5), torch.acosh(y.abs() + 1)), 1e-6),
     ("pow_frac", lambda x, y: torch.pow(x.abs(), 1.7), 1e-6),
     ("silu", lambda x, y: F.silu(x), 1e-6),
 ]

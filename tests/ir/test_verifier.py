@@ -42,7 +42,7 @@ def prog(params: str, op: str, result: str) -> str:
 
 
 UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos"]
-UNARY += ["floor", "relu"]
+UNARY += ["floor", "relu", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"]
 
 # op -> (marked program, fragments the message must contain: both sides of the mismatch)
 OP_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
