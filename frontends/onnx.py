@@ -27,6 +27,7 @@ from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.dtypes import DType
 from gdv.ir.ops import REGISTRY, OpTypeError
+from gdv.ir.ops.elementwise import is_signed
 from gdv.ir.types import TensorType
 from gdv.ir.verifier import verify
 
@@ -741,11 +742,6 @@ _WHY_NOT = {
     "Loop": "control flow has no IR op",
     "If": "control flow has no IR op",
     "Scan": "control flow has no IR op",
-    "BitShift": "bitwise ops have no IR op",
-    "BitwiseAnd": "bitwise ops have no IR op",
-    "BitwiseOr": "bitwise ops have no IR op",
-    "BitwiseXor": "bitwise ops have no IR op",
-    "BitwiseNot": "bitwise ops have no IR op",
     "Hardmax": "an index-valued reduction (argmax) has no IR op",
     "RandomUniform": "random number generation has no IR op",
     "RandomNormal": "random number generation has no IR op",
@@ -1129,6 +1125,52 @@ def _logic(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> N
     else:
         r = imp.emit("cmp", [a, b], dir="ne")
     _out(imp, node, r)
+
+
+_BITWISE = {"BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}
+
+
+def _int_operands(imp: Importer, xs: list[str]) -> TensorType:
+    t = imp.type_of(xs[0])
+    if not t.dtype.is_int:
+        raise imp.unsupported(f"{t.dtype} operands (integers only)")
+    for x in xs[1:]:
+        if imp.type_of(x).dtype != t.dtype:
+            raise imp.unsupported(f"mixed operand dtypes {t.dtype} and {imp.type_of(x).dtype}")
+    return t
+
+
+@handler(*_BITWISE)
+def _bitwise(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    a, b = operands_bcast(imp, ins[:2])
+    _int_operands(imp, [a, b])
+    _out(imp, node, imp.emit(_BITWISE[node.op_type], [a, b]))
+
+
+@handler("BitwiseNot")
+def _bitwise_not(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    _int_operands(imp, [x])
+    _out(imp, node, imp.emit("bitwise_not", [x]))
+
+
+@handler("BitShift")
+def _bitshift(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # Opset 28's rule is IR_SPEC.md's: arithmetic right shifts on signed types, logical on
+    # unsigned ones, left shifts wrap, and an amount that is negative or at least the width
+    # gives the sign fill (-1 for a right shift of a negative value, else 0). Earlier opsets
+    # define BitShift on unsigned types only, where the rule is the same.
+    direction = attrs.get("direction")
+    if isinstance(direction, bytes):
+        direction = direction.decode()
+    if direction not in ("LEFT", "RIGHT"):
+        raise imp.unsupported(f'direction {direction!r} (expected "LEFT" or "RIGHT")')
+    a, b = operands_bcast(imp, ins[:2])
+    t = _int_operands(imp, [a, b])
+    if is_signed(t.dtype) and imp.opset < 28:
+        raise imp.unsupported(f"{t.dtype} operands (BitShift takes signed integers since opset 28)")
+    op = "shift_left" if direction == "LEFT" else "shift_right"
+    _out(imp, node, imp.emit(op, [a, b]))
 
 
 @handler("Where")

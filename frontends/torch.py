@@ -764,7 +764,12 @@ def _logic(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     name = _op_name(node.target)
     out = _out_type(imp, node)
     if name.startswith("aten.bitwise") and not out.dtype.is_bool:
-        raise imp.unsupported(f"bitwise ops on {out.dtype} have no IR op")
+        if not out.dtype.is_int:
+            raise imp.unsupported(f"bitwise ops on {out.dtype} (integers and bool only)")
+        x = _operand(imp, a["self"], out.dtype, out.shape)
+        y = _operand(imp, a["other"], out.dtype, out.shape)
+        imp.set(node, imp.emit(name.split(".")[1], [x, y]))  # bitwise_and, _or, _xor
+        return
     for known, other in ((a["self"], a["other"]), (a["other"], a["self"])):
         # A known all-true or all-false side decides or passes the other through (no dead
         # constants left for the passes to clean up).
@@ -791,11 +796,24 @@ def _logic(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     imp.set(node, r)
 
 
+@handler("aten.bitwise_and.Scalar", "aten.bitwise_or.Scalar", "aten.bitwise_xor.Scalar")
+def _bitwise_scalar(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    if not out.dtype.is_int:
+        raise imp.unsupported(f"bitwise ops with a scalar on {out.dtype} (integers only)")
+    x = _operand(imp, a["self"], out.dtype, out.shape)
+    y = _operand(imp, a["other"], out.dtype, out.shape)  # the scalar must fit the dtype
+    imp.set(node, imp.emit(_op_name(node.target).split(".")[1], [x, y]))
+
+
 @handler("aten.logical_not.default", "aten.bitwise_not.default")
 def _not(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     out = _out_type(imp, node)
     if _op_name(node.target) == "aten.bitwise_not.default" and not out.dtype.is_bool:
-        raise imp.unsupported(f"bitwise ops on {out.dtype} have no IR op")
+        if not out.dtype.is_int:
+            raise imp.unsupported(f"bitwise ops on {out.dtype} (integers and bool only)")
+        imp.set(node, imp.emit("bitwise_not", [_operand(imp, a["self"], out.dtype, out.shape)]))
+        return
     x = _as_bool(imp, a["self"], out.shape)
     t = imp.type_of(x)
     imp.set(node, imp.emit("select", [x, imp.const(False, t), imp.const(True, t)]))

@@ -212,6 +212,10 @@ def test_body_legality_is_what_the_c_scalar_and_smt_rules_cover() -> None:
         attrs: dict[str, Any] = {"cmp": {"dir": "lt"}, "constant": {"value": 1.5}}.get(
             spec.name, {}
         )
+        if spec.name in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"):
+            dtype = DType.I32  # integer-only ops (and i1); shifts below
+        if spec.name in ("shift_left", "shift_right"):
+            dtype = DType.I8
         types = [TensorType(dtype, ())] * n
         if spec.name == "select":
             types = [TensorType(DType.I1, ()), *types[1:]]

@@ -25,6 +25,9 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
   the reference evaluates them in float64 (the libm functions used are recorded in the
   capability descriptor); f64 results may differ from numpy's in the last place. With
   GDV_C_F32_IN_DOUBLE=1 (F32_DOUBLE_ENV) f32 results of the four take the f16/bf16 path.
+- bitwise_and/or/xor/not: C's `& | ^ ~` (i1: on 0/1, not as `^ 1`); shift_left/shift_right:
+  the stated rule for amounts outside [0, bits) checked first, then `<<` on the unsigned type,
+  `>>` on a nonnegative value (`_bitwise_scalar`).
 - convert: float->float rounds to nearest-even (C casts), float->int truncates and saturates
   with NaN -> 0 (helper), int->float rounds to nearest-even (C casts), int->int wraps, to i1
   is `x != 0`.
@@ -64,7 +67,7 @@ from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops import OpSpec
-from gdv.ir.ops.elementwise import iter_leaves
+from gdv.ir.ops.elementwise import is_signed, iter_leaves
 
 F32_DOUBLE_ENV = "GDV_C_F32_IN_DOUBLE"
 """Set to 1, f32 exp, tanh, erf and sigmoid are computed as for f16 and bf16 (gdv's double
@@ -290,6 +293,32 @@ def _in_double(prog: Program, name: str, x: list[str], fast: bool) -> str:
     return f"{LIBM[name]}({x[0]})"
 
 
+_BITWISE = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+
+
+def _bitwise_scalar(name: str, dtype: DType, args: list[str]) -> str:
+    """C for a bitwise op or shift on integers (i1: 0/1 in a uint8_t), with no undefined or
+    implementation-defined step but the final conversion to a signed type, which GCC and Clang
+    define as modulo 2^n: a shift amount outside [0, bits) never reaches `<<` or `>>` (the
+    amount read as uint64_t: a negative one is then huge), `<<` runs on the unsigned type of
+    the width, and a negative signed `a >> b` is computed as ~(~a >> b), on a nonnegative
+    value (IR_SPEC.md: arithmetic for signed, logical for unsigned dtypes)."""
+    t, a = CTYPE[dtype], args[0]
+    if name in _BITWISE:
+        return f"(({t})(({a}) {_BITWISE[name]} ({args[1]})))"
+    if name == "bitwise_not":
+        return f"((uint8_t)(({a}) ^ 1u))" if dtype.is_bool else f"(({t})~({a}))"
+    b, w = args[1], dtype.bits
+    inside = f"((uint64_t)({b}) < {w}u)"
+    if name == "shift_left":
+        ut = f"uint{w}_t"
+        return f"({inside} ? ({t})({ut})(({ut})({a}) << ({b})) : ({t})0)"
+    if not is_signed(dtype):
+        return f"({inside} ? ({t})(({a}) >> ({b})) : ({t})0)"
+    moved = f"(({a}) < 0 ? ~(~({a}) >> ({b})) : ({a}) >> ({b}))"
+    return f"({inside} ? ({t}){moved} : ({t})(({a}) < 0 ? -1 : 0))"
+
+
 def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> str:
     """The C expression computing body op `op` (rank 0) on the C expressions `args`.
 
@@ -316,6 +345,8 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
         a, b = (load(x, d) for x, d in zip(args, arg_dtypes, strict=True))
         return f"((uint8_t)({a} {_CMP[op.attrs['dir']]} {b}))"
     t = CTYPE[dtype]
+    if name in _BITWISE or name in ("bitwise_not", "shift_left", "shift_right"):
+        return _bitwise_scalar(name, dtype, args)
     if not dtype.is_float:  # integer add sub mul max min
         a, b = args
         if name in ("max", "min"):
@@ -352,7 +383,8 @@ SCALAR: dict[OpSpec, object] = {}
 per op spec, `scalar` (which computes it) or an explicit `Unsupported` entry with the reason."""
 for _name in (
     "neg abs exp log sqrt rsqrt tanh sigmoid erf sin cos floor relu add sub mul div max min "
-    "pow cmp select convert constant tan asin acos atan sinh cosh asinh acosh atanh"
+    "pow cmp select convert constant tan asin acos atan sinh cosh asinh acosh atanh "
+    "bitwise_and bitwise_or bitwise_xor bitwise_not shift_left shift_right"
 ).split():
     SCALAR[OPS[_name]] = scalar
 

@@ -20,6 +20,7 @@ from gdv.ir.core import Op
 from gdv.ir.dtypes import DType, from_numpy
 from gdv.ir.numerics import convert_array
 from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops.elementwise import is_signed
 
 # --- float unary ------------------------------------------------------------------------------
 
@@ -130,6 +131,56 @@ def _binary(name: str):
 
 for _name in ("add", "sub", "mul", "div", "max", "min", "pow"):
     kernel(OPS[_name])(_binary(_name))
+
+# --- bitwise ops and shifts (integers; and, or, xor, not also i1) -----------------------------
+
+_BITWISE: dict[str, Callable[..., np.ndarray]] = {
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+    "bitwise_not": np.invert,  # on numpy booleans: logical not
+}
+
+
+def _bitwise(name: str):
+    fn = _BITWISE[name]
+
+    def run(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+        return np.asarray(fn(*args), dtype=op.type.dtype.np)
+
+    return run
+
+
+for _name in _BITWISE:
+    kernel(OPS[_name])(_bitwise(_name))
+
+
+def _shift(left: bool):
+    def run(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+        a, b = (np.asarray(x) for x in args)
+        dtype = op.type.dtype
+        signed = is_signed(dtype)
+        # The amount read with the dtype's signedness; in range when 0 <= b < bits.
+        amount = b.astype(np.int64 if signed else np.uint64)
+        inside = (amount >= 0) & (amount < dtype.bits)
+        u = np.dtype(f"u{dtype.itemsize}")
+        step = np.where(inside, amount, 0).astype(u)
+        if left:  # on the unsigned bits: wraps, never overflows
+            moved = np.left_shift(a.view(u), step).astype(u)
+            return np.where(inside, moved, u.type(0)).astype(u).view(dtype.np)
+        if signed:  # numpy's right_shift of a signed integer is x // 2**s: arithmetic
+            moved = np.right_shift(a, step.astype(dtype.np))
+            fill = np.where(a < 0, dtype.np.type(-1), dtype.np.type(0))
+        else:
+            moved = np.right_shift(a, step.astype(dtype.np))
+            fill = np.zeros_like(a)
+        return np.where(inside, moved, fill).astype(dtype.np)
+
+    return run
+
+
+kernel(OPS["shift_left"])(_shift(left=True))
+kernel(OPS["shift_right"])(_shift(left=False))
 
 _CMP: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "lt": np.less,

@@ -140,6 +140,59 @@ specs' `transcendental` trait (a live set of names)."""
 INT_BINARY = names_where(lambda s: s.name in BINARY_DOCS and s.int_legal, "Integer arithmetic.")
 """The binary arithmetic ops that take integers (wrapping), from the `int_legal` trait."""
 
+BITWISE_DOCS = {
+    "bitwise_and": "a & b on the two's-complement bits (i1: logical and)",
+    "bitwise_or": "a | b on the two's-complement bits (i1: logical or)",
+    "bitwise_xor": "a ^ b on the two's-complement bits (i1: logical xor)",
+    "bitwise_not": "~x, every bit flipped (i1: logical not)",
+}
+"""Bitwise ops on integers and i1 (since gdv 0.6, issue 19)."""
+SHIFT_DOCS = {
+    "shift_left": "a << b: the bits of a moved b places up, zeros shifted in (wraps); 0 when "
+    "the amount b is negative or at least the bit width",
+    "shift_right": "a >> b: the bits of a moved b places down, filled with the sign bit for "
+    "signed dtypes (arithmetic) and with zeros for unsigned ones (logical); when the amount b "
+    "is negative or at least the bit width, the fill everywhere (-1 for a negative signed a, "
+    "else 0)",
+}
+"""Shifts on integers (since gdv 0.6, issue 19). The amount is operand 2, of the same dtype,
+read with that dtype's signedness."""
+
+
+def is_signed(dtype: DType) -> bool:
+    """Whether an integer dtype is signed (two's complement with negative values)."""
+    return dtype.int_min < 0
+
+
+def _bitwise(name: str):
+    def infer(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
+        same_shape_operands(types)
+        t = types[0]
+        if t.dtype.is_int or (t.dtype.is_bool and name in BITWISE_DOCS):
+            return t
+        allowed = "integer or i1" if name in BITWISE_DOCS else "integer"
+        what = f"an {allowed} operand" if len(types) == 1 else f"{allowed} operands"
+        raise OpTypeError(f"{name} takes {what}, operand 1 is {t}", 0)
+
+    return infer
+
+
+for _name, _doc in {**BITWISE_DOCS, **SHIFT_DOCS}.items():
+    _n = 1 if _name == "bitwise_not" else 2
+    register(
+        OpSpec(
+            _name,
+            "elementwise",
+            _n,
+            _n,
+            (),
+            _bitwise(_name),
+            _doc,
+            body_legal=True,
+            int_legal=True,
+        )
+    )
+
 CMP_DIRECTIONS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 

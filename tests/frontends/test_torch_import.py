@@ -172,6 +172,14 @@ def test_f64_and_integers() -> None:
     check(Fn(lambda a: (a * 3, a > 0)), i8)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+def test_bitwise_ops_on_integers(dtype: str) -> None:
+    dt = getattr(torch, dtype)
+    a = torch.tensor([[0, 1, -1, 7], [-128, 127, 85, -86]], dtype=dt)
+    b = torch.tensor([[3, -2, 5, 127], [1, -128, -86, 85]], dtype=dt)
+    check(Fn(lambda x, y: (x & y, x | y, x ^ y, ~x, (x & 3) | y)), a, b)
+
+
 def test_conversions() -> None:
     x = rand(3, 4) * 10
     check(

@@ -67,6 +67,24 @@ OP_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         )
         for name in ("div", "pow")
     },
+    **{
+        name: (
+            prog("%a: f32[2]", f"%r = {name}(^%a, %a) : f32[2]", "f32[2]"),
+            (f"{name} takes integer or i1 operands", "operand 1 is f32[2]"),
+        )
+        for name in ("bitwise_and", "bitwise_or", "bitwise_xor")
+    },
+    "bitwise_not": (
+        prog("%a: bf16[2]", "%r = bitwise_not(^%a) : bf16[2]", "bf16[2]"),
+        ("bitwise_not takes an integer or i1 operand", "operand 1 is bf16[2]"),
+    ),
+    **{
+        name: (
+            prog("%a: i1[2]", f"%r = {name}(^%a, %a) : i1[2]", "i1[2]"),
+            (f"{name} takes integer operands", "operand 1 is i1[2]"),
+        )
+        for name in ("shift_left", "shift_right")
+    },
     "cmp": (
         prog("%a: f32[2]", '%r = cmp(%a, %a) {^dir = "lt2"} : i1[2]', "i1[2]"),
         ('expected one of "lt", "le", "gt", "ge", "eq", "ne"', 'got string "lt2"'),

@@ -37,7 +37,7 @@ from gdv.ir.core import Op
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.elementwise import TRANSCENDENTAL, iter_leaves
+from gdv.ir.ops.elementwise import TRANSCENDENTAL, is_signed, iter_leaves
 from gdv.ir.targets import target_info
 from gdv.validate.bounds.model import (
     EMPTY,
@@ -844,6 +844,64 @@ def _select(op: Op, args: list[TB], ctx: Context) -> TB:
             span = exact[1] - exact[0] if not is_empty(*exact) else 0.0
             err = Err.make(err.lin, err.total + up(span))
     return make_tb(op.type, exact, err, hull(a.computed, b.computed), specials)
+
+
+# --- bitwise ops and shifts ---------------------------------------------------------------------
+
+BITWISE_OPS = (
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
+    "shift_left",
+    "shift_right",
+)
+
+
+def _bitwise_range(name: str, dtype: DType, xs: list[Interval]) -> Interval:
+    """An interval holding `name` of any integers in the intervals `xs` (exact: the ops are)."""
+    full = (float(dtype.int_min), float(dtype.int_max))
+    if any(is_empty(*x) for x in xs):
+        return EMPTY
+    lo = [max(int(math.ceil(x[0])), dtype.int_min) for x in xs]
+    hi = [min(int(math.floor(x[1])), dtype.int_max) for x in xs]
+    if all(a == b and abs(a) <= 2**53 for a, b in zip(lo, hi, strict=True)):
+        # constants (ends exact in float64, so one integer each): the value itself
+        from gdv.backends.reference import apply
+
+        args = [np.array([v], dtype=dtype.np) for v in lo]
+        v = float(apply(name, args)[0])
+        return v, v
+    if dtype.is_bool:
+        return 0.0, 1.0
+    if name == "bitwise_not":  # ~x = -x - 1 (signed), max - x (unsigned): decreasing
+        top = -1 if is_signed(dtype) else dtype.int_max
+        return float(top - hi[0]), float(top - lo[0])
+    if name == "bitwise_and":
+        # the result's bits are a subset of a nonnegative operand's: within [0, its max]
+        nonneg = [h for a, h in zip(lo, hi, strict=True) if a >= 0]
+        return (0.0, float(min(nonneg))) if nonneg else full
+    if name in ("bitwise_or", "bitwise_xor"):
+        if min(lo) >= 0:  # no bit above the larger operand's top bit
+            return 0.0, float((1 << max(hi).bit_length()) - 1)
+        return full
+    if name == "shift_right":  # toward 0 for a >= 0, toward -1 for a < 0
+        return float(min(lo[0], 0)), float(max(hi[0], 0))
+    return full  # shift_left: any bits may reach the top
+
+
+@rule(*(OPS[n] for n in BITWISE_OPS))
+def _bitwise(op: Op, args: list[TB], ctx: Context) -> TB:
+    """Exact on exact operands; one inexact operand may change any bit (i1: flip)."""
+    dtype = op.type.dtype
+    err = Err.zero()
+    if any(a.err.total > 0 or not a.err.finite for a in args):
+        err = (
+            Err.make({}, 1.0)
+            if dtype.is_bool
+            else Err.infinite(f"{op.name} of an inexact integer operand: any bit may differ")
+        )
+    return make_tb(op.type, _bitwise_range(op.name, dtype, [a.exact for a in args]), err)
 
 
 # --- convert -----------------------------------------------------------------------------------

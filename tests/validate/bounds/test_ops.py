@@ -44,6 +44,7 @@ def _binary(op: str, r1=ANY, r2=ANY) -> tuple:
     return _case(X2, f"%y = {op}(%x, %w) : {{dt}}[4,6]", "{dt}[4,6]", r1, r2)
 
 
+BITWISE = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right")
 SUM_THEN = "%s = add(%x, %w) : {dt}[4,6]\n"  # an inexact operand for the exact ops
 UNIT = ["[-0.999, 0.999]", "[-0.5, 0.9]", "[0.99, 0.9999]", "[-1e-30, 1e-30]"]
 # (a declared range is widened outward by the analysis, so [-1.0, 1.0] itself is refused)
@@ -252,6 +253,15 @@ CASES: dict[str, tuple] = {
         "%r = reduce_sum(%n) {{axes = [1]}} : i32[4]\n%y = convert(%r) : {dt}[4]",
         "{dt}[4]",
     ),
+    **{
+        f"int_{name}": _case(
+            "%x: i32[4,6] {{range = [-1000, 1000]}}, %w: i32[4,6] {{range = [-3, 40]}}",
+            f"%b = {name}(%x{', %w' if name != 'bitwise_not' else ''}) : i32[4,6]\n"
+            "%y = convert(%b) : {dt}[4,6]",
+            "{dt}[4,6]",
+        )
+        for name in BITWISE
+    },
     "int_dot_wraps": _case(
         "%x: i8[4,6] {{range = [-100, 100]}}, %w: i8[6,5] {{range = [-100, 100]}}",
         "%d = dot(%x, %w) {{lhs_batch = [], rhs_batch = [], lhs_contract = [1], "
@@ -274,6 +284,7 @@ KERNEL_BODY = (
 """The body of the kernel cases (`x * w + x` per reduced position)."""
 
 OP_OF_CASE = {
+    **{f"int_{name}": name for name in BITWISE},
     **{f"{n}_of_sum": n for n in ("tan asin acos atan sinh cosh asinh acosh atanh".split())},
     "sqrt_of_sum": "sqrt",
     "square": "mul",
