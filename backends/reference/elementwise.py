@@ -164,7 +164,7 @@ def _shift(left: bool):
         amount = b.astype(np.int64 if signed else np.uint64)
         inside = (amount >= 0) & (amount < dtype.bits)
         u = np.dtype(f"u{dtype.itemsize}")
-        step = np.where(inside, amount, 0).astype(u)
+        step = np.where(inside, amount, amount.dtype.type(0)).astype(u)
         if left:  # on the unsigned bits: wraps, never overflows
             moved = np.left_shift(a.view(u), step).astype(u)
             return np.where(inside, moved, u.type(0)).astype(u).view(dtype.np)
