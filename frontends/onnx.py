@@ -1014,25 +1014,21 @@ def _int_quotient(imp: Importer, a: str, b: str) -> str:
 
 @handler("Mod")
 def _mod(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
-    # r = a - b * trunc(a / b) (C fmod); with fmod = 0 the sign follows b: r + b where r is
-    # non-zero and its sign differs from b's. Integers only (a float remainder this way would
-    # round).
+    # fmod = 1: the sign of the dividend (IR rem, integers and floats); fmod = 0: the sign of
+    # the divisor (IR mod, integers; a float one would round: r + b is not exact).
     a, b = operands_bcast(imp, ins[:2])
     t = imp.type_of(a)
-    if not t.dtype.is_int or imp.type_of(b).dtype != t.dtype:
-        raise imp.unsupported(f"{t.dtype} operands (integers only: a float remainder rounds)")
-    r = imp.emit("sub", [a, imp.emit("mul", [b, _int_quotient(imp, a, b)])])
-    if not attrs.get("fmod", 0):
-        zero = imp.const(0, t)
-        nonzero = imp.emit("cmp", [r, zero], dir="ne")
-        differ = imp.emit(
-            "cmp",
-            [imp.emit("cmp", [r, zero], dir="lt"), imp.emit("cmp", [b, zero], dir="lt")],
-            dir="ne",
+    if imp.type_of(b).dtype != t.dtype:
+        raise imp.unsupported(f"mixed operand dtypes {t.dtype} and {imp.type_of(b).dtype}")
+    fmod = attrs.get("fmod", 0)
+    if t.dtype.is_float and not fmod:
+        raise imp.unsupported(
+            f"{t.dtype} operands with fmod = 0 (a float remainder with the "
+            "divisor's sign rounds; IR rem is C's fmod)"
         )
-        fix = imp.emit("select", [nonzero, differ, imp.const(False, imp.type_of(nonzero))])
-        r = imp.emit("select", [fix, imp.emit("add", [r, b]), r])
-    _out(imp, node, r)
+    if not (t.dtype.is_int or t.dtype.is_float):
+        raise imp.unsupported(f"{t.dtype} operands")
+    _out(imp, node, imp.emit("rem" if fmod else "mod", [a, b]))
 
 
 @handler("Pow")

@@ -214,7 +214,7 @@ def test_body_legality_is_what_the_c_scalar_and_smt_rules_cover() -> None:
         )
         if spec.name in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"):
             dtype = DType.I32  # integer-only ops (and i1); shifts below
-        if spec.name in ("shift_left", "shift_right"):
+        if spec.name in ("shift_left", "shift_right", "mod"):
             dtype = DType.I8
         types = [TensorType(dtype, ())] * n
         if spec.name == "select":

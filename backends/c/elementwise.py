@@ -183,6 +183,16 @@ def _order_unkey(dtype: DType) -> str:
     )
 
 
+def _floor_rem(dtype: DType) -> str:
+    t, s = CTYPE[dtype], SUFFIX[dtype]
+    return (
+        f"static inline {t} gdv_floor_rem_{s}({t} r, {t} b)\n"
+        "{\n"
+        f"  return (r != 0 && ((r < 0) != (b < 0))) ? ({t})(r + b) : r;\n"
+        "}\n"
+    )
+
+
 NARROW_HELPER = "gdv_narrow"
 """The helper block every f16/bf16 program needs (emit.load / emit.store call it)."""
 
@@ -199,6 +209,8 @@ for _d in NARROW:
         HELPERS[f"gdv_{_k}_{SUFFIX[_d]}"] = _narrow_extreme(_k, _d)
 for _d in (DType.I64, DType.I32, DType.I8):
     HELPERS[f"gdv_f2{SUFFIX[_d]}"] = _float_to_int(_d)
+for _d in (_d for _d in DType if _d.is_int and is_signed(_d)):
+    HELPERS[f"gdv_floor_rem_{SUFFIX[_d]}"] = _floor_rem(_d)
 HELPERS.update(VMATH)
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -319,6 +331,27 @@ def _bitwise_scalar(name: str, dtype: DType, args: list[str]) -> str:
     return f"({inside} ? ({t}){moved} : ({t})(({a}) < 0 ? -1 : 0))"
 
 
+def _remainder_scalar(prog: Program, name: str, dtype: DType, args: list[str]) -> str:
+    """C for rem and mod. Integers: C's `%` (the sign of a) never sees a zero divisor (the
+    result is a) nor a signed -1 (the result is 0: INT_MIN % -1 is undefined in C); mod adds b
+    where a nonzero remainder's sign differs from b's. Floats (rem): C's fmod, which is exact
+    (f16/bf16: on the widened values, so exact again once rounded back)."""
+    a, b = args
+    if dtype.is_float:
+        if dtype in NARROW:
+            return store(f"fmod({load(a, dtype)}, {load(b, dtype)})", dtype)
+        prog.libm.add("fmod")
+        return f"fmod{'' if dtype is DType.F64 else 'f'}(({a}), ({b}))"
+    t = CTYPE[dtype]
+    minus_one = f" || ({b}) == ({t})-1" if is_signed(dtype) else ""
+    r = f"(({b}) == 0{minus_one} ? ({t})0 : ({t})(({a}) % ({b})))"
+    if name == "mod" and is_signed(dtype):
+        # r's sign differs from b's: r + b (|r| < |b|, so it cannot overflow)
+        r = f"gdv_floor_rem_{SUFFIX[dtype]}({r}, ({b}))"
+        prog.helpers.add(f"gdv_floor_rem_{SUFFIX[dtype]}")
+    return f"(({b}) == 0 ? ({a}) : {r})"
+
+
 def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> str:
     """The C expression computing body op `op` (rank 0) on the C expressions `args`.
 
@@ -347,6 +380,8 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
     t = CTYPE[dtype]
     if name in _BITWISE or name in ("bitwise_not", "shift_left", "shift_right"):
         return _bitwise_scalar(name, dtype, args)
+    if name in ("rem", "mod"):
+        return _remainder_scalar(prog, name, dtype, args)
     if not dtype.is_float:  # integer add sub mul max min
         a, b = args
         if name in ("max", "min"):
@@ -384,7 +419,7 @@ per op spec, `scalar` (which computes it) or an explicit `Unsupported` entry wit
 for _name in (
     "neg abs exp log sqrt rsqrt tanh sigmoid erf sin cos floor relu add sub mul div max min "
     "pow cmp select convert constant tan asin acos atan sinh cosh asinh acosh atanh "
-    "bitwise_and bitwise_or bitwise_xor bitwise_not shift_left shift_right"
+    "bitwise_and bitwise_or bitwise_xor bitwise_not shift_left shift_right rem mod"
 ).split():
     SCALAR[OPS[_name]] = scalar
 

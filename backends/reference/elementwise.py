@@ -182,6 +182,30 @@ def _shift(left: bool):
 kernel(OPS["shift_left"])(_shift(left=True))
 kernel(OPS["shift_right"])(_shift(left=False))
 
+
+def _remainder(name: str):
+    int_fn = np.fmod if name == "rem" else np.remainder  # C's sign of a; Python's sign of b
+
+    def run(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+        a, b = (np.asarray(x) for x in args)
+        dtype = ctx.storage(op.type.dtype)
+        if dtype.is_float:  # exact in float64, so exact once rounded back
+            return via_f64(np.fmod, dtype, a, b)
+        zero = b == 0
+        one = np.ones_like(b)
+        # b = -1 divides everything (INT_MIN by -1 included): 0, with no overflowing quotient
+        safe = np.where(zero | (b == -1) if is_signed(dtype) else zero, one, b)
+        r = np.asarray(int_fn(a, safe), dtype=dtype.np)
+        if is_signed(dtype):
+            r = np.where(b == -1, np.zeros_like(r), r)
+        return np.where(zero, a, r).astype(dtype.np)
+
+    return run
+
+
+for _name in ("rem", "mod"):
+    kernel(OPS[_name])(_remainder(_name))
+
 _CMP: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "lt": np.less,
     "le": np.less_equal,

@@ -123,7 +123,8 @@ def _unary(s: Scope) -> Drawn:
 
 
 def _binary(name: str) -> Callable[[Scope], Drawn]:
-    allowed = NUMERIC if name in INT_BINARY else FLOAT_DTYPES
+    allowed = NUMERIC if name in (*INT_BINARY, "rem") else FLOAT_DTYPES
+    allowed = INT_DTYPES if name == "mod" else allowed
 
     def gen(s: Scope) -> Drawn:
         t = s.type(allowed)
@@ -316,6 +317,8 @@ GENERATORS: dict[str, Callable[[Scope], Drawn]] = {
     **dict.fromkeys(UNARY_FLOAT_DOCS, _unary),
     **{name: _binary(name) for name in BINARY_DOCS},
     **{name: _bitwise(name) for name in (*BITWISE_DOCS, *SHIFT_DOCS)},
+    "rem": _binary("rem"),
+    "mod": _binary("mod"),
     **dict.fromkeys(REDUCE_DOCS, _reduce),
     **dict(cmp=_cmp, select=_select, convert=_convert, constant=_constant, iota=_iota),
     **dict(broadcast=_broadcast, reshape=_reshape, transpose=_transpose, slice=_slice),

@@ -193,6 +193,45 @@ for _name, _doc in {**BITWISE_DOCS, **SHIFT_DOCS}.items():
         )
     )
 
+REMAINDER_DOCS = {
+    "rem": "a - b * trunc(a / b), exactly: the sign of a (C's % and fmod, ONNX Mod with "
+    "fmod = 1). Integers: rem(a, 0) = a, rem(INT_MIN, -1) = 0. Floats: exact (never rounds); "
+    "NaN when a is infinite, b is zero or either is NaN; a when b is infinite; a zero result "
+    "has a's sign",
+    "mod": "a - b * floor(a / b), integers only: the sign of b (Python's %, ONNX Mod with "
+    "fmod = 0); mod(a, 0) = a, mod(INT_MIN, -1) = 0",
+}
+"""Remainders (since gdv 0.6, issue 19). A zero divisor gives the dividend, as SMT-LIB's
+bvsrem and bvsmod do: every op stays total (IR_SPEC.md section 3)."""
+
+
+def _remainder(name: str):
+    def infer(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
+        same_shape_operands(types)
+        t = types[0]
+        if t.dtype.is_int or (t.dtype.is_float and name == "rem"):
+            return t
+        allowed = "float or integer" if name == "rem" else "integer"
+        raise OpTypeError(f"{name} takes {allowed} operands, operand 1 is {t}", 0)
+
+    return infer
+
+
+for _name, _doc in REMAINDER_DOCS.items():
+    register(
+        OpSpec(
+            _name,
+            "elementwise",
+            2,
+            2,
+            (),
+            _remainder(_name),
+            _doc,
+            body_legal=True,
+            int_legal=True,
+        )
+    )
+
 CMP_DIRECTIONS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 

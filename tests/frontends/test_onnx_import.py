@@ -265,7 +265,7 @@ def test_unsupported_ops_are_refused_by_name(op: str, attrs: dict, why: str) -> 
 def test_unsupported_attribute_combinations_are_refused() -> None:
     cases = [
         (helper.make_node("Div", ["a", "a"], ["y"]), I64, "i64 division"),
-        (helper.make_node("Mod", ["a", "a"], ["y"]), F, "a float remainder rounds"),
+        (helper.make_node("Mod", ["a", "a"], ["y"]), F, "with the divisor's sign rounds"),
         (helper.make_node("MaxPool", ["a"], ["y", "i"], kernel_shape=[2, 2]), F, "Indices"),
         (helper.make_node("Conv", ["a", "a"], ["y"]), F, "3-D convolution"),
         (helper.make_node("Pad", ["a", "p"], ["y"], mode="bogus"), F, "mode 'bogus'"),

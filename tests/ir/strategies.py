@@ -170,7 +170,8 @@ def _unary_float(draw) -> Drawn:
 
 
 def _binary(name: str) -> Generator:
-    allowed = NUMERIC if name in INT_BINARY else FLOAT_DTYPES
+    allowed = NUMERIC if name in (*INT_BINARY, "rem") else FLOAT_DTYPES
+    allowed = INT_DTYPES if name == "mod" else allowed
 
     def gen(draw) -> Drawn:
         t = draw(types(allowed))
@@ -483,6 +484,8 @@ OP_GENERATORS: dict[str, Generator] = {
     **{name: _unary_float for name in UNARY_FLOAT_DOCS},
     **{name: _binary(name) for name in BINARY_DOCS},
     **{name: _bitwise(name) for name in (*BITWISE_DOCS, *SHIFT_DOCS)},
+    "rem": _binary("rem"),
+    "mod": _binary("mod"),
     "cmp": _cmp,
     "select": _select,
     "convert": _convert,

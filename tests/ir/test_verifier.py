@@ -74,6 +74,14 @@ OP_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         )
         for name in ("bitwise_and", "bitwise_or", "bitwise_xor")
     },
+    "rem": (
+        prog("%a: i1[2]", "%r = rem(^%a, %a) : i1[2]", "i1[2]"),
+        ("rem takes float or integer operands", "operand 1 is i1[2]"),
+    ),
+    "mod": (
+        prog("%a: f32[2]", "%r = mod(^%a, %a) : f32[2]", "f32[2]"),
+        ("mod takes integer operands", "operand 1 is f32[2]"),
+    ),
     "bitwise_not": (
         prog("%a: bf16[2]", "%r = bitwise_not(^%a) : bf16[2]", "bf16[2]"),
         ("bitwise_not takes an integer or i1 operand", "operand 1 is bf16[2]"),

@@ -904,6 +904,40 @@ def _bitwise(op: Op, args: list[TB], ctx: Context) -> TB:
     return make_tb(op.type, _bitwise_range(op.name, dtype, [a.exact for a in args]), err)
 
 
+# --- rem, mod ------------------------------------------------------------------------------------
+
+
+@rule(OPS["rem"], OPS["mod"])
+def _remainder(op: Op, args: list[TB], ctx: Context) -> TB:
+    """Exact (a float rem never rounds), but a jump wherever a / b crosses an integer: an
+    inexact operand gives an infinite bound. |result| < max |b|, with a's sign (rem) or b's
+    (mod); a divisor interval holding 0 may give a itself (integers) or NaN (floats)."""
+    a, b = args
+    dtype = op.type.dtype
+    if any(x.err.total > 0 or not x.err.finite for x in args):
+        why = f"{op.name} of an inexact operand: a jump wherever a / b crosses an integer"
+        return make_tb(op.type, (-math.inf, math.inf), Err.infinite(why))
+    if is_empty(*a.exact) or is_empty(*b.exact):
+        return make_tb(op.type, EMPTY, Err.zero())
+    lo_b, hi_b = b.exact
+    zero_divisor = lo_b <= 0 <= hi_b
+    if dtype.is_float and (a.specials or b.specials or zero_divisor):
+        why = f"{op.name} with a divisor that may be 0 or special operand values is not analysed"
+        return make_tb(op.type, (-math.inf, math.inf), Err.infinite(why))
+    m = mag(lo_b, hi_b)  # |result| < |b| <= m (ints: <= m - 1)
+    if dtype.is_int:
+        m = max(m - 1, 0.0)
+    sign = a.exact if op.name == "rem" else b.exact  # the result's sign is this operand's
+    lo = max(-m, a.exact[0]) if op.name == "rem" else -m
+    hi = min(m, a.exact[1]) if op.name == "rem" else m
+    lo = 0.0 if sign[0] >= 0 else min(lo, 0.0)
+    hi = 0.0 if sign[1] <= 0 else max(hi, 0.0)
+    exact = (lo, hi)
+    if zero_divisor and dtype.is_int:
+        exact = hull(exact, a.exact)  # x rem 0 = x mod 0 = x
+    return make_tb(op.type, exact, Err.zero())
+
+
 # --- convert -----------------------------------------------------------------------------------
 
 

@@ -72,6 +72,15 @@ _BITWISE = {
 }
 
 
+@rule(OPS["rem"], OPS["mod"])
+def remainder(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """Pointwise rem or mod (`Values.rem`)."""
+    (a, b), v, floor = xs, ctx.values, op.name == "mod"
+    return Tensor(
+        op.type, lambda i: v.rem(a.dtype, (yield a.read(i)), (yield b.read(i)), floor=floor)
+    )
+
+
 @rule(*(OPS[n] for n in _BITWISE))
 def bitwise(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """Pointwise bitwise op or shift, on the operands' bits."""

@@ -262,6 +262,17 @@ CASES: dict[str, tuple] = {
         )
         for name in BITWISE
     },
+    "rem": _binary("rem", ANY, POSITIVE),
+    "int_rem": _case(
+        "%x: i32[4,6] {{range = [-1000, 1000]}}, %w: i32[4,6] {{range = [-7, 40]}}",
+        "%b = rem(%x, %w) : i32[4,6]\n%y = convert(%b) : {dt}[4,6]",
+        "{dt}[4,6]",
+    ),
+    "int_mod": _case(
+        "%x: i32[4,6] {{range = [-1000, 1000]}}, %w: i32[4,6] {{range = [-7, 40]}}",
+        "%b = mod(%x, %w) : i32[4,6]\n%y = convert(%b) : {dt}[4,6]",
+        "{dt}[4,6]",
+    ),
     "int_dot_wraps": _case(
         "%x: i8[4,6] {{range = [-100, 100]}}, %w: i8[6,5] {{range = [-100, 100]}}",
         "%d = dot(%x, %w) {{lhs_batch = [], rhs_batch = [], lhs_contract = [1], "
@@ -284,6 +295,8 @@ KERNEL_BODY = (
 """The body of the kernel cases (`x * w + x` per reduced position)."""
 
 OP_OF_CASE = {
+    "int_rem": "rem",
+    "int_mod": "mod",
     **{f"int_{name}": name for name in BITWISE},
     **{f"{n}_of_sum": n for n in ("tan asin acos atan sinh cosh asinh acosh atanh".split())},
     "sqrt_of_sum": "sqrt",
