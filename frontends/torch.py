@@ -703,6 +703,29 @@ def _binary(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     imp.set(node, convert(imp, imp.emit(ir, [lhs, rhs]), out.dtype))
 
 
+@handler(
+    "aten.fmod.Tensor", "aten.fmod.Scalar", "aten.remainder.Tensor", "aten.remainder.Scalar"
+)  # fmt: skip
+def _remainder(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # fmod: the sign of the dividend (IR rem); remainder: the divisor's (IR mod, integers: a
+    # float one rounds, r + b, which IR rem does not). An integer zero divisor is an error in
+    # torch; the IR gives the dividend there.
+    name = _op_name(node.target)
+    out = _out_type(imp, node)
+    floor = name.startswith("aten.remainder")
+    if out.dtype.is_bool:
+        raise imp.unsupported("boolean operands are not supported")
+    if floor and not out.dtype.is_int:
+        raise imp.unsupported(
+            f"remainder on {out.dtype} (with the divisor's sign a float remainder rounds; "
+            "fmod is exact)"
+        )
+    compute = _opmath(out.dtype)  # f16/bf16 in f32: a remainder is exact either way
+    x = _operand(imp, a["self"], compute, out.shape)
+    y = _operand(imp, a["other"], compute, out.shape)
+    imp.set(node, convert(imp, imp.emit("mod" if floor else "rem", [x, y]), out.dtype))
+
+
 @handler("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.pow.Scalar")
 def _pow(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     out = _out_type(imp, node)

@@ -173,6 +173,25 @@ def test_f64_and_integers() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+def test_remainders_on_integers(dtype: str) -> None:
+    dt = getattr(torch, dtype)
+    a = torch.tensor([[7, -7, 7, -7], [-128, 127, 0, 100]], dtype=dt)
+    b = torch.tensor([[3, 3, -3, -3], [-1, 5, 9, -7]], dtype=dt)
+    check(Fn(lambda x, y: (torch.fmod(x, y), torch.remainder(x, y), x % y, torch.fmod(x, 4))), a, b)
+
+
+def test_float_remainder_is_refused_by_name() -> None:
+    msg = refusal(Fn(lambda x, y: torch.remainder(x, y)), rand(3), rand(3, seed=2))
+    assert "aten.remainder.Tensor" in msg and "remainder on f32" in msg, msg
+
+
+def test_fmod_on_floats() -> None:
+    a = torch.tensor([5.5, -5.5, 1e-30, -4.0, 3.0, 1e4])
+    b = torch.tensor([2.0, 2.0, 1.0, 2.0, -0.75, 3.3])
+    check(Fn(lambda x, y: torch.fmod(x, y)), a, b)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
 def test_bitwise_ops_on_integers(dtype: str) -> None:
     dt = getattr(torch, dtype)
     a = torch.tensor([[0, 1, -1, 7], [-128, 127, 85, -86]], dtype=dt)
@@ -407,7 +426,8 @@ def test_refusals_name_op_node_and_reason() -> None:
         "has no IR op"
     )
     assert refusal(Fn(lambda x: torch.remainder(x, 2.0)), rand(3)) == (
-        "unsupported PyTorch op aten.remainder.Scalar at node remainder: no IR mapping"
+        "unsupported PyTorch op aten.remainder.Scalar at node remainder: remainder on f32 (with "
+        "the divisor's sign a float remainder rounds; fmod is exact)"
     )
     assert refusal(Fn(lambda x: torch.log1p(x)), rand(3)) == (
         "unsupported PyTorch op aten.log1p.default at node log1p: no exact IR decomposition "
