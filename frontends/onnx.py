@@ -1015,20 +1015,33 @@ def _int_quotient(imp: Importer, a: str, b: str) -> str:
 @handler("Mod")
 def _mod(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     # fmod = 1: the sign of the dividend (IR rem, integers and floats); fmod = 0: the sign of
-    # the divisor (IR mod, integers; a float one would round: r + b is not exact).
+    # the divisor (IR mod for integers; for floats numpy's remainder, `_float_mod`).
     a, b = operands_bcast(imp, ins[:2])
     t = imp.type_of(a)
     if imp.type_of(b).dtype != t.dtype:
         raise imp.unsupported(f"mixed operand dtypes {t.dtype} and {imp.type_of(b).dtype}")
     fmod = attrs.get("fmod", 0)
     if t.dtype.is_float and not fmod:
-        raise imp.unsupported(
-            f"{t.dtype} operands with fmod = 0 (a float remainder with the "
-            "divisor's sign rounds; IR rem is C's fmod)"
-        )
+        _out(imp, node, _float_mod(imp, a, b))
+        return
     if not (t.dtype.is_int or t.dtype.is_float):
         raise imp.unsupported(f"{t.dtype} operands")
     _out(imp, node, imp.emit("rem" if fmod else "mod", [a, b]))
+
+
+def _float_mod(imp: Importer, a: str, b: str) -> str:
+    """The remainder with the divisor's sign on floats, as numpy's (and ONNX's reference):
+    r = fmod(a, b) (exact); a nonzero r whose sign differs from b's becomes r + b (rounded
+    once: the only rounding); a zero r becomes a zero with b's sign; NaN stays NaN."""
+    t = imp.type_of(a)
+    r = imp.emit("rem", [a, b])
+    zero = imp.const(0.0, t)
+    is_zero = imp.emit("cmp", [r, zero], dir="eq")
+    neg_b = imp.emit("cmp", [b, zero], dir="lt")
+    differ = imp.emit("cmp", [imp.emit("cmp", [r, zero], dir="lt"), neg_b], dir="ne")
+    moved = imp.emit("select", [differ, imp.emit("add", [r, b]), r])
+    signed_zero = imp.emit("select", [neg_b, imp.const(-0.0, t), zero])
+    return imp.emit("select", [is_zero, signed_zero, moved])
 
 
 @handler("Pow")
