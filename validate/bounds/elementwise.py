@@ -20,6 +20,11 @@ Notation: a, b exact operands with error bounds ea, eb; A = max|a| over the exac
   +-1, acosh at 1) with an inexact operand, the bound is the function's range width if it has
   one (asin, acos, atan), else infinite.
 - cmp: exact; it may flip when an operand has an error and the operand intervals overlap.
+- bitwise_and/or/xor/not, shift_left/right: exact on exact operands (an inexact integer operand
+  may change any bit: infinite; i1: a flip, 1); the interval from the operands' signs and
+  magnitudes (`_bitwise_range`).
+- rem, mod: exact, but a jump wherever a / b crosses an integer (an inexact operand:
+  infinite); |result| < max |b| with a's sign (rem) or b's (mod); a zero divisor gives a.
 - convert: float->float rounds when narrowing (identity under the `real` reading);
   float->int truncates both sides (a jump of 1 once there is any error); int->int may wrap.
 - constant, iota: the rounding of each literal or index to the dtype, computed exactly.
