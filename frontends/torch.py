@@ -829,6 +829,28 @@ def _bitwise_scalar(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     imp.set(node, imp.emit(_op_name(node.target).split(".")[1], [x, y]))
 
 
+_SHIFTS = {
+    "aten.__lshift__.Tensor": "shift_left", "aten.__lshift__.Scalar": "shift_left",
+    "aten.bitwise_left_shift.Tensor": "shift_left",
+    "aten.bitwise_left_shift.Tensor_Scalar": "shift_left",
+    "aten.__rshift__.Tensor": "shift_right", "aten.__rshift__.Scalar": "shift_right",
+    "aten.bitwise_right_shift.Tensor": "shift_right",
+    "aten.bitwise_right_shift.Tensor_Scalar": "shift_right",
+}  # fmt: skip
+
+
+@handler(*_SHIFTS)
+def _shift(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # torch's CPU rule is IR_SPEC.md's: an amount that is negative or at least the width gives
+    # 0 (left) or the sign fill (right); right shifts of signed values are arithmetic.
+    out = _out_type(imp, node)
+    if not out.dtype.is_int:
+        raise imp.unsupported(f"shifts on {out.dtype} (integers only)")
+    x = _operand(imp, a["self"], out.dtype, out.shape)
+    y = _operand(imp, a["other"], out.dtype, out.shape)
+    imp.set(node, imp.emit(_SHIFTS[_op_name(node.target)], [x, y]))
+
+
 @handler("aten.logical_not.default", "aten.bitwise_not.default")
 def _not(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     out = _out_type(imp, node)

@@ -199,6 +199,16 @@ def test_bitwise_ops_on_integers(dtype: str) -> None:
     check(Fn(lambda x, y: (x & y, x | y, x ^ y, ~x, (x & 3) | y)), a, b)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+def test_shifts_on_integers_with_amounts_out_of_range(dtype: str) -> None:
+    """torch's rule for negative amounts and amounts at least the width is the IR's."""
+    dt = getattr(torch, dtype)
+    bits = torch.iinfo(dt).bits
+    a = torch.tensor([1, -8, -1, 64, 5, 7, -128, 100], dtype=dt)
+    b = torch.tensor([1, bits, 127, -1, -3, 2, bits - 1, bits + 1], dtype=dt)
+    check(Fn(lambda x, y: (x << y, x >> y, x << 2, x >> 1)), a, b)
+
+
 def test_conversions() -> None:
     x = rand(3, 4) * 10
     check(
