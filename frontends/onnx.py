@@ -27,6 +27,7 @@ from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.dtypes import DType
 from gdv.ir.ops import REGISTRY, OpTypeError
+from gdv.ir.ops.elementwise import is_signed
 from gdv.ir.types import TensorType
 from gdv.ir.verifier import verify
 
@@ -804,11 +805,6 @@ _WHY_NOT = {
     "Loop": "control flow has no IR op",
     "If": "control flow has no IR op",
     "Scan": "control flow has no IR op",
-    "BitShift": "bitwise ops have no IR op",
-    "BitwiseAnd": "bitwise ops have no IR op",
-    "BitwiseOr": "bitwise ops have no IR op",
-    "BitwiseXor": "bitwise ops have no IR op",
-    "BitwiseNot": "bitwise ops have no IR op",
     "RandomUniform": "random number generation has no IR op",
     "RandomNormal": "random number generation has no IR op",
     "RandomUniformLike": "random number generation has no IR op",
@@ -841,6 +837,8 @@ def _require_float(imp: Importer, x: str, why: str = "") -> TensorType:
 _UNARY_FLOAT = {
     "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Tanh": "tanh", "Erf": "erf",
     "Sigmoid": "sigmoid", "Floor": "floor", "Sin": "sin", "Cos": "cos",
+    "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh",
+    "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
 }  # fmt: skip
 
 
@@ -1078,25 +1076,34 @@ def _int_quotient(imp: Importer, a: str, b: str) -> str:
 
 @handler("Mod")
 def _mod(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
-    # r = a - b * trunc(a / b) (C fmod); with fmod = 0 the sign follows b: r + b where r is
-    # non-zero and its sign differs from b's. Integers only (a float remainder this way would
-    # round).
+    # fmod = 1: the sign of the dividend (IR rem, integers and floats); fmod = 0: the sign of
+    # the divisor (IR mod for integers; for floats numpy's remainder, `_float_mod`).
     a, b = operands_bcast(imp, ins[:2])
     t = imp.type_of(a)
-    if not t.dtype.is_int or imp.type_of(b).dtype != t.dtype:
-        raise imp.unsupported(f"{t.dtype} operands (integers only: a float remainder rounds)")
-    r = imp.emit("sub", [a, imp.emit("mul", [b, _int_quotient(imp, a, b)])])
-    if not attrs.get("fmod", 0):
-        zero = imp.const(0, t)
-        nonzero = imp.emit("cmp", [r, zero], dir="ne")
-        differ = imp.emit(
-            "cmp",
-            [imp.emit("cmp", [r, zero], dir="lt"), imp.emit("cmp", [b, zero], dir="lt")],
-            dir="ne",
-        )
-        fix = imp.emit("select", [nonzero, differ, imp.const(False, imp.type_of(nonzero))])
-        r = imp.emit("select", [fix, imp.emit("add", [r, b]), r])
-    _out(imp, node, r)
+    if imp.type_of(b).dtype != t.dtype:
+        raise imp.unsupported(f"mixed operand dtypes {t.dtype} and {imp.type_of(b).dtype}")
+    fmod = attrs.get("fmod", 0)
+    if t.dtype.is_float and not fmod:
+        _out(imp, node, _float_mod(imp, a, b))
+        return
+    if not (t.dtype.is_int or t.dtype.is_float):
+        raise imp.unsupported(f"{t.dtype} operands")
+    _out(imp, node, imp.emit("rem" if fmod else "mod", [a, b]))
+
+
+def _float_mod(imp: Importer, a: str, b: str) -> str:
+    """The remainder with the divisor's sign on floats, as numpy's (and ONNX's reference):
+    r = fmod(a, b) (exact); a nonzero r whose sign differs from b's becomes r + b (rounded
+    once: the only rounding); a zero r becomes a zero with b's sign; NaN stays NaN."""
+    t = imp.type_of(a)
+    r = imp.emit("rem", [a, b])
+    zero = imp.const(0.0, t)
+    is_zero = imp.emit("cmp", [r, zero], dir="eq")
+    neg_b = imp.emit("cmp", [b, zero], dir="lt")
+    differ = imp.emit("cmp", [imp.emit("cmp", [r, zero], dir="lt"), neg_b], dir="ne")
+    moved = imp.emit("select", [differ, imp.emit("add", [r, b]), r])
+    signed_zero = imp.emit("select", [neg_b, imp.const(-0.0, t), zero])
+    return imp.emit("select", [is_zero, signed_zero, moved])
 
 
 @handler("Pow")
@@ -1189,6 +1196,52 @@ def _logic(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> N
     else:
         r = imp.emit("cmp", [a, b], dir="ne")
     _out(imp, node, r)
+
+
+_BITWISE = {"BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}
+
+
+def _int_operands(imp: Importer, xs: list[str]) -> TensorType:
+    t = imp.type_of(xs[0])
+    if not t.dtype.is_int:
+        raise imp.unsupported(f"{t.dtype} operands (integers only)")
+    for x in xs[1:]:
+        if imp.type_of(x).dtype != t.dtype:
+            raise imp.unsupported(f"mixed operand dtypes {t.dtype} and {imp.type_of(x).dtype}")
+    return t
+
+
+@handler(*_BITWISE)
+def _bitwise(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    a, b = operands_bcast(imp, ins[:2])
+    _int_operands(imp, [a, b])
+    _out(imp, node, imp.emit(_BITWISE[node.op_type], [a, b]))
+
+
+@handler("BitwiseNot")
+def _bitwise_not(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    x = imp.dyn(ins[0])
+    _int_operands(imp, [x])
+    _out(imp, node, imp.emit("bitwise_not", [x]))
+
+
+@handler("BitShift")
+def _bitshift(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # Opset 28's rule is IR_SPEC.md's: arithmetic right shifts on signed types, logical on
+    # unsigned ones, left shifts wrap, and an amount that is negative or at least the width
+    # gives the sign fill (-1 for a right shift of a negative value, else 0). Earlier opsets
+    # define BitShift on unsigned types only, where the rule is the same.
+    direction = attrs.get("direction")
+    if isinstance(direction, bytes):
+        direction = direction.decode()
+    if direction not in ("LEFT", "RIGHT"):
+        raise imp.unsupported(f'direction {direction!r} (expected "LEFT" or "RIGHT")')
+    a, b = operands_bcast(imp, ins[:2])
+    t = _int_operands(imp, [a, b])
+    if is_signed(t.dtype) and imp.opset < 28:
+        raise imp.unsupported(f"{t.dtype} operands (BitShift takes signed integers since opset 28)")
+    op = "shift_left" if direction == "LEFT" else "shift_right"
+    _out(imp, node, imp.emit(op, [a, b]))
 
 
 @handler("Where")

@@ -613,6 +613,9 @@ _UNARY = {
     "aten.exp.default": "exp", "aten.log.default": "log", "aten.sqrt.default": "sqrt",
     "aten.rsqrt.default": "rsqrt", "aten.tanh.default": "tanh", "aten.sigmoid.default": "sigmoid",
     "aten.erf.default": "erf", "aten.sin.default": "sin", "aten.cos.default": "cos",
+    "aten.tan.default": "tan", "aten.asin.default": "asin", "aten.acos.default": "acos",
+    "aten.atan.default": "atan", "aten.sinh.default": "sinh", "aten.cosh.default": "cosh",
+    "aten.asinh.default": "asinh", "aten.acosh.default": "acosh", "aten.atanh.default": "atanh",
 }  # fmt: skip
 
 
@@ -701,6 +704,29 @@ def _binary(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     imp.set(node, convert(imp, imp.emit(ir, [lhs, rhs]), out.dtype))
 
 
+@handler(
+    "aten.fmod.Tensor", "aten.fmod.Scalar", "aten.remainder.Tensor", "aten.remainder.Scalar"
+)  # fmt: skip
+def _remainder(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # fmod: the sign of the dividend (IR rem); remainder: the divisor's (IR mod, integers: a
+    # float one rounds, r + b, which IR rem does not). An integer zero divisor is an error in
+    # torch; the IR gives the dividend there.
+    name = _op_name(node.target)
+    out = _out_type(imp, node)
+    floor = name.startswith("aten.remainder")
+    if out.dtype.is_bool:
+        raise imp.unsupported("boolean operands are not supported")
+    if floor and not out.dtype.is_int:
+        raise imp.unsupported(
+            f"remainder on {out.dtype} (with the divisor's sign a float remainder rounds; "
+            "fmod is exact)"
+        )
+    compute = _opmath(out.dtype)  # f16/bf16 in f32: a remainder is exact either way
+    x = _operand(imp, a["self"], compute, out.shape)
+    y = _operand(imp, a["other"], compute, out.shape)
+    imp.set(node, convert(imp, imp.emit("mod" if floor else "rem", [x, y]), out.dtype))
+
+
 @handler("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.pow.Scalar")
 def _pow(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     out = _out_type(imp, node)
@@ -762,7 +788,12 @@ def _logic(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     name = _op_name(node.target)
     out = _out_type(imp, node)
     if name.startswith("aten.bitwise") and not out.dtype.is_bool:
-        raise imp.unsupported(f"bitwise ops on {out.dtype} have no IR op")
+        if not out.dtype.is_int:
+            raise imp.unsupported(f"bitwise ops on {out.dtype} (integers and bool only)")
+        x = _operand(imp, a["self"], out.dtype, out.shape)
+        y = _operand(imp, a["other"], out.dtype, out.shape)
+        imp.set(node, imp.emit(name.split(".")[1], [x, y]))  # bitwise_and, _or, _xor
+        return
     for known, other in ((a["self"], a["other"]), (a["other"], a["self"])):
         # A known all-true or all-false side decides or passes the other through (no dead
         # constants left for the passes to clean up).
@@ -789,11 +820,46 @@ def _logic(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     imp.set(node, r)
 
 
+@handler("aten.bitwise_and.Scalar", "aten.bitwise_or.Scalar", "aten.bitwise_xor.Scalar")
+def _bitwise_scalar(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    out = _out_type(imp, node)
+    if not out.dtype.is_int:
+        raise imp.unsupported(f"bitwise ops with a scalar on {out.dtype} (integers only)")
+    x = _operand(imp, a["self"], out.dtype, out.shape)
+    y = _operand(imp, a["other"], out.dtype, out.shape)  # the scalar must fit the dtype
+    imp.set(node, imp.emit(_op_name(node.target).split(".")[1], [x, y]))
+
+
+_SHIFTS = {
+    "aten.__lshift__.Tensor": "shift_left", "aten.__lshift__.Scalar": "shift_left",
+    "aten.bitwise_left_shift.Tensor": "shift_left",
+    "aten.bitwise_left_shift.Tensor_Scalar": "shift_left",
+    "aten.__rshift__.Tensor": "shift_right", "aten.__rshift__.Scalar": "shift_right",
+    "aten.bitwise_right_shift.Tensor": "shift_right",
+    "aten.bitwise_right_shift.Tensor_Scalar": "shift_right",
+}  # fmt: skip
+
+
+@handler(*_SHIFTS)
+def _shift(imp: Importer, node: Any, a: dict[str, Any]) -> None:
+    # torch's CPU rule is IR_SPEC.md's: an amount that is negative or at least the width gives
+    # 0 (left) or the sign fill (right); right shifts of signed values are arithmetic.
+    out = _out_type(imp, node)
+    if not out.dtype.is_int:
+        raise imp.unsupported(f"shifts on {out.dtype} (integers only)")
+    x = _operand(imp, a["self"], out.dtype, out.shape)
+    y = _operand(imp, a["other"], out.dtype, out.shape)
+    imp.set(node, imp.emit(_SHIFTS[_op_name(node.target)], [x, y]))
+
+
 @handler("aten.logical_not.default", "aten.bitwise_not.default")
 def _not(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     out = _out_type(imp, node)
     if _op_name(node.target) == "aten.bitwise_not.default" and not out.dtype.is_bool:
-        raise imp.unsupported(f"bitwise ops on {out.dtype} have no IR op")
+        if not out.dtype.is_int:
+            raise imp.unsupported(f"bitwise ops on {out.dtype} (integers and bool only)")
+        imp.set(node, imp.emit("bitwise_not", [_operand(imp, a["self"], out.dtype, out.shape)]))
+        return
     x = _as_bool(imp, a["self"], out.shape)
     t = imp.type_of(x)
     imp.set(node, imp.emit("select", [x, imp.const(False, t), imp.const(True, t)]))

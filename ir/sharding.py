@@ -80,7 +80,8 @@ def _replicated_all(op: Op, types: list[TensorType]) -> FactorRule:
 
 ELEMENTWISE = (
     "neg abs exp log sqrt rsqrt tanh sigmoid erf sin cos floor relu add sub mul div max min pow "
-    "cmp select convert gelu"
+    "cmp select convert gelu tan asin acos atan sinh cosh asinh acosh atanh "
+    "bitwise_and bitwise_or bitwise_xor bitwise_not shift_left shift_right rem mod"
 ).split()
 
 

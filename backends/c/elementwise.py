@@ -10,7 +10,8 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
 - max/min: NaN if either is NaN, max(-0.0, +0.0) = +0.0, min gives -0.0 (helpers below, the
   reference's `float_max`/`float_min` step by step); relu is max(x, +0.0).
 - neg flips the sign (C's unary minus), abs clears it (fabs), floor is exact (floor).
-- transcendentals (exp log tanh erf sin cos pow, rsqrt = 1/sqrt, sigmoid = 1/(1+exp(-x))):
+- transcendentals (exp log tanh erf sin cos pow tan asin acos atan sinh cosh asinh acosh atanh,
+  rsqrt = 1/sqrt, sigmoid = 1/(1+exp(-x))):
   their last bits are implementation-defined (IR_SPEC.md section 3). f32 results of exp, tanh,
   erf and sigmoid use gdv's own branch-free f32 functions (backends/c/vmath.py: gdv_vexpf,
   gdv_vtanhf, gdv_verff, gdv_vsigmoidf), which vectorise in `omp simd` loops (16 lanes with
@@ -24,6 +25,9 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
   the reference evaluates them in float64 (the libm functions used are recorded in the
   capability descriptor); f64 results may differ from numpy's in the last place. With
   GDV_C_F32_IN_DOUBLE=1 (F32_DOUBLE_ENV) f32 results of the four take the f16/bf16 path.
+- bitwise_and/or/xor/not: C's `& | ^ ~` (i1: on 0/1, not as `^ 1`); shift_left/shift_right:
+  the stated rule for amounts outside [0, bits) checked first, then `<<` on the unsigned type,
+  `>>` on a nonnegative value (`_bitwise_scalar`).
 - convert: float->float rounds to nearest-even (C casts), float->int truncates and saturates
   with NaN -> 0 (helper), int->float rounds to nearest-even (C casts), int->int wraps, to i1
   is `x != 0`.
@@ -63,7 +67,7 @@ from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops import OpSpec
-from gdv.ir.ops.elementwise import iter_leaves
+from gdv.ir.ops.elementwise import is_signed, iter_leaves
 
 F32_DOUBLE_ENV = "GDV_C_F32_IN_DOUBLE"
 """Set to 1, f32 exp, tanh, erf and sigmoid are computed as for f16 and bf16 (gdv's double
@@ -77,6 +81,15 @@ LIBM = {
     "erf": "erf",
     "sin": "sin",
     "cos": "cos",
+    "tan": "tan",
+    "asin": "asin",
+    "acos": "acos",
+    "atan": "atan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "asinh": "asinh",
+    "acosh": "acosh",
+    "atanh": "atanh",
     "pow": "pow",
     "rsqrt": "sqrt",
     "sigmoid": "exp",
@@ -170,6 +183,16 @@ def _order_unkey(dtype: DType) -> str:
     )
 
 
+def _floor_rem(dtype: DType) -> str:
+    t, s = CTYPE[dtype], SUFFIX[dtype]
+    return (
+        f"static inline {t} gdv_floor_rem_{s}({t} r, {t} b)\n"
+        "{\n"
+        f"  return (r != 0 && ((r < 0) != (b < 0))) ? ({t})(r + b) : r;\n"
+        "}\n"
+    )
+
+
 NARROW_HELPER = "gdv_narrow"
 """The helper block every f16/bf16 program needs (emit.load / emit.store call it)."""
 
@@ -186,6 +209,8 @@ for _d in NARROW:
         HELPERS[f"gdv_{_k}_{SUFFIX[_d]}"] = _narrow_extreme(_k, _d)
 for _d in (DType.I64, DType.I32, DType.I8):
     HELPERS[f"gdv_f2{SUFFIX[_d]}"] = _float_to_int(_d)
+for _d in (_d for _d in DType if _d.is_int and is_signed(_d)):
+    HELPERS[f"gdv_floor_rem_{SUFFIX[_d]}"] = _floor_rem(_d)
 HELPERS.update(VMATH)
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -280,6 +305,53 @@ def _in_double(prog: Program, name: str, x: list[str], fast: bool) -> str:
     return f"{LIBM[name]}({x[0]})"
 
 
+_BITWISE = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+
+
+def _bitwise_scalar(name: str, dtype: DType, args: list[str]) -> str:
+    """C for a bitwise op or shift on integers (i1: 0/1 in a uint8_t), with no undefined or
+    implementation-defined step but the final conversion to a signed type, which GCC and Clang
+    define as modulo 2^n: a shift amount outside [0, bits) never reaches `<<` or `>>` (the
+    amount read as uint64_t: a negative one is then huge), `<<` runs on the unsigned type of
+    the width, and a negative signed `a >> b` is computed as ~(~a >> b), on a nonnegative
+    value (IR_SPEC.md: arithmetic for signed, logical for unsigned dtypes)."""
+    t, a = CTYPE[dtype], args[0]
+    if name in _BITWISE:
+        return f"(({t})(({a}) {_BITWISE[name]} ({args[1]})))"
+    if name == "bitwise_not":
+        return f"((uint8_t)(({a}) ^ 1u))" if dtype.is_bool else f"(({t})~({a}))"
+    b, w = args[1], dtype.bits
+    inside = f"((uint64_t)({b}) < {w}u)"
+    if name == "shift_left":
+        ut = f"uint{w}_t"
+        return f"({inside} ? ({t})({ut})(({ut})({a}) << ({b})) : ({t})0)"
+    if not is_signed(dtype):
+        return f"({inside} ? ({t})(({a}) >> ({b})) : ({t})0)"
+    moved = f"(({a}) < 0 ? ~(~({a}) >> ({b})) : ({a}) >> ({b}))"
+    return f"({inside} ? ({t}){moved} : ({t})(({a}) < 0 ? -1 : 0))"
+
+
+def _remainder_scalar(prog: Program, name: str, dtype: DType, args: list[str]) -> str:
+    """C for rem and mod. Integers: C's `%` (the sign of a) never sees a zero divisor (the
+    result is a) nor a signed -1 (the result is 0: INT_MIN % -1 is undefined in C); mod adds b
+    where a nonzero remainder's sign differs from b's. Floats (rem): C's fmod, which is exact
+    (f16/bf16: on the widened values, so exact again once rounded back)."""
+    a, b = args
+    if dtype.is_float:
+        if dtype in NARROW:
+            return store(f"fmod({load(a, dtype)}, {load(b, dtype)})", dtype)
+        prog.libm.add("fmod")
+        return f"fmod{'' if dtype is DType.F64 else 'f'}(({a}), ({b}))"
+    t = CTYPE[dtype]
+    minus_one = f" || ({b}) == ({t})-1" if is_signed(dtype) else ""
+    r = f"(({b}) == 0{minus_one} ? ({t})0 : ({t})(({a}) % ({b})))"
+    if name == "mod" and is_signed(dtype):
+        # r's sign differs from b's: r + b (|r| < |b|, so it cannot overflow)
+        r = f"gdv_floor_rem_{SUFFIX[dtype]}({r}, ({b}))"
+        prog.helpers.add(f"gdv_floor_rem_{SUFFIX[dtype]}")
+    return f"(({b}) == 0 ? ({a}) : {r})"
+
+
 def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> str:
     """The C expression computing body op `op` (rank 0) on the C expressions `args`.
 
@@ -306,6 +378,10 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
         a, b = (load(x, d) for x, d in zip(args, arg_dtypes, strict=True))
         return f"((uint8_t)({a} {_CMP[op.attrs['dir']]} {b}))"
     t = CTYPE[dtype]
+    if name in _BITWISE or name in ("bitwise_not", "shift_left", "shift_right"):
+        return _bitwise_scalar(name, dtype, args)
+    if name in ("rem", "mod"):
+        return _remainder_scalar(prog, name, dtype, args)
     if not dtype.is_float:  # integer add sub mul max min
         a, b = args
         if name in ("max", "min"):
@@ -342,7 +418,8 @@ SCALAR: dict[OpSpec, object] = {}
 per op spec, `scalar` (which computes it) or an explicit `Unsupported` entry with the reason."""
 for _name in (
     "neg abs exp log sqrt rsqrt tanh sigmoid erf sin cos floor relu add sub mul div max min "
-    "pow cmp select convert constant"
+    "pow cmp select convert constant tan asin acos atan sinh cosh asinh acosh atanh "
+    "bitwise_and bitwise_or bitwise_xor bitwise_not shift_left shift_right rem mod"
 ).split():
     SCALAR[OPS[_name]] = scalar
 

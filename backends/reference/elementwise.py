@@ -20,6 +20,7 @@ from gdv.ir.core import Op
 from gdv.ir.dtypes import DType, from_numpy
 from gdv.ir.numerics import convert_array
 from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops.elementwise import is_signed
 
 # --- float unary ------------------------------------------------------------------------------
 
@@ -33,7 +34,11 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 # Each is evaluated in float64 and rounded once to the dtype. sqrt and floor are then exact
-# (correctly rounded, resp. exact); the transcendentals are within an ulp or so of the truth.
+# (correctly rounded, resp. exact); the transcendentals are within an ulp or so of the truth
+# (numpy's float64 functions, within a few float64 ulps: rounded once to f32, f16 or bf16 that
+# is the correctly rounded result except where the exact value lies within a few float64 ulps
+# of a rounding boundary; tests/validate/bounds/test_transcendental_ulps.py measures it
+# against mpmath).
 _UNARY_F64: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "exp": np.exp,
     "log": np.log,
@@ -44,6 +49,15 @@ _UNARY_F64: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "erf": erf,
     "sin": np.sin,
     "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
     "floor": np.floor,
 }
 
@@ -117,6 +131,80 @@ def _binary(name: str):
 
 for _name in ("add", "sub", "mul", "div", "max", "min", "pow"):
     kernel(OPS[_name])(_binary(_name))
+
+# --- bitwise ops and shifts (integers; and, or, xor, not also i1) -----------------------------
+
+_BITWISE: dict[str, Callable[..., np.ndarray]] = {
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+    "bitwise_not": np.invert,  # on numpy booleans: logical not
+}
+
+
+def _bitwise(name: str):
+    fn = _BITWISE[name]
+
+    def run(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+        return np.asarray(fn(*args), dtype=op.type.dtype.np)
+
+    return run
+
+
+for _name in _BITWISE:
+    kernel(OPS[_name])(_bitwise(_name))
+
+
+def _shift(left: bool):
+    def run(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+        a, b = (np.asarray(x) for x in args)
+        dtype = op.type.dtype
+        signed = is_signed(dtype)
+        # The amount read with the dtype's signedness; in range when 0 <= b < bits.
+        amount = b.astype(np.int64 if signed else np.uint64)
+        inside = (amount >= 0) & (amount < dtype.bits)
+        u = np.dtype(f"u{dtype.itemsize}")
+        step = np.where(inside, amount, amount.dtype.type(0)).astype(u)
+        if left:  # on the unsigned bits: wraps, never overflows
+            moved = np.left_shift(a.view(u), step).astype(u)
+            return np.where(inside, moved, u.type(0)).astype(u).view(dtype.np)
+        if signed:  # numpy's right_shift of a signed integer is x // 2**s: arithmetic
+            moved = np.right_shift(a, step.astype(dtype.np))
+            fill = np.where(a < 0, dtype.np.type(-1), dtype.np.type(0))
+        else:
+            moved = np.right_shift(a, step.astype(dtype.np))
+            fill = np.zeros_like(a)
+        return np.where(inside, moved, fill).astype(dtype.np)
+
+    return run
+
+
+kernel(OPS["shift_left"])(_shift(left=True))
+kernel(OPS["shift_right"])(_shift(left=False))
+
+
+def _remainder(name: str):
+    int_fn = np.fmod if name == "rem" else np.remainder  # C's sign of a; Python's sign of b
+
+    def run(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+        a, b = (np.asarray(x) for x in args)
+        dtype = ctx.storage(op.type.dtype)
+        if dtype.is_float:  # exact in float64, so exact once rounded back
+            return via_f64(np.fmod, dtype, a, b)
+        zero = b == 0
+        one = np.ones_like(b)
+        # b = -1 divides everything (INT_MIN by -1 included): 0, with no overflowing quotient
+        safe = np.where(zero | (b == -1) if is_signed(dtype) else zero, one, b)
+        r = np.asarray(int_fn(a, safe), dtype=dtype.np)
+        if is_signed(dtype):
+            r = np.where(b == -1, np.zeros_like(r), r)
+        return np.where(zero, a, r).astype(dtype.np)
+
+    return run
+
+
+for _name in ("rem", "mod"):
+    kernel(OPS[_name])(_remainder(_name))
 
 _CMP: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "lt": np.less,

@@ -214,6 +214,23 @@ def _transcendental(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType])
     return f"_{op.name}({', '.join(args)})"
 
 
+@body(
+    *(
+        OPS[n]
+        for n in (
+            "bitwise_and bitwise_or bitwise_xor bitwise_not shift_left shift_right rem mod".split()
+        )
+    )
+)
+def _bitwise(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType]) -> str:
+    # Refused by name: Triton's `<<` and `>>` follow the hardware for amounts outside
+    # [0, bits), and `%` on a zero divisor, not IR_SPEC's rules; no lowering has been checked
+    # on a GPU yet.
+    raise w.error(
+        op, "has no Triton lowering yet (bitwise ops, shifts, rem, mod: the C target has)"
+    )
+
+
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 

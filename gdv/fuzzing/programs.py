@@ -26,7 +26,14 @@ from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, DType
 from gdv.ir.ops import REGISTRY, OpTypeError
 from gdv.ir.ops.collective import COLLECTIVES
-from gdv.ir.ops.elementwise import BINARY_DOCS, CMP_DIRECTIONS, INT_BINARY, UNARY_FLOAT_DOCS
+from gdv.ir.ops.elementwise import (
+    BINARY_DOCS,
+    BITWISE_DOCS,
+    CMP_DIRECTIONS,
+    INT_BINARY,
+    SHIFT_DOCS,
+    UNARY_FLOAT_DOCS,
+)
 from gdv.ir.ops.reduce import REDUCE_DOCS
 from gdv.ir.printer import print_module
 from gdv.ir.types import TensorType
@@ -116,11 +123,23 @@ def _unary(s: Scope) -> Drawn:
 
 
 def _binary(name: str) -> Callable[[Scope], Drawn]:
-    allowed = NUMERIC if name in INT_BINARY else FLOAT_DTYPES
+    allowed = NUMERIC if name in (*INT_BINARY, "rem") else FLOAT_DTYPES
+    allowed = INT_DTYPES if name == "mod" else allowed
 
     def gen(s: Scope) -> Drawn:
         t = s.type(allowed)
         return [t, t], {}, None
+
+    return gen
+
+
+def _bitwise(name: str) -> Callable[[Scope], Drawn]:
+    # integers (and i1 but for the shifts); bitwise_not has one operand
+    allowed = INT_DTYPES if name in SHIFT_DOCS else [*INT_DTYPES, DType.I1]
+
+    def gen(s: Scope) -> Drawn:
+        t = s.type(allowed)
+        return [t] * (1 if name == "bitwise_not" else 2), {}, None
 
     return gen
 
@@ -318,6 +337,9 @@ def _gelu(s: Scope) -> Drawn:
 GENERATORS: dict[str, Callable[[Scope], Drawn]] = {
     **dict.fromkeys(UNARY_FLOAT_DOCS, _unary),
     **{name: _binary(name) for name in BINARY_DOCS},
+    **{name: _bitwise(name) for name in (*BITWISE_DOCS, *SHIFT_DOCS)},
+    "rem": _binary("rem"),
+    "mod": _binary("mod"),
     **dict.fromkeys(REDUCE_DOCS, _reduce),
     **dict(cmp=_cmp, select=_select, convert=_convert, constant=_constant, iota=_iota),
     **dict(broadcast=_broadcast, reshape=_reshape, transpose=_transpose, slice=_slice),

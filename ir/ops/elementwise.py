@@ -22,6 +22,9 @@ from gdv.ir.ops import (
 from gdv.ir.ops._rules import check_axis, check_literal, require_float, same_shape_operands
 from gdv.ir.types import TensorType
 
+TRIG_OPS = ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+"""The inverse and hyperbolic trig functions and tan (since gdv 0.6, issue 19)."""
+
 UNARY_FLOAT_DOCS = {
     "neg": "-x (flips the sign bit; NaN stays NaN)",
     "abs": "|x| (clears the sign bit)",
@@ -34,11 +37,31 @@ UNARY_FLOAT_DOCS = {
     "erf": "erf x (transcendental)",
     "sin": "sin x (transcendental)",
     "cos": "cos x (transcendental)",
+    "tan": "tan x (transcendental)",
+    "asin": "arcsin x in [-pi/2, pi/2]; NaN for |x| > 1 (transcendental)",
+    "acos": "arccos x in [0, pi]; NaN for |x| > 1 (transcendental)",
+    "atan": "arctan x in [-pi/2, pi/2] (transcendental)",
+    "sinh": "sinh x (transcendental)",
+    "cosh": "cosh x (transcendental)",
+    "asinh": "arsinh x (transcendental)",
+    "acosh": "arcosh x >= 0; NaN for x < 1 (transcendental)",
+    "atanh": "artanh x; +-inf at +-1, NaN for |x| > 1 (transcendental)",
     "floor": "the largest integer <= x, exact",
     "relu": "max(x, 0.0) with relu(-0.0) = +0.0 and relu(NaN) = NaN",
 }
 
-TRANSCENDENTAL_OPS = ("exp", "log", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "pow")
+TRANSCENDENTAL_OPS = (
+    "exp",
+    "log",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "sin",
+    "cos",
+    "pow",
+    *TRIG_OPS,
+)
 """Ops whose last-bit results are implementation-defined (IR_SPEC.md section 3): the specs
 below get `transcendental=True` from this list; everyone else asks the specs."""
 
@@ -116,6 +139,98 @@ TRANSCENDENTAL = names_where(lambda s: s.transcendental, "Ops whose last bits ar
 specs' `transcendental` trait (a live set of names)."""
 INT_BINARY = names_where(lambda s: s.name in BINARY_DOCS and s.int_legal, "Integer arithmetic.")
 """The binary arithmetic ops that take integers (wrapping), from the `int_legal` trait."""
+
+BITWISE_DOCS = {
+    "bitwise_and": "a & b on the two's-complement bits (i1: logical and)",
+    "bitwise_or": "a | b on the two's-complement bits (i1: logical or)",
+    "bitwise_xor": "a ^ b on the two's-complement bits (i1: logical xor)",
+    "bitwise_not": "~x, every bit flipped (i1: logical not)",
+}
+"""Bitwise ops on integers and i1 (since gdv 0.6, issue 19)."""
+SHIFT_DOCS = {
+    "shift_left": "a << b: the bits of a moved b places up, zeros shifted in (wraps); 0 when "
+    "the amount b is negative or at least the bit width",
+    "shift_right": "a >> b: the bits of a moved b places down, filled with the sign bit for "
+    "signed dtypes (arithmetic) and with zeros for unsigned ones (logical); when the amount b "
+    "is negative or at least the bit width, the fill everywhere (-1 for a negative signed a, "
+    "else 0)",
+}
+"""Shifts on integers (since gdv 0.6, issue 19). The amount is operand 2, of the same dtype,
+read with that dtype's signedness."""
+
+
+def is_signed(dtype: DType) -> bool:
+    """Whether an integer dtype is signed (two's complement with negative values)."""
+    return dtype.int_min < 0
+
+
+def _bitwise(name: str):
+    def infer(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
+        same_shape_operands(types)
+        t = types[0]
+        if t.dtype.is_int or (t.dtype.is_bool and name in BITWISE_DOCS):
+            return t
+        allowed = "integer or i1" if name in BITWISE_DOCS else "integer"
+        what = f"an {allowed} operand" if len(types) == 1 else f"{allowed} operands"
+        raise OpTypeError(f"{name} takes {what}, operand 1 is {t}", 0)
+
+    return infer
+
+
+for _name, _doc in {**BITWISE_DOCS, **SHIFT_DOCS}.items():
+    _n = 1 if _name == "bitwise_not" else 2
+    register(
+        OpSpec(
+            _name,
+            "elementwise",
+            _n,
+            _n,
+            (),
+            _bitwise(_name),
+            _doc,
+            body_legal=True,
+            int_legal=True,
+        )
+    )
+
+REMAINDER_DOCS = {
+    "rem": "a - b * trunc(a / b), exactly: the sign of a (C's % and fmod, ONNX Mod with "
+    "fmod = 1). Integers: rem(a, 0) = a, rem(INT_MIN, -1) = 0. Floats: exact (never rounds); "
+    "NaN when a is infinite, b is zero or either is NaN; a when b is infinite; a zero result "
+    "has a's sign",
+    "mod": "a - b * floor(a / b), integers only: the sign of b (Python's %, ONNX Mod with "
+    "fmod = 0); mod(a, 0) = a, mod(INT_MIN, -1) = 0",
+}
+"""Remainders (since gdv 0.6, issue 19). A zero divisor gives the dividend, as SMT-LIB's
+bvsrem and bvsmod do: every op stays total (IR_SPEC.md section 3)."""
+
+
+def _remainder(name: str):
+    def infer(types: list[TensorType], attrs: dict[str, Any], written: TensorType) -> TensorType:
+        same_shape_operands(types)
+        t = types[0]
+        if t.dtype.is_int or (t.dtype.is_float and name == "rem"):
+            return t
+        allowed = "float or integer" if name == "rem" else "integer"
+        raise OpTypeError(f"{name} takes {allowed} operands, operand 1 is {t}", 0)
+
+    return infer
+
+
+for _name, _doc in REMAINDER_DOCS.items():
+    register(
+        OpSpec(
+            _name,
+            "elementwise",
+            2,
+            2,
+            (),
+            _remainder(_name),
+            _doc,
+            body_legal=True,
+            int_legal=True,
+        )
+    )
 
 CMP_DIRECTIONS = ("lt", "le", "gt", "ge", "eq", "ne")
 

@@ -263,7 +263,6 @@ def test_unsupported_ops_are_refused_by_name(op: str, attrs: dict, why: str) -> 
 def test_unsupported_attribute_combinations_are_refused() -> None:
     cases = [
         (helper.make_node("Div", ["a", "a"], ["y"]), I64, "i64 division"),
-        (helper.make_node("Mod", ["a", "a"], ["y"]), F, "a float remainder rounds"),
         (helper.make_node("MaxPool", ["a"], ["y", "i"], kernel_shape=[2, 2]), F, "Indices"),
         (helper.make_node("Conv", ["a", "a"], ["y"]), F, "3-D convolution"),
         (helper.make_node("Pad", ["a", "p"], ["y"], mode="bogus"), F, "mode 'bogus'"),
@@ -446,6 +445,25 @@ def test_integer_division_and_remainder_exhaustive_i8(op: str, fmod: int | None)
     else:
         want = np.fmod(wa, wb) if fmod else np.mod(wa, wb)
     np.testing.assert_array_equal(got.astype(np.int64), want)
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_float_mod_is_numpy_s_bit_for_bit(dtype: type, fmod: int) -> None:
+    """Float Mod on every pair of special and ordinary values: fmod = 1 is np.fmod (exact),
+    fmod = 0 is np.mod (the divisor's sign; r + b rounded once, zeros signed like b)."""
+    vals = [0.0, -0.0, 1.0, -1.0, 5.5, -5.5, 2.0, -0.75, 1e-30, -3e-8, 1e4, np.inf, -np.inf]
+    vals += [np.nan, 7.0, -7.0, 0.1]
+    a, b = (x.ravel().astype(dtype) for x in np.meshgrid(vals, vals))
+    a = np.concatenate([a, np.array([-1e-7, 1e-7, -65504.0], dtype=dtype)])
+    b = np.concatenate([b, np.array([1.0, -1.0, 3.0], dtype=dtype)])
+    t = {np.float32: F, np.float64: TensorProto.DOUBLE, np.float16: TensorProto.FLOAT16}[dtype]
+    node = helper.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)
+    m = model([node], [("a", t, [a.size]), ("b", t, [b.size])], [("y", t, None)])
+    (got,) = gdv_run(m, {"a": a, "b": b})
+    with np.errstate(all="ignore"):
+        want = (np.fmod if fmod else np.mod)(a, b)
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
 
 
 def test_integer_division_i32_extremes() -> None:

@@ -131,6 +131,14 @@ ELEMENTWISE = [
     ("erf", lambda x, y: torch.erf(x), 1e-6),
     ("sin_cos", lambda x, y: (torch.sin(x), torch.cos(y)), 1e-6),
     ("rsqrt", lambda x, y: torch.rsqrt(x.abs() + 0.1), 1e-5),
+    ("tan_atan", lambda x, y: (torch.tan(x), torch.atan(y * 10)), 1e-6),
+    (
+        "asin_acos_atanh",
+        lambda x, y: (torch.asin(x * 0.3), torch.acos(y * 0.3), torch.atanh(x * 0.3)),
+        1e-6,
+    ),
+    ("sinh_cosh", lambda x, y: (torch.sinh(x), torch.cosh(y)), 1e-6),
+    ("asinh_acosh", lambda x, y: (torch.asinh(x * 5), torch.acosh(y.abs() + 1)), 1e-6),
     ("pow_frac", lambda x, y: torch.pow(x.abs(), 1.7), 1e-6),
     ("silu", lambda x, y: F.silu(x), 1e-6),
 ]
@@ -162,6 +170,43 @@ def test_f64_and_integers() -> None:
     check(Fn(lambda a: (a + 1, a.to(torch.float32) * 0.5, a.to(torch.int8))), i32)
     i8 = i.to(torch.int8)
     check(Fn(lambda a: (a * 3, a > 0)), i8)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+def test_remainders_on_integers(dtype: str) -> None:
+    dt = getattr(torch, dtype)
+    a = torch.tensor([[7, -7, 7, -7], [-128, 127, 0, 100]], dtype=dt)
+    b = torch.tensor([[3, 3, -3, -3], [-1, 5, 9, -7]], dtype=dt)
+    check(Fn(lambda x, y: (torch.fmod(x, y), torch.remainder(x, y), x % y, torch.fmod(x, 4))), a, b)
+
+
+def test_float_remainder_is_refused_by_name() -> None:
+    msg = refusal(Fn(lambda x, y: torch.remainder(x, y)), rand(3), rand(3, seed=2))
+    assert "aten.remainder.Tensor" in msg and "remainder on f32" in msg, msg
+
+
+def test_fmod_on_floats() -> None:
+    a = torch.tensor([5.5, -5.5, 1e-30, -4.0, 3.0, 1e4])
+    b = torch.tensor([2.0, 2.0, 1.0, 2.0, -0.75, 3.3])
+    check(Fn(lambda x, y: torch.fmod(x, y)), a, b)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+def test_bitwise_ops_on_integers(dtype: str) -> None:
+    dt = getattr(torch, dtype)
+    a = torch.tensor([[0, 1, -1, 7], [-128, 127, 85, -86]], dtype=dt)
+    b = torch.tensor([[3, -2, 5, 127], [1, -128, -86, 85]], dtype=dt)
+    check(Fn(lambda x, y: (x & y, x | y, x ^ y, ~x, (x & 3) | y)), a, b)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+def test_shifts_on_integers_with_amounts_out_of_range(dtype: str) -> None:
+    """torch's rule for negative amounts and amounts at least the width is the IR's."""
+    dt = getattr(torch, dtype)
+    bits = torch.iinfo(dt).bits
+    a = torch.tensor([1, -8, -1, 64, 5, 7, -128, 100], dtype=dt)
+    b = torch.tensor([1, bits, 127, -1, -3, 2, bits - 1, bits + 1], dtype=dt)
+    check(Fn(lambda x, y: (x << y, x >> y, x << 2, x >> 1)), a, b)
 
 
 def test_conversions() -> None:
@@ -462,7 +507,8 @@ def test_refusals_name_op_node_and_reason() -> None:
         "unsupported PyTorch op aten.sort.default at node sort: sorting a scalar"
     )
     assert refusal(Fn(lambda x: torch.remainder(x, 2.0)), rand(3)) == (
-        "unsupported PyTorch op aten.remainder.Scalar at node remainder: no IR mapping"
+        "unsupported PyTorch op aten.remainder.Scalar at node remainder: remainder on f32 (with "
+        "the divisor's sign a float remainder rounds; fmod is exact)"
     )
     assert refusal(Fn(lambda x: torch.log1p(x)), rand(3)) == (
         "unsupported PyTorch op aten.log1p.default at node log1p: no exact IR decomposition "

@@ -24,7 +24,14 @@ from gdv.ir import ops as op_registry
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, DType
 from gdv.ir.ops.collective import COLLECTIVES
-from gdv.ir.ops.elementwise import BINARY_DOCS, CMP_DIRECTIONS, INT_BINARY, UNARY_FLOAT_DOCS
+from gdv.ir.ops.elementwise import (
+    BINARY_DOCS,
+    BITWISE_DOCS,
+    CMP_DIRECTIONS,
+    INT_BINARY,
+    SHIFT_DOCS,
+    UNARY_FLOAT_DOCS,
+)
 from gdv.ir.ops.reduce import REDUCE_DOCS, SCAN_STEP
 from gdv.ir.parser import MAX_NAME_LENGTH, float_literal
 from gdv.ir.types import TensorType
@@ -163,11 +170,23 @@ def _unary_float(draw) -> Drawn:
 
 
 def _binary(name: str) -> Generator:
-    allowed = NUMERIC if name in INT_BINARY else FLOAT_DTYPES
+    allowed = NUMERIC if name in (*INT_BINARY, "rem") else FLOAT_DTYPES
+    allowed = INT_DTYPES if name == "mod" else allowed
 
     def gen(draw) -> Drawn:
         t = draw(types(allowed))
         return [t, t], {}, None
+
+    return gen
+
+
+def _bitwise(name: str) -> Generator:
+    # integers (and i1 but for the shifts); bitwise_not has one operand
+    allowed = INT_DTYPES if name in SHIFT_DOCS else [*INT_DTYPES, DType.I1]
+
+    def gen(draw) -> Drawn:
+        t = draw(types(allowed))
+        return [t] * (1 if name == "bitwise_not" else 2), {}, None
 
     return gen
 
@@ -483,6 +502,9 @@ COLLECTIVE_OPS = tuple(COLLECTIVES)
 OP_GENERATORS: dict[str, Generator] = {
     **{name: _unary_float for name in UNARY_FLOAT_DOCS},
     **{name: _binary(name) for name in BINARY_DOCS},
+    **{name: _bitwise(name) for name in (*BITWISE_DOCS, *SHIFT_DOCS)},
+    "rem": _binary("rem"),
+    "mod": _binary("mod"),
     "cmp": _cmp,
     "select": _select,
     "convert": _convert,

@@ -42,7 +42,7 @@ def prog(params: str, op: str, result: str) -> str:
 
 
 UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos"]
-UNARY += ["floor", "relu"]
+UNARY += ["floor", "relu", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"]
 
 # op -> (marked program, fragments the message must contain: both sides of the mismatch)
 OP_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -66,6 +66,32 @@ OP_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
             (f"{name} takes float operands", "operand 1 is i32[2]"),
         )
         for name in ("div", "pow")
+    },
+    **{
+        name: (
+            prog("%a: f32[2]", f"%r = {name}(^%a, %a) : f32[2]", "f32[2]"),
+            (f"{name} takes integer or i1 operands", "operand 1 is f32[2]"),
+        )
+        for name in ("bitwise_and", "bitwise_or", "bitwise_xor")
+    },
+    "rem": (
+        prog("%a: i1[2]", "%r = rem(^%a, %a) : i1[2]", "i1[2]"),
+        ("rem takes float or integer operands", "operand 1 is i1[2]"),
+    ),
+    "mod": (
+        prog("%a: f32[2]", "%r = mod(^%a, %a) : f32[2]", "f32[2]"),
+        ("mod takes integer operands", "operand 1 is f32[2]"),
+    ),
+    "bitwise_not": (
+        prog("%a: bf16[2]", "%r = bitwise_not(^%a) : bf16[2]", "bf16[2]"),
+        ("bitwise_not takes an integer or i1 operand", "operand 1 is bf16[2]"),
+    ),
+    **{
+        name: (
+            prog("%a: i1[2]", f"%r = {name}(^%a, %a) : i1[2]", "i1[2]"),
+            (f"{name} takes integer operands", "operand 1 is i1[2]"),
+        )
+        for name in ("shift_left", "shift_right")
     },
     "cmp": (
         prog("%a: f32[2]", '%r = cmp(%a, %a) {^dir = "lt2"} : i1[2]', "i1[2]"),
@@ -150,6 +176,18 @@ OP_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
             "f32[2,5]",
         ),
         ("operand 2 dim 0 has size 4", "expected 3 like operand 1 dim 1"),
+    ),
+    "cumsum": (
+        prog("%a: f32[2,3]", "%r = cumsum(%a) {^axis = 2} : f32[2,3]", "f32[2,3]"),
+        ("axis 2", "out of range for rank 2"),
+    ),
+    "cumprod": (
+        prog("%a: i1[4]", "%r = cumprod(^%a) {axis = 0} : i1[4]", "i1[4]"),
+        ("cumprod takes a float or integer operand", "operand 1 is i1[4]"),
+    ),
+    "argsort": (
+        prog("%a: i1[4]", "%r = argsort(^%a) {axis = 0} : i64[4]", "i64[4]"),
+        ("argsort takes a float or integer operand", "operand 1 is i1[4]"),
     ),
     "take": (
         prog("%t: f32[4,2], %i: f32[3]", "%r = take(%t, ^%i) {axis = 0} : f32[3,2]", "f32[3,2]"),

@@ -151,6 +151,20 @@ def c_binary(draw, name: str) -> Case:
     return [t, t], name, {}, t
 
 
+def c_remainder(draw, name: str) -> Case:
+    """rem on floats and integers, mod on integers; divisors 0, -1 (with INT_MIN), +-inf."""
+    t = TensorType(draw(st.sampled_from(NUMERIC if name == "rem" else INT_DTYPES)), shape(draw))
+    return [t, t], name, {}, t
+
+
+def c_bitwise(draw, name: str) -> Case:
+    """and, or, xor, not on integers and i1; shifts on integers, the amounts (drawn like any
+    element: 0, 1, 2, -1, -7, 100, the extremes, random) often negative or past the width."""
+    dts = INT_DTYPES if name.startswith("shift") else [*INT_DTYPES, DType.I1]
+    t = TensorType(draw(st.sampled_from(dts)), shape(draw))
+    return [t] * (1 if name == "bitwise_not" else 2), name, {}, t
+
+
 def c_cmp(draw, name: str) -> Case:
     t = TensorType(draw(st.sampled_from(ALL_DTYPES)), shape(draw))
     d = draw(st.sampled_from(["lt", "le", "gt", "ge", "eq", "ne"]))
@@ -395,6 +409,12 @@ def c_kernel(draw, name: str) -> Case:
 CASES: dict[str, Callable[[Any, str], Case]] = {
     **{n: c_unary for n in ("neg", "abs", "sqrt", "floor", "relu")},
     **{n: c_binary for n in ("add", "sub", "mul", "div", "max", "min")},
+    **dict.fromkeys(
+        ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right"),
+        c_bitwise,
+    ),
+    "rem": c_remainder,
+    "mod": c_remainder,
     "cmp": c_cmp,
     "select": c_select,
     "convert": c_convert,

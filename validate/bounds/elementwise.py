@@ -10,10 +10,21 @@ Notation: a, b exact operands with error bounds ea, eb; A = max|a| over the exac
 - div: e = ea / |b| + A eb / (|b| |b^|) + u |a/b| + eta; infinite when b's interval holds 0;
   no u term when b is a constant power of two (only a subnormal quotient rounds).
 - sqrt: correctly rounded; e = ea / (2 sqrt(min b)) + u |sqrt a| + eta (sqrt(ea) at 0: Hoelder).
-- exp, log, rsqrt, tanh, sigmoid, erf, sin, cos, pow: the named ulp assumption,
+- exp, log, rsqrt, tanh, sigmoid, erf, sin, cos, pow, tan, asin, acos, atan, sinh, cosh, asinh,
+  acosh, atanh: the named ulp assumption,
   |f^(x) - f(x)| <= k ulp(f(x)) <= 2k u |f(x)| + 2k eta, plus sup|f'| ea by the mean value
-  theorem (sup over the hull of exact and computed arguments, so it is rigorous).
+  theorem (sup over the hull of exact and computed arguments, so it is rigorous). Outside a
+  function's domain (asin, acos of |x| > 1; acosh below 1; atanh at or beyond +-1; tan over an
+  interval that may hold a pole; log, sqrt, rsqrt as below) the result may be NaN or unbounded:
+  the bound is infinite, with the reason. Where sup|f'| is unbounded on the interval (asin at
+  +-1, acosh at 1) with an inexact operand, the bound is the function's range width if it has
+  one (asin, acos, atan), else infinite.
 - cmp: exact; it may flip when an operand has an error and the operand intervals overlap.
+- bitwise_and/or/xor/not, shift_left/right: exact on exact operands (an inexact integer operand
+  may change any bit: infinite; i1: a flip, 1); the interval from the operands' signs and
+  magnitudes (`_bitwise_range`).
+- rem, mod: exact, but a jump wherever a / b crosses an integer (an inexact operand:
+  infinite); |result| < max |b| with a's sign (rem) or b's (mod); a zero divisor gives a.
 - convert: float->float rounds when narrowing (identity under the `real` reading);
   float->int truncates both sides (a jump of 1 once there is any error); int->int may wrap.
 - constant, iota: the rounding of each literal or index to the dtype, computed exactly.
@@ -31,7 +42,7 @@ from gdv.ir.core import Op
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.elementwise import TRANSCENDENTAL, iter_leaves
+from gdv.ir.ops.elementwise import TRANSCENDENTAL, is_signed, iter_leaves
 from gdv.ir.targets import target_info
 from gdv.validate.bounds.model import (
     EMPTY,
@@ -191,6 +202,69 @@ def _cos_range(lo: float, hi: float) -> Interval:
     return _sin_range(lo + math.pi / 2, hi + math.pi / 2) if hi - lo < 2 * math.pi else (-1, 1)
 
 
+def _tan_pole(lo: float, hi: float) -> str | None:
+    """Why tan is unbounded on [lo, hi] (a pole pi/2 + k pi inside, or near), or None."""
+    if hi - lo >= math.pi - 1e-6:
+        return f"tan over an interval wider than pi ([{lo:.3g}, {hi:.3g}]) holds a pole"
+    slack = 1e-9 * max(1.0, abs(lo), abs(hi))  # a pole just outside counts as inside: sound
+    k = math.ceil((lo - slack - math.pi / 2) / math.pi)
+    if math.pi / 2 + math.pi * k <= hi + slack:
+        return f"tan over [{lo:.3g}, {hi:.3g}] may meet a pole (pi/2 + k pi): unbounded"
+    return None
+
+
+def _tan_dsup(lo: float, hi: float) -> float:
+    # tan' = 1 + tan^2, largest at an end on a branch without a pole
+    return up(1 + max(math.tan(lo) ** 2, math.tan(hi) ** 2))
+
+
+def _inside(name: str, lo: float, hi: float, a: float, b: float, open_: bool = False):
+    """A domain check: None when [lo, hi] lies in [a, b] (the open interval with `open_`)."""
+    ok = (a < lo and hi < b) if open_ else (a <= lo and hi <= b)
+    if ok:
+        return None
+    where = f"({a:g}, {b:g})" if open_ else f"[{a:g}, {b:g}]"
+    return f"{name} of values that may lie outside {where} ([{lo:.3g}, {hi:.3g}])"
+
+
+def _one_minus_sq(m: float) -> float:
+    # (1 - m)(1 + m), not 1 - m*m: no cancellation near |m| = 1 (1 - m is exact there)
+    return (1 - m) * (1 + m)
+
+
+def _inv_sqrt_sup(g: Callable[[float], float]):
+    """sup of 1 / sqrt(g) over the interval where g(t) > 0 at its smallest; inf where g <= 0."""
+
+    def sup(t: float) -> float:
+        v = g(t)
+        return up(1 / math.sqrt(v)) if v > 0 else math.inf
+
+    return sup
+
+
+def _safe(f: Callable[[float], float]) -> Callable[[float], float]:
+    """f, +-inf where it overflows (sinh, cosh)."""
+
+    def g(x: float) -> float:
+        try:
+            return f(x)
+        except OverflowError:
+            return math.copysign(math.inf, x) if f is math.sinh else math.inf
+
+    return g
+
+
+def _cosh_range(lo: float, hi: float) -> Interval:
+    if is_empty(lo, hi):
+        return EMPTY
+    c = _safe(math.cosh)
+    return max(1.0, down(c(mig(lo, hi)))), up(c(mag(lo, hi)))
+
+
+_HALF_PI = (down(math.pi / 2), up(math.pi / 2))
+"""An interval holding pi/2 (atan(+inf))."""
+
+
 def _sigmoid(x: float) -> float:
     return 1 / (1 + math.exp(-x)) if x > -700 else 0.0
 
@@ -306,10 +380,82 @@ _SMOOTH: dict[str, tuple] = {
         {"-inf": "nan", "+inf": "nan", "nan": "nan"},
         (-math.inf, math.inf),
     ),
+    "tan": (
+        _mono(math.tan),
+        _tan_dsup,
+        _tan_pole,
+        {"-inf": "nan", "+inf": "nan", "nan": "nan"},
+        (-math.inf, math.inf),
+    ),
+    "asin": (
+        _mono(math.asin),
+        lambda lo, hi: _inv_sqrt_sup(_one_minus_sq)(mag(lo, hi)),
+        lambda lo, hi: _inside("asin", lo, hi, -1.0, 1.0),
+        {"-inf": "nan", "+inf": "nan", "nan": "nan"},
+        (-math.inf, math.inf),
+    ),
+    "acos": (
+        _mono(math.acos, increasing=False),
+        lambda lo, hi: _inv_sqrt_sup(_one_minus_sq)(mag(lo, hi)),
+        lambda lo, hi: _inside("acos", lo, hi, -1.0, 1.0),
+        {"-inf": "nan", "+inf": "nan", "nan": "nan"},
+        (0.0, math.inf),
+    ),
+    "atan": (
+        _mono(math.atan),
+        _nearest_zero_sup(lambda m: 1 / (1 + m * m)),
+        lambda lo, hi: None,
+        {"-inf": (-_HALF_PI[1], -_HALF_PI[0]), "+inf": _HALF_PI, "nan": "nan"},
+        (-math.inf, math.inf),
+    ),
+    "sinh": (
+        _mono(_safe(math.sinh)),
+        lambda lo, hi: up(_safe(math.cosh)(mag(lo, hi))),
+        lambda lo, hi: None,
+        {"-inf": "-inf", "+inf": "+inf", "nan": "nan"},
+        (-math.inf, math.inf),
+    ),
+    "cosh": (
+        _cosh_range,
+        lambda lo, hi: up(abs(_safe(math.sinh)(mag(lo, hi)))),
+        lambda lo, hi: None,
+        {"-inf": "+inf", "+inf": "+inf", "nan": "nan"},
+        (0.0, math.inf),
+    ),
+    "asinh": (
+        _mono(math.asinh),
+        lambda lo, hi: _inv_sqrt_sup(lambda m: 1 + m * m)(mig(lo, hi)),
+        lambda lo, hi: None,
+        {"-inf": "-inf", "+inf": "+inf", "nan": "nan"},
+        (-math.inf, math.inf),
+    ),
+    "acosh": (
+        _mono(math.acosh),
+        lambda lo, hi: _inv_sqrt_sup(lambda m: (m - 1) * (m + 1))(lo),
+        lambda lo, hi: _inside("acosh", lo, hi, 1.0, math.inf),
+        {"-inf": "nan", "+inf": "+inf", "nan": "nan"},
+        (0.0, math.inf),
+    ),
+    "atanh": (
+        _mono(math.atanh),
+        lambda lo, hi: up(1 / _one_minus_sq(mag(lo, hi))),
+        lambda lo, hi: _inside("atanh", lo, hi, -1.0, 1.0, open_=True),
+        {"-inf": "nan", "+inf": "nan", "nan": "nan"},
+        (-math.inf, math.inf),
+    ),
 }
 
 
-_BOUNDED = {"tanh": 2.0, "sigmoid": 1.0, "erf": 2.0, "sin": 2.0, "cos": 2.0}
+_BOUNDED = {
+    "tanh": 2.0,
+    "sigmoid": 1.0,
+    "erf": 2.0,
+    "sin": 2.0,
+    "cos": 2.0,
+    "asin": 3.1416,  # pi, rounded up
+    "acos": 3.1416,
+    "atan": 3.1416,
+}
 """Functions with bounded range: name -> the range's width."""
 
 
@@ -376,6 +522,8 @@ def _smooth(op: Op, x: TB, ctx: Context, name: str) -> TB:
         mapped = special_map[s]
         if mapped in ("+inf", "-inf", "nan"):
             specials.add(mapped)
+        elif isinstance(mapped, tuple):  # a finite limit known only to an interval (atan)
+            extra.append(mapped)
         elif mapped is not None or s == "-inf":
             value = {None: 0.0, "zero": 0.0, "one": 1.0, "-one": -1.0}[mapped]
             extra.append((value, value))
@@ -393,6 +541,12 @@ def _smooth(op: Op, x: TB, ctx: Context, name: str) -> TB:
             width = _BOUNDED[name]
             if prop[1] > width:
                 prop = ({}, width)
+        if not math.isfinite(prop[1]):  # sup |f'| unbounded: asin at +-1, acosh at 1, ...
+            return make_tb(
+                op.type,
+                (-math.inf, math.inf),
+                Err.infinite(f"{name}: unbounded derivative on an inexact operand near {both}"),
+            )
     # The op's own error.
     if name == "sqrt":
         own = one_rounding(ctx, dtype, mag(*exact), mag(*pre))
@@ -695,6 +849,98 @@ def _select(op: Op, args: list[TB], ctx: Context) -> TB:
             span = exact[1] - exact[0] if not is_empty(*exact) else 0.0
             err = Err.make(err.lin, err.total + up(span))
     return make_tb(op.type, exact, err, hull(a.computed, b.computed), specials)
+
+
+# --- bitwise ops and shifts ---------------------------------------------------------------------
+
+BITWISE_OPS = (
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
+    "shift_left",
+    "shift_right",
+)
+
+
+def _bitwise_range(name: str, dtype: DType, xs: list[Interval]) -> Interval:
+    """An interval holding `name` of any integers in the intervals `xs` (exact: the ops are)."""
+    full = (float(dtype.int_min), float(dtype.int_max))
+    if any(is_empty(*x) for x in xs):
+        return EMPTY
+    lo = [max(int(math.ceil(x[0])), dtype.int_min) for x in xs]
+    hi = [min(int(math.floor(x[1])), dtype.int_max) for x in xs]
+    if all(a == b and abs(a) <= 2**53 for a, b in zip(lo, hi, strict=True)):
+        # constants (ends exact in float64, so one integer each): the value itself
+        from gdv.backends.reference import apply
+
+        args = [np.array([v], dtype=dtype.np) for v in lo]
+        v = float(apply(name, args)[0])
+        return v, v
+    if dtype.is_bool:
+        return 0.0, 1.0
+    if name == "bitwise_not":  # ~x = -x - 1 (signed), max - x (unsigned): decreasing
+        top = -1 if is_signed(dtype) else dtype.int_max
+        return float(top - hi[0]), float(top - lo[0])
+    if name == "bitwise_and":
+        # the result's bits are a subset of a nonnegative operand's: within [0, its max]
+        nonneg = [h for a, h in zip(lo, hi, strict=True) if a >= 0]
+        return (0.0, float(min(nonneg))) if nonneg else full
+    if name in ("bitwise_or", "bitwise_xor"):
+        if min(lo) >= 0:  # no bit above the larger operand's top bit
+            return 0.0, float((1 << max(hi).bit_length()) - 1)
+        return full
+    if name == "shift_right":  # toward 0 for a >= 0, toward -1 for a < 0
+        return float(min(lo[0], 0)), float(max(hi[0], 0))
+    return full  # shift_left: any bits may reach the top
+
+
+@rule(*(OPS[n] for n in BITWISE_OPS))
+def _bitwise(op: Op, args: list[TB], ctx: Context) -> TB:
+    """Exact on exact operands; one inexact operand may change any bit (i1: flip)."""
+    dtype = op.type.dtype
+    err = Err.zero()
+    if any(a.err.total > 0 or not a.err.finite for a in args):
+        err = (
+            Err.make({}, 1.0)
+            if dtype.is_bool
+            else Err.infinite(f"{op.name} of an inexact integer operand: any bit may differ")
+        )
+    return make_tb(op.type, _bitwise_range(op.name, dtype, [a.exact for a in args]), err)
+
+
+# --- rem, mod ------------------------------------------------------------------------------------
+
+
+@rule(OPS["rem"], OPS["mod"])
+def _remainder(op: Op, args: list[TB], ctx: Context) -> TB:
+    """Exact (a float rem never rounds), but a jump wherever a / b crosses an integer: an
+    inexact operand gives an infinite bound. |result| < max |b|, with a's sign (rem) or b's
+    (mod); a divisor interval holding 0 may give a itself (integers) or NaN (floats)."""
+    a, b = args
+    dtype = op.type.dtype
+    if any(x.err.total > 0 or not x.err.finite for x in args):
+        why = f"{op.name} of an inexact operand: a jump wherever a / b crosses an integer"
+        return make_tb(op.type, (-math.inf, math.inf), Err.infinite(why))
+    if is_empty(*a.exact) or is_empty(*b.exact):
+        return make_tb(op.type, EMPTY, Err.zero())
+    lo_b, hi_b = b.exact
+    zero_divisor = lo_b <= 0 <= hi_b
+    if dtype.is_float and (a.specials or b.specials or zero_divisor):
+        why = f"{op.name} with a divisor that may be 0 or special operand values is not analysed"
+        return make_tb(op.type, (-math.inf, math.inf), Err.infinite(why))
+    m = mag(lo_b, hi_b)  # |result| < |b| <= m (ints: <= m - 1)
+    if dtype.is_int:
+        m = max(m - 1, 0.0)
+    sign = a.exact if op.name == "rem" else b.exact  # the result's sign is this operand's
+    lo = max(-m, a.exact[0]) if op.name == "rem" else -m
+    hi = min(m, a.exact[1]) if op.name == "rem" else m
+    lo = 0.0 if sign[0] >= 0 else min(lo, 0.0)
+    hi = 0.0 if sign[1] <= 0 else max(hi, 0.0)
+    exact = (lo, hi)
+    if zero_divisor and dtype.is_int:
+        exact = hull(exact, a.exact)  # x rem 0 = x mod 0 = x
+    return make_tb(op.type, exact, Err.zero())
 
 
 # --- convert -----------------------------------------------------------------------------------

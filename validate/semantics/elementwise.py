@@ -12,9 +12,10 @@ import numpy as np
 import z3
 
 from gdv.ir.core import Op
+from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.elementwise import TRANSCENDENTAL, iter_leaves
+from gdv.ir.ops.elementwise import TRANSCENDENTAL, is_signed, iter_leaves
 from gdv.validate.semantics.index import linearize
 from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
@@ -47,6 +48,51 @@ def binary(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """Pointwise `f(a, b)`."""
     (a, b), f, v = xs, _BINARY[op.name], ctx.values
     return Tensor(op.type, lambda i: f(v, a.dtype, (yield a.read(i)), (yield b.read(i))))
+
+
+def _bits(bool_fn, bv_fn):
+    """A bitwise op on i1 (Booleans) or on bit-vectors (integers of any width)."""
+    return lambda d, *xs: bool_fn(*xs) if d.is_bool else bv_fn(*xs)
+
+
+def _shift_right(d: DType, a, b):
+    # SMT-LIB's shifts read the amount unsigned: a negative amount of a signed dtype is then at
+    # least 2^(n-1) >= n, out of range like any amount >= n, where bvashr fills with the sign
+    # bit and bvlshr and bvshl with zeros: IR_SPEC.md's rule exactly.
+    return a >> b if is_signed(d) else z3.LShR(a, b)
+
+
+_BITWISE = {
+    "bitwise_and": _bits(z3.And, lambda a, b: a & b),
+    "bitwise_or": _bits(z3.Or, lambda a, b: a | b),
+    "bitwise_xor": _bits(z3.Xor, lambda a, b: a ^ b),
+    "bitwise_not": _bits(z3.Not, lambda a: ~a),
+    "shift_left": lambda d, a, b: a << b,
+    "shift_right": _shift_right,
+}
+
+
+@rule(OPS["rem"], OPS["mod"])
+def remainder(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """Pointwise rem or mod (`Values.rem`)."""
+    (a, b), v, floor = xs, ctx.values, op.name == "mod"
+    return Tensor(
+        op.type, lambda i: v.rem(a.dtype, (yield a.read(i)), (yield b.read(i)), floor=floor)
+    )
+
+
+@rule(*(OPS[n] for n in _BITWISE))
+def bitwise(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
+    """Pointwise bitwise op or shift, on the operands' bits."""
+    f, d = _BITWISE[op.name], xs[0].dtype
+
+    def at(i: Index) -> Term:
+        args = []
+        for x in xs:
+            args.append((yield x.read(i)))
+        return f(d, *args)
+
+    return Tensor(op.type, at)
 
 
 @rule(*TRANSCENDENTAL.specs())

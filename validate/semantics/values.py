@@ -315,6 +315,32 @@ class Values:
             return self.func("real.sqrt", z3.RealSort(), z3.RealSort())(a)
         return self._fp("sqrt", dtype, [a], self.sort(dtype), lambda x: z3.fpSqrt(_RNE, x))
 
+    def rem(self, dtype: DType, a, b, floor: bool = False) -> z3.ExprRef:
+        """rem (floor=False: a - b trunc(a/b)) or mod (floor=True: a - b floor(a/b)), IR_SPEC.md
+        section 4: a zero divisor gives a. Floats (rem only): C's fmod, from IEEE remainder r
+        (a - b n, n = a/b rounded to nearest even, |r| <= |b|/2): where r is nonzero with the
+        other sign than a, fmod is r + |b| with a's sign, which is exact (it is fmod itself);
+        a zero r already has a's sign, and NaN and a / +-inf = a carry over."""
+        if dtype.is_int:
+            signed = dtype.int_min < 0
+            if floor:
+                r = (a % b) if signed else z3.URem(a, b)  # z3py's % on bit-vectors is bvsmod
+            else:
+                r = z3.SRem(a, b) if signed else z3.URem(a, b)
+            return z3.If(b == 0, a, r)
+        assert not floor, "mod takes integers only"
+        if self.theory == "real":
+            return self.func("real.rem", z3.RealSort(), z3.RealSort(), z3.RealSort())(a, b)
+
+        def fmod(x, y):
+            r = z3.fpRem(x, y)
+            same = z3.fpIsNegative(r) == z3.fpIsNegative(x)
+            step = z3.If(z3.fpIsNegative(x), -z3.fpAbs(y), z3.fpAbs(y))
+            keep = z3.Or(z3.fpIsZero(r), z3.fpIsNaN(r), same)
+            return z3.If(keep, r, z3.fpAdd(_RNE, r, step))
+
+        return self._fbin("rem", dtype, a, b, fmod)
+
     def floor(self, dtype: DType, a) -> z3.ExprRef:
         """The largest integral value <= a (exact)."""
         if self.theory == "real":

@@ -52,6 +52,7 @@ def _check(text: str, inputs: dict[str, np.ndarray], ulps: list[int] | None = No
 EXACT_UNARY = ["neg", "abs", "sqrt", "floor", "relu"]
 EXACT_BINARY = ["add", "sub", "mul", "div", "max", "min"]
 TRANSCENDENTAL = ["exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "rsqrt"]
+TRANSCENDENTAL += ["tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"]
 
 
 @settings(max_examples=25)

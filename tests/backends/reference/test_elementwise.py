@@ -6,6 +6,7 @@ import math
 from fractions import Fraction
 
 import ml_dtypes
+import mpmath
 import numpy as np
 import pytest
 from hypothesis import given
@@ -234,6 +235,72 @@ def test_transcendental_specials() -> None:
         apply("erf", [arr([-0.0, 0.0, INF, -INF, NAN], f32)]), arr([-0.0, 0.0, 1.0, -1.0, NAN], f32)
     )
     check(apply("tanh", [arr([-0.0, INF, -INF], f32)]), arr([-0.0, 1.0, -1.0], f32))
+
+
+# The inverse and hyperbolic trig functions and tan (issue 19): name -> (mpmath function, odd,
+# the values at -inf and +inf, the domain's closed ends (NaN outside)).
+TRIG = {
+    "tan": ("tan", True, (NAN, NAN), (-INF, INF)),
+    "asin": ("asin", True, (NAN, NAN), (-1.0, 1.0)),
+    "acos": ("acos", False, (NAN, NAN), (-1.0, 1.0)),
+    "atan": ("atan", True, (-math.pi / 2, math.pi / 2), (-INF, INF)),
+    "sinh": ("sinh", True, (-INF, INF), (-INF, INF)),
+    "cosh": ("cosh", False, (INF, INF), (-INF, INF)),
+    "asinh": ("asinh", True, (-INF, INF), (-INF, INF)),
+    "acosh": ("acosh", False, (NAN, INF), (1.0, INF)),
+    "atanh": ("atanh", True, (NAN, NAN), (-1.0, 1.0)),
+}
+
+
+def _trig_edges(dtype: DType) -> np.ndarray:
+    """+-0, +-1, +-inf, NaN, the smallest subnormal and the largest finite value of each sign,
+    values just inside and outside [-1, 1], and a few ordinary ones, all in `dtype`."""
+    info = ml_dtypes.finfo(dtype.np)
+    tiny, big = float(info.smallest_subnormal), float(info.max)
+    one_up, one_down = 1 + float(info.eps), float(info.epsneg)  # next above and below 1
+    vals = [0.0, -0.0, 1.0, -1.0, INF, -INF, NAN, tiny, -tiny, big, -big, 0.5, -0.75, 2.0]
+    vals += [one_up, -one_up, 1 - one_down, -(1 - one_down), 10.0, -3.0, 100.0, 1e4]
+    return arr(vals, dtype)
+
+
+def _correctly_rounded(name: str, x: float, dtype: DType) -> float:
+    fn, odd, at_inf, (lo, hi) = TRIG[name]
+    if math.isnan(x) or not lo <= x <= hi:
+        return NAN
+    if math.isinf(x):
+        return at_inf[x > 0]
+    if x == 0 and odd:
+        return x  # -0.0 stays -0.0
+    if name == "atanh" and abs(x) == 1:
+        return math.copysign(INF, x)
+    with mpmath.workprec(400):
+        y = getattr(mpmath, fn)(mpmath.mpf(x))
+        # rounded once to the dtype: to f64 with 400 bits in hand, then (exactly
+        # representable or not) to the dtype by ml_dtypes: a double rounding that matters only
+        # within 2^-53 relative of a tie, which none of these values is
+        y64 = float(y)
+    with np.errstate(over="ignore"):  # sinh, cosh overflow to inf in the narrow dtypes
+        return float(np.asarray(y64, dtype=np.float64).astype(dtype.np))
+
+
+@pytest.mark.parametrize("name", sorted(TRIG))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_trig_on_edge_values_is_correctly_rounded(name: str, dtype: DType) -> None:
+    """On the edge values the reference gives the correctly rounded value (the spec's NaN
+    outside the domain, its limits at +-inf, -0.0 kept by the odd functions); f64 results are
+    numpy's float64 functions, allowed one f64 ulp."""
+    x = _trig_edges(dtype)
+    got = apply(name, [x])
+    want = arr([_correctly_rounded(name, float(v), dtype) for v in x.astype(np.float64)], dtype)
+    if dtype is DType.F64:
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        same = (np.isnan(g) & np.isnan(w)) | (g == w)
+        with np.errstate(invalid="ignore"):  # inf - inf where both are inf (then `same`)
+            near = np.abs(g - w) <= np.spacing(np.abs(w))
+        assert np.all(same | near), (name, x[~(same | near)], g[~(same | near)])
+        assert np.array_equal(np.signbit(g[w == 0]), np.signbit(w[w == 0])), name
+        return
+    assert bit_equal(got, want), (name, dtype, describe_difference(got, want))
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)

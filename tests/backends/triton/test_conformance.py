@@ -26,6 +26,7 @@ shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)
 EXACT_UNARY = ["neg", "abs", "sqrt", "floor", "relu"]
 EXACT_BINARY = ["add", "sub", "mul", "div", "max", "min"]
 TRANSCENDENTAL = ["exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "rsqrt"]
+TRANSCENDENTAL += ["tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"]
 CMP = ["lt", "le", "gt", "ge", "eq", "ne"]
 FLOATS = [DType.F32, DType.F64, DType.F16, DType.BF16]
 INTS = [DType.I64, DType.I32, DType.I8]

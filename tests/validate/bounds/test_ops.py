@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from gdv.api import parse
 from gdv.backends import reference
+from gdv.ir.core import Op
+from gdv.ir.dtypes import DType
 from gdv.ir.ops import REGISTRY
 from gdv.validate.bounds import RULES, analyze
 from gdv.validate.bounds.measure import KINDS, make_inputs, output_errors
@@ -42,7 +44,17 @@ def _binary(op: str, r1=ANY, r2=ANY) -> tuple:
     return _case(X2, f"%y = {op}(%x, %w) : {{dt}}[4,6]", "{dt}[4,6]", r1, r2)
 
 
+BITWISE = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right")
 SUM_THEN = "%s = add(%x, %w) : {dt}[4,6]\n"  # an inexact operand for the exact ops
+UNIT = ["[-0.999, 0.999]", "[-0.5, 0.9]", "[0.99, 0.9999]", "[-1e-30, 1e-30]"]
+# (a declared range is widened outward by the analysis, so [-1.0, 1.0] itself is refused)
+HALF_UNIT = ["[-0.45, 0.45]", "[0.0, 0.49]", "[-0.1, 0.3]"]  # x + w stays inside (-1, 1)
+HALF_SMALL = ["[-0.7, 0.7]", "[0.1, 0.7]", "[-2.0, 2.0]"]  # tan of x + w: no pole for the first
+
+
+def _of_sum(op: str, r: list[str]) -> tuple:
+    return _case(X2, SUM_THEN + f"%y = {op}(%s) : {{dt}}[4,6]", "{dt}[4,6]", r, r)
+
 
 CASES: dict[str, tuple] = {
     "neg": _case(X2, SUM_THEN + "%y = neg(%s) : {dt}[4,6]", "{dt}[4,6]"),
@@ -58,6 +70,26 @@ CASES: dict[str, tuple] = {
     "erf": _unary("erf"),
     "sin": _unary("sin", SMALL),
     "cos": _unary("cos", SMALL),
+    # the inverse and hyperbolic trig functions and tan (issue 19), on exact operands and on an
+    # inexact sum (x + w), whose error the derivative carries
+    "tan": _unary("tan", ["[-1.0, 1.0]", "[-1.5, 1.5]", "[2.0, 4.0]", "[-100.0, -99.0]"]),
+    "asin": _unary("asin", UNIT),
+    "acos": _unary("acos", UNIT),
+    "atan": _unary("atan"),
+    "sinh": _unary("sinh", SMALL),
+    "cosh": _unary("cosh", SMALL),
+    "asinh": _unary("asinh"),
+    "acosh": _unary("acosh", ["[1.0001, 2.0]", "[1.5, 100.0]", "[1.00001, 1.001]", "[1e6, 1e30]"]),
+    "atanh": _unary("atanh", ["[-0.9, 0.9]", "[-0.999, 0.5]", "[0.0, 0.99]", "[-1e-30, 1e-30]"]),
+    "tan_of_sum": _of_sum("tan", HALF_SMALL),
+    "asin_of_sum": _of_sum("asin", HALF_UNIT),
+    "acos_of_sum": _of_sum("acos", HALF_UNIT),
+    "atan_of_sum": _of_sum("atan", ANY),
+    "sinh_of_sum": _of_sum("sinh", HALF_SMALL),
+    "cosh_of_sum": _of_sum("cosh", HALF_SMALL),
+    "asinh_of_sum": _of_sum("asinh", ANY),
+    "acosh_of_sum": _of_sum("acosh", ["[0.6, 1.0]", "[1.0, 50.0]"]),
+    "atanh_of_sum": _of_sum("atanh", HALF_UNIT),
     "sqrt_of_sum": _case(
         X2, SUM_THEN + "%y = sqrt(%s) : {dt}[4,6]", "{dt}[4,6]", POSITIVE, POSITIVE
     ),
@@ -241,6 +273,26 @@ CASES: dict[str, tuple] = {
         "%r = reduce_sum(%n) {{axes = [1]}} : i32[4]\n%y = convert(%r) : {dt}[4]",
         "{dt}[4]",
     ),
+    **{
+        f"int_{name}": _case(
+            "%x: i32[4,6] {{range = [-1000, 1000]}}, %w: i32[4,6] {{range = [-3, 40]}}",
+            f"%b = {name}(%x{', %w' if name != 'bitwise_not' else ''}) : i32[4,6]\n"
+            "%y = convert(%b) : {dt}[4,6]",
+            "{dt}[4,6]",
+        )
+        for name in BITWISE
+    },
+    "rem": _binary("rem", ANY, POSITIVE),
+    "int_rem": _case(
+        "%x: i32[4,6] {{range = [-1000, 1000]}}, %w: i32[4,6] {{range = [-7, 40]}}",
+        "%b = rem(%x, %w) : i32[4,6]\n%y = convert(%b) : {dt}[4,6]",
+        "{dt}[4,6]",
+    ),
+    "int_mod": _case(
+        "%x: i32[4,6] {{range = [-1000, 1000]}}, %w: i32[4,6] {{range = [-7, 40]}}",
+        "%b = mod(%x, %w) : i32[4,6]\n%y = convert(%b) : {dt}[4,6]",
+        "{dt}[4,6]",
+    ),
     "int_dot_wraps": _case(
         "%x: i8[4,6] {{range = [-100, 100]}}, %w: i8[6,5] {{range = [-100, 100]}}",
         "%d = dot(%x, %w) {{lhs_batch = [], rhs_batch = [], lhs_contract = [1], "
@@ -263,6 +315,10 @@ KERNEL_BODY = (
 """The body of the kernel cases (`x * w + x` per reduced position)."""
 
 OP_OF_CASE = {
+    "int_rem": "rem",
+    "int_mod": "mod",
+    **{f"int_{name}": name for name in BITWISE},
+    **{f"{n}_of_sum": n for n in ("tan asin acos atan sinh cosh asinh acosh atanh".split())},
     "sqrt_of_sum": "sqrt",
     "square": "mul",
     "cmp_select": "select",
@@ -380,6 +436,15 @@ _MP = {
     "erf": mpmath.erf,
     "sin": mpmath.sin,
     "cos": mpmath.cos,
+    "tan": mpmath.tan,
+    "asin": mpmath.asin,
+    "acos": mpmath.acos,
+    "atan": mpmath.atan,
+    "sinh": mpmath.sinh,
+    "cosh": mpmath.cosh,
+    "asinh": mpmath.asinh,
+    "acosh": mpmath.acosh,
+    "atanh": mpmath.atanh,
 }
 
 
@@ -441,6 +506,15 @@ F64_CASES = [
     "erf",
     "sin",
     "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
     "add",
     "sub",
     "mul",
@@ -466,3 +540,79 @@ def test_f64_op_error_within_bound(case: str, data) -> None:
         f"f64 {case} x in {dt_r1}, {kind} (seed {seed}): measured {measured:.3e} > bound "
         f"{rigorous.outputs[0].abs:.3e}"
     )
+
+
+# --- domains of the inverse and hyperbolic trig functions and tan (issue 19) ---------------------
+
+
+def _one_op(op: str, r: str, inexact: bool = False, dt: str = "f32"):
+    x = f"%x: {dt}[4] {{range = {r}}}, %w: {dt}[4] {{range = [0.0, 0.0]}}"
+    body = (
+        f"%s = add(%x, %w) : {dt}[4]\n  %y = {op}(%s) : {dt}[4]"
+        if inexact
+        else (f"%y = {op}(%x) : {dt}[4]")
+    )
+    text = f"func @main({x}) -> {dt}[4] {{\n  {body}\n  return %y\n}}\n"
+    return analyze(parse(text, f"<{op}>")).outputs[0]
+
+
+@pytest.mark.parametrize(
+    ("op", "r", "why"),
+    [
+        ("asin", "[-1.5, 0.5]", "asin of values that may lie outside [-1, 1]"),
+        ("acos", "[0.0, 1.0001]", "acos of values that may lie outside [-1, 1]"),
+        ("acosh", "[0.5, 2.0]", "acosh of values that may lie outside [1, inf]"),
+        ("atanh", "[-1.0, 0.5]", "atanh of values that may lie outside (-1, 1)"),
+        ("tan", "[1.0, 2.0]", "may meet a pole"),
+        ("tan", "[-1.5707963267948966, 0.0]", "may meet a pole"),
+        ("tan", "[0.0, 4.0]", "wider than pi"),
+    ],
+)
+def test_outside_the_domain_the_bound_is_infinite_with_the_reason(op, r, why) -> None:
+    out = _one_op(op, r)
+    assert out.abs == np.inf and why in out.reason, out.reason
+    # just inside, the bound is finite: the refusal is the domain's, not the op's
+    inside = {"asin": "[-0.999, 0.5]", "acos": "[0.0, 0.999]", "acosh": "[1.001, 2.0]"}
+    inside |= {"atanh": "[-0.999, 0.5]", "tan": "[1.0, 1.57]"}
+    assert _one_op(op, inside[op]).abs < 1e-3
+
+
+def test_a_declared_range_reaching_the_domain_s_end_is_refused() -> None:
+    """Parameter ranges are widened outward (a decimal literal may round), so asin of a range
+    declared as exactly [-1, 1] may see values beyond 1: refused, never a finite bound."""
+    out = _one_op("asin", "[-1.0, 1.0]")
+    assert out.abs == np.inf and "outside [-1, 1]" in out.reason
+
+
+def test_an_unbounded_derivative_on_an_inexact_operand() -> None:
+    """At the end of the domain (asin, acos at +-1, acosh at 1) with an inexact operand the
+    derivative is unbounded: asin and acos fall back to their range's width (pi; the result
+    bound is also never wider than its interval), acosh has none (infinite, with the reason).
+    Just inside, the bound is finite and grows as the operand nears the end."""
+    from gdv.ir.types import TensorType
+    from gdv.validate.bounds.model import Err, make_tb
+    from gdv.validate.bounds.registry import Context
+
+    t = TensorType(DType.F32, (4,))
+    for op, end in (("asin", (0.5, 1.0)), ("acos", (-1.0, -0.5)), ("acosh", (1.0, 2.0))):
+        x = make_tb(t, end, Err.make({}, 1e-7), end)
+        res = RULES[REGISTRY[op]](Op("y", op, ["x"], {}, t), [x], Context())
+        if op == "acosh":
+            assert res.err.total == np.inf and "unbounded derivative" in res.err.reason
+        else:
+            # the width of pi, or less where the result's interval is narrower (pi/3 here)
+            assert np.pi / 3 <= res.err.total <= 3.1417, (op, res.err.total)
+    near = [_one_op("asin", f"[0.5, {m}]", inexact=True).abs for m in (0.9, 0.99, 0.9999)]
+    assert near[0] < near[1] < near[2] < np.inf
+
+
+def test_ranges_of_the_trig_functions() -> None:
+    """The exact intervals hold the functions' values (atan of +-inf is +-pi/2)."""
+    lo, hi = _one_op("asin", "[-0.999, 0.999]").interval
+    assert lo <= np.arcsin(-0.999) and np.arcsin(0.999) <= hi < 1.5708
+    lo, hi = _one_op("acos", "[-0.999, 0.999]").interval
+    assert lo <= np.arccos(0.999) and np.arccos(-0.999) <= hi < 3.1416
+    lo, hi = _one_op("cosh", "[-2.0, 1.0]").interval
+    assert lo == 1.0 and np.cosh(2.0) <= hi < np.cosh(2.0) * (1 + 1e-12)
+    out = _one_op("sinh", "[0.0, 100.0]")
+    assert out.abs == np.inf  # sinh(100) overflows f32

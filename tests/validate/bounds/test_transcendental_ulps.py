@@ -23,6 +23,15 @@ FUNCTIONS = {
     "erf": (mpmath.erf, (-6.0, 6.0)),
     "sin": (mpmath.sin, (-10.0, 10.0)),
     "cos": (mpmath.cos, (-10.0, 10.0)),
+    "tan": (mpmath.tan, (-10.0, 10.0)),
+    "asin": (mpmath.asin, (-1.0, 1.0)),
+    "acos": (mpmath.acos, (-1.0, 1.0)),
+    "atan": (mpmath.atan, (-50.0, 50.0)),
+    "sinh": (mpmath.sinh, (-10.0, 10.0)),
+    "cosh": (mpmath.cosh, (-10.0, 10.0)),
+    "asinh": (mpmath.asinh, (-100.0, 100.0)),
+    "acosh": (mpmath.acosh, (1.0, 100.0)),
+    "atanh": (mpmath.atanh, (-1.0, 1.0)),
 }
 
 
