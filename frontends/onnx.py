@@ -1704,9 +1704,10 @@ def _lp_normalization(imp: Importer, node: Any, ins: list[str], attrs: dict[str,
 def _resize_nearest(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     """Nearest-neighbour resizing: each output element is one input element, so the op is a
     `take` at static positions. The positions are ONNX's own: its reference evaluator resizes
-    the element numbers 0..n-1 (exact in f64). Linear and cubic modes are refused."""
+    the element numbers 0..n-1 (exact in f64). Linear and cubic modes: `_resize_interpolated`."""
     if attrs.get("mode", "nearest") != "nearest":
-        raise imp.unsupported(f"mode '{printable(attrs['mode'])}' (only nearest is exact)")
+        _resize_interpolated(imp, node, ins, attrs)
+        return
     x = imp.dyn(ins[0])
     t = imp.type_of(x)
     if t.num_elements == 0 or t.num_elements > 2**24:
@@ -1730,6 +1731,175 @@ def _resize_nearest(imp: Importer, node: Any, ins: list[str], attrs: dict[str, A
     it = TensorType(DType.I64, positions.shape)
     flat = reshape(imp, x, [t.num_elements])
     _out(imp, node, imp.emit("take", [flat, imp.const(positions, it)], axis=0))
+
+
+RESIZE_MAX_AXIS = 4096
+"""The longest axis `_resize_interpolated` resizes (ONNX's reference evaluator runs once per
+input position of each resized axis to read off the weights)."""
+
+
+def _resize_axis_weights(
+    node: Any, attrs: dict[str, Any], opset: int, n: int, how: tuple[str, float, list[float]]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(M, c): ONNX's 1-D resize of a length-`n` axis is y = M @ x + c, M [out, n], c [out]
+    (c: the extrapolation value at positions outside tf_crop_and_resize's roi). Read off ONNX's
+    reference evaluator (f64), which is linear in x: y(0) = c, y(e_k) - c = column k. `how`:
+    ("scales", scale, roi) or ("sizes", size, roi). None when the evaluator cannot run it."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    kind, value, roi = how
+    keep = [a for a in node.attribute if a.name not in ("axes", "keep_aspect_ratio_policy")]
+    inits = []
+    if node.op_type == "Resize" and opset >= 11:
+        names = ["x", "roi" if roi else "", "scales" if kind == "scales" else "", ""]
+        if kind == "sizes":
+            names[3] = "sizes"
+            inits.append(helper.make_tensor("sizes", TensorProto.INT64, [1], [int(value)]))
+        else:
+            inits.append(helper.make_tensor("scales", TensorProto.FLOAT, [1], [float(value)]))
+        if roi:
+            inits.append(helper.make_tensor("roi", TensorProto.FLOAT, [2], [float(v) for v in roi]))
+    elif kind == "scales":
+        names = ["x", "scales"]
+        inits.append(helper.make_tensor("scales", TensorProto.FLOAT, [1], [float(value)]))
+    else:
+        return None
+    while names and not names[-1]:
+        names.pop()
+    one = helper.make_node(node.op_type, names, ["y"])
+    one.attribute.extend(keep)
+    graph = helper.make_graph(
+        [one], "resize1d",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [n])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+        inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        ev = ReferenceEvaluator(model)
+        c = np.asarray(ev.run(None, {"x": np.zeros(n)})[0], dtype=np.float64)
+        cols = []
+        for k in range(n):
+            e = np.zeros(n)
+            e[k] = 1.0
+            cols.append(np.asarray(ev.run(None, {"x": e})[0], dtype=np.float64) - c)
+    except Exception:  # noqa: BLE001 -- refused by the caller, naming the op
+        return None
+    if c.ndim != 1 or any(col.shape != c.shape for col in cols):
+        return None
+    return np.stack(cols, axis=1) if cols else np.zeros((c.shape[0], 0)), c
+
+
+def _resize_interpolated(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """Linear and cubic resizing, every coordinate mode, `antialias` and `exclude_outside`
+    included: separable, so one axis at a time, and along an axis each output is a weighted sum
+    of a few input elements at static positions, sum_t w[o, t] * x[i[o, t]], folded over the
+    taps t in increasing input position (IR `take`, `mul`, `add`); an output outside
+    tf_crop_and_resize's roi is the extrapolation value. The positions and weights are ONNX's
+    own (`_resize_axis_weights`: its reference evaluator, in f64), rounded to f32; f16 and bf16
+    inputs are resized in f32 and rounded once, as ONNX's reference computes them."""
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    mode = printable(attrs["mode"])
+    if mode not in ("linear", "cubic"):
+        raise imp.unsupported(f"mode '{mode}'")
+    policy = printable(attrs.get("keep_aspect_ratio_policy", "stretch"))
+    if policy != "stretch":
+        raise imp.unsupported(f"keep_aspect_ratio_policy '{policy}' with mode '{mode}'")
+    if t.num_elements == 0 or t.num_elements > 2**24:
+        raise imp.unsupported(f"input {t}")
+    rank = t.rank
+    arrays: list[np.ndarray | None] = [None] * 4
+    if node.op_type == "Resize" and imp.opset >= 11:
+        for k in (1, 2, 3):
+            if k < len(ins) and ins[k]:
+                arr = np.asarray(imp.static(ins[k], "roi, scales and sizes")).reshape(-1)
+                arrays[k] = arr if arr.size else None
+        roi, scales, sizes = arrays[1], arrays[2], arrays[3]
+    else:
+        roi, sizes = None, None
+        k = 1 if len(ins) > 1 and ins[1] else None
+        scales = (
+            np.asarray(imp.static(ins[k], "scales")).reshape(-1)
+            if k is not None
+            else np.asarray(attrs.get("scales", []), dtype=np.float64)
+        )
+    axes = [a % rank for a in attrs.get("axes", list(range(rank)))]
+    tf_crop = printable(attrs.get("coordinate_transformation_mode", "half_pixel")) == (
+        "tf_crop_and_resize"
+    )
+    given = sizes if sizes is not None else scales
+    if given is None or len(given) != len(axes):
+        raise imp.unsupported(f"scales or sizes for {len(axes)} axes")
+    if roi is not None and len(roi) != 2 * len(axes):
+        roi = None if not tf_crop else roi
+        if roi is not None:
+            raise imp.unsupported(f"roi of {len(roi)} values for {len(axes)} axes")
+    compute = DType.F32 if t.dtype in (DType.F16, DType.BF16) else t.dtype
+    y = convert(imp, x, compute)
+    for j, d in enumerate(axes):
+        n = t.shape[d]
+        kind = "sizes" if sizes is not None else "scales"
+        value = float(given[j])
+        box = [float(roi[j]), float(roi[len(axes) + j])] if (tf_crop and roi is not None) else []
+        if not tf_crop and (
+            (kind == "sizes" and int(value) == n) or (kind == "scales" and value == 1.0)
+        ):
+            continue  # the identity along this axis
+        if n > RESIZE_MAX_AXIS:
+            raise imp.unsupported(f"axis {d} of {n} positions (at most {RESIZE_MAX_AXIS})")
+        found = _resize_axis_weights(node, attrs, imp.opset, n, (kind, value, box))
+        if found is None:
+            raise imp.unsupported("ONNX's reference evaluator cannot resize these inputs")
+        m, c = found
+        y = _apply_axis_weights(imp, y, d, m, c)
+    _out(imp, node, convert(imp, y, t.dtype))
+
+
+def _apply_axis_weights(imp: Importer, y: str, d: int, m: np.ndarray, c: np.ndarray) -> str:
+    """y resized along dim d by (M, c) of `_resize_axis_weights`: out[.., o, ..] = the fold
+    over the nonzero weights of row o, in increasing input position, of w * y[.., i, ..];
+    rows without one take c[o]."""
+    yt = imp.type_of(y)
+    out_n = m.shape[0]
+    rows = [np.flatnonzero(m[o]) for o in range(out_n)]
+    taps = max((len(r) for r in rows), default=0)
+    shape = list(yt.shape)
+    shape[d] = out_n
+    ot = yt.with_shape(shape)
+    acc = None
+    if taps:
+        for tap in range(taps):
+            # a row with fewer taps repeats its last one with weight 0 (0 * x: +-0.0, or NaN
+            # where that element is an infinity)
+            idx = np.array([r[min(tap, len(r) - 1)] if len(r) else 0 for r in rows], dtype=np.int64)
+            w = np.array(
+                [m[o, r[tap]] if tap < len(r) else 0.0 for o, r in enumerate(rows)],
+                dtype=yt.dtype.np,
+            )
+            picked = imp.emit(
+                "take", [y, imp.const(idx, TensorType(DType.I64, (out_n,)))], ot, axis=d
+            )
+            wt = imp.emit("broadcast", [imp.const(w, TensorType(yt.dtype, (out_n,)))], ot, dims=[d])
+            term = imp.emit("mul", [picked, wt])
+            acc = term if acc is None else imp.emit("add", [acc, term])
+    outside = np.array([len(r) == 0 for r in rows])
+    if (
+        acc is None
+        or (outside.any() and np.any(c[outside] != 0))
+        or (acc is not None and outside.all())
+    ):
+        fill = imp.emit(
+            "broadcast", [imp.const(c.astype(yt.dtype.np), TensorType(yt.dtype, (out_n,)))], ot,
+            dims=[d],
+        )  # fmt: skip
+        if acc is None:
+            return fill
+        bits = imp.const(outside, TensorType(DType.I1, (out_n,)))
+        mask = imp.emit("broadcast", [bits], ot.with_dtype(DType.I1), dims=[d])
+        acc = imp.emit("select", [mask, fill, acc])
+    return acc
 
 
 @handler("GatherND")
