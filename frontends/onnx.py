@@ -96,10 +96,44 @@ _ONNX_DTYPES: dict[int, DType] = {
     16: DType.BF16,  # BFLOAT16
     7: DType.I64,  # INT64
     6: DType.I32,  # INT32
+    5: DType.I16,  # INT16
     3: DType.I8,  # INT8
+    13: DType.U64,  # UINT64
+    12: DType.U32,  # UINT32
+    4: DType.U16,  # UINT16
+    2: DType.U8,  # UINT8
     9: DType.I1,  # BOOL
 }
 _ONNX_OF: dict[DType, int] = {v: k for k, v in _ONNX_DTYPES.items()}
+
+
+_NARROW_FLOAT_WHY = (
+    "{bits}-bit floats are refused, not approximated: their rounding, their saturation "
+    "(Cast's `saturate`) and the missing infinities of the fn/fnuz formats have no IR meaning "
+    "yet (issue 19)"
+)
+_WHY_NO_DTYPE = {
+    **{
+        name: _NARROW_FLOAT_WHY.format(bits=8)
+        for name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0")
+    },
+    "FLOAT4E2M1": _NARROW_FLOAT_WHY.format(bits=4),
+    **{
+        name: "sub-byte (packed) integers are not supported"
+        for name in ("INT4", "UINT4", "INT2", "UINT2")
+    },
+    "STRING": "strings are not numbers",
+    "COMPLEX64": "complex numbers are not supported",
+    "COMPLEX128": "complex numbers are not supported",
+}
+"""Why an ONNX element type has no IR dtype, by its name."""
+
+
+def _no_ir_dtype(code: int) -> str:
+    """`NAME, which has no IR dtype (why)` for an ONNX element type gdv refuses."""
+    name = _dtype_name(code)
+    why = _WHY_NO_DTYPE.get(name)
+    return f"{name}, which has no IR dtype" + (f" ({why})" if why else "")
 
 
 def _dtype_name(code: int) -> str:
@@ -321,7 +355,7 @@ class Importer(GraphEmitter):
             if dt is None:
                 raise Unsupported(
                     f"initializer '{printable(init.name)}' has dtype "
-                    f"{_dtype_name(init.data_type)}, which has no IR dtype",
+                    f"{_no_ir_dtype(init.data_type)}",
                     self.loc(),
                 )
             self.vals[init.name] = Val(
@@ -404,8 +438,7 @@ class Importer(GraphEmitter):
         dt = _ONNX_DTYPES.get(tt.elem_type)
         if dt is None:
             raise Unsupported(
-                f"graph input '{printable(inp.name)}' has dtype {_dtype_name(tt.elem_type)}, "
-                "which has no IR dtype",
+                f"graph input '{printable(inp.name)}' has dtype {_no_ir_dtype(tt.elem_type)}",
                 self.loc(),
             )
         if inp.name in self.input_shapes:
@@ -590,7 +623,7 @@ def _nested(arr: np.ndarray, dtype: DType) -> Any:
         return np.asarray(arr, dtype=np.float64).tolist()
     if dtype.is_bool:
         return arr.astype(bool).tolist()
-    return arr.astype(np.int64).tolist()
+    return arr.tolist()  # Python ints, u64 values above 2^63 included
 
 
 def _tensor_to_numpy(t: Any, imp: Importer) -> np.ndarray:
@@ -601,10 +634,7 @@ def _tensor_to_numpy(t: Any, imp: Importer) -> np.ndarray:
             imp.loc(),
         )
     if t.data_type not in _ONNX_DTYPES:
-        why = (
-            f"tensor '{printable(t.name)}' has dtype {_dtype_name(t.data_type)}, which has no "
-            "IR dtype"
-        )
+        why = f"tensor '{printable(t.name)}' has dtype {_no_ir_dtype(t.data_type)}"
         raise imp.unsupported(why) if imp.node is not None else Unsupported(why, imp.loc())
     arr = numpy_helper.to_array(t)
     if t.data_type == 16:
@@ -1063,13 +1093,16 @@ def _binary(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> 
 
 
 def _int_quotient(imp: Importer, a: str, b: str) -> str:
-    """a / b truncated toward zero, for i8 and i32: convert(f64(a) / f64(b)). Exact: both
-    operands are exact in f64, and a quotient that is not an integer lies at least 1/|b| from
-    the nearest one, more than the f64 spacing there (|a/b| * 2^-52 < 2^-21 / |b|), so rounding
-    never reaches it and truncation gives the integer quotient. (i64 would not be exact.)"""
+    """a / b truncated toward zero, for integers of at most 32 bits (i8 i16 i32 u8 u16 u32):
+    convert(f64(a) / f64(b)). Exact: both operands are exact in f64, and a quotient that is
+    not an integer lies at least 1/|b| from the nearest one, more than the f64 spacing there
+    (|a/b| * 2^-52 <= 2^-20 / |b|), so rounding never reaches it and truncation gives the
+    integer quotient. (i64 and u64 would not be exact.) A zero divisor gives what the IR's
+    convert makes of +-inf and NaN: the dtype's largest value for a positive dividend, its
+    smallest for a negative one, 0 for 0 (ONNX leaves integer division by zero undefined)."""
     t = imp.type_of(a)
-    if t.dtype not in (DType.I8, DType.I32):
-        raise imp.unsupported(f"{t.dtype} division (exact only for i8 and i32)")
+    if not t.dtype.is_int or t.dtype.bits > 32:
+        raise imp.unsupported(f"{t.dtype} division (exact only for integers of up to 32 bits)")
     q = imp.emit("div", [convert(imp, a, DType.F64), convert(imp, b, DType.F64)])
     return convert(imp, q, t.dtype)
 
@@ -1321,7 +1354,7 @@ def _cast(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
         code = attrs["to"]
         target = _ONNX_DTYPES.get(code)
         if target is None:
-            raise imp.unsupported(f"casting to {_dtype_name(code)} (no IR dtype)")
+            raise imp.unsupported(f"casting to {_no_ir_dtype(code)}")
     else:
         target = imp.val(ins[1]).type.dtype
     # `saturate` matters only for float8 targets, refused above. A float to integer cast of an
@@ -2014,7 +2047,7 @@ def _eye_like(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -
     code = attrs.get("dtype")
     dtype = t.dtype if code is None else _ONNX_DTYPES.get(code)
     if dtype is None:
-        raise imp.unsupported(f"dtype {_dtype_name(code)} (no IR dtype)")
+        raise imp.unsupported(f"dtype {_no_ir_dtype(code)}")
     eye = np.eye(t.shape[0], t.shape[1], k=attrs.get("k", 0), dtype=dtype.np)
     imp.set_static(node.output[0], eye)
 
@@ -2087,11 +2120,18 @@ def _reduce(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> 
     op = node.op_type
     x = imp.dyn(ins[0])
     t = imp.type_of(x)
-    if t.dtype.is_bool:
+    if t.dtype.is_bool and op not in ("ReduceMax", "ReduceMin"):
         raise imp.unsupported("boolean operands are not supported")
     axes = _reduce_axes(imp, node, ins, attrs, t.rank)
     if axes is None:  # noop_with_empty_axes: the input unchanged (the L1, L2... maps still apply)
         axes = []
+    if t.dtype.is_bool:
+        # any (all) is the max (min) of 0/1 in u8, whose empty folds, 0 and 255, convert back
+        # to ONNX's identities false and true
+        u = convert(imp, x, DType.U8)
+        r = imp.emit(_REDUCE[op], [u], axes=axes) if axes else u
+        _out(imp, node, convert(imp, _keep(imp, x, r, axes, attrs), DType.I1))
+        return
     if op == "ReduceProd":
         _out(imp, node, _keep(imp, x, _reduce_prod(imp, x, axes), axes, attrs))
         return

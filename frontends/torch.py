@@ -82,7 +82,15 @@ def _dtype_table() -> dict[Any, DType]:
         torch.bfloat16: DType.BF16,
         torch.int64: DType.I64,
         torch.int32: DType.I32,
+        torch.int16: DType.I16,
         torch.int8: DType.I8,
+        # torch 2.3+ has the wider unsigned dtypes as "shell" dtypes (few kernels: add is not
+        # implemented for them on CPU), but where a program holds them they mean what u16,
+        # u32 and u64 mean.
+        torch.uint64: DType.U64,
+        torch.uint32: DType.U32,
+        torch.uint16: DType.U16,
+        torch.uint8: DType.U8,
         torch.bool: DType.I1,
     }
 
@@ -1313,9 +1321,10 @@ def _reduce(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     axes = _dims(imp, a.get("dim"), t.rank)
     keep = bool(a.get("keepdim", False))
     if name.startswith(("aten.any", "aten.all")):
-        # over booleans: any = max, all = min, computed on i8 0/1
+        # over booleans: any = max, all = min, computed on u8 0/1, whose empty folds (0 and
+        # 255) are torch's any and all of nothing, false and true (i8's -128 was true)
         b = _as_bool(imp, a["self"], t.shape)
-        n = convert(imp, b, DType.I8)
+        n = convert(imp, b, DType.U8)
         r = imp.emit("reduce_max" if "any" in name else "reduce_min", [n], axes=axes)
         r = imp.emit("cmp", [r, imp.const(0, imp.type_of(r))], dir="ne")
         imp.set(node, _keepdim(imp, r, t, axes, keep))

@@ -17,7 +17,12 @@ class DType(enum.Enum):
     BF16 = "bf16"
     I64 = "i64"
     I32 = "i32"
+    I16 = "i16"
     I8 = "i8"
+    U64 = "u64"
+    U32 = "u32"
+    U16 = "u16"
+    U8 = "u8"
     I1 = "i1"
 
     def __str__(self) -> str:
@@ -29,8 +34,19 @@ class DType(enum.Enum):
 
     @property
     def is_int(self) -> bool:
-        """Two's-complement integers (i8, i32, i64); `i1` is a boolean, not an int."""
-        return self in (DType.I64, DType.I32, DType.I8)
+        """Integers, signed (two's complement: i8 i16 i32 i64) or unsigned (u8 u16 u32 u64);
+        `i1` is a boolean, not an int."""
+        return self in _INTS
+
+    @property
+    def is_signed(self) -> bool:
+        """A two's-complement integer (i8 i16 i32 i64)."""
+        return self in _SIGNED
+
+    @property
+    def is_unsigned(self) -> bool:
+        """An unsigned integer (u8 u16 u32 u64): values 0 .. 2^n - 1."""
+        return self in _UNSIGNED
 
     @property
     def is_bool(self) -> bool:
@@ -60,11 +76,15 @@ class DType(enum.Enum):
 
     @property
     def int_min(self) -> int:
-        return -(1 << (self.bits - 1)) if self.is_int else 0
+        """The smallest value of an integer dtype (i1: 0, false)."""
+        return -(1 << (self.bits - 1)) if self.is_signed else 0
 
     @property
     def int_max(self) -> int:
-        return (1 << (self.bits - 1)) - 1 if self.is_int else 1
+        """The largest value of an integer dtype (i1: 1, true)."""
+        if self.is_signed:
+            return (1 << (self.bits - 1)) - 1
+        return (1 << self.bits) - 1 if self.is_unsigned else 1
 
     @classmethod
     def parse(cls, text: str) -> DType | None:
@@ -73,6 +93,9 @@ class DType(enum.Enum):
 
 
 _FLOATS = (DType.F64, DType.F32, DType.F16, DType.BF16)
+_SIGNED = (DType.I64, DType.I32, DType.I16, DType.I8)
+_UNSIGNED = (DType.U64, DType.U32, DType.U16, DType.U8)
+_INTS = _SIGNED + _UNSIGNED
 _BITS = {
     DType.F64: 64,
     DType.F32: 32,
@@ -80,7 +103,12 @@ _BITS = {
     DType.BF16: 16,
     DType.I64: 64,
     DType.I32: 32,
+    DType.I16: 16,
     DType.I8: 8,
+    DType.U64: 64,
+    DType.U32: 32,
+    DType.U16: 16,
+    DType.U8: 8,
     DType.I1: 1,
 }
 _NUMPY = {
@@ -90,7 +118,12 @@ _NUMPY = {
     DType.BF16: np.dtype(ml_dtypes.bfloat16),
     DType.I64: np.dtype(np.int64),
     DType.I32: np.dtype(np.int32),
+    DType.I16: np.dtype(np.int16),
     DType.I8: np.dtype(np.int8),
+    DType.U64: np.dtype(np.uint64),
+    DType.U32: np.dtype(np.uint32),
+    DType.U16: np.dtype(np.uint16),
+    DType.U8: np.dtype(np.uint8),
     DType.I1: np.dtype(np.bool_),
 }
 # (exponent bits, significand precision including the hidden bit)
@@ -103,7 +136,7 @@ _FLOAT_FORMAT = {
 _BY_NAME = {d.value: d for d in DType}
 
 FLOAT_DTYPES: tuple[DType, ...] = _FLOATS
-INT_DTYPES: tuple[DType, ...] = (DType.I64, DType.I32, DType.I8)
+INT_DTYPES: tuple[DType, ...] = _INTS
 ALL_DTYPES: tuple[DType, ...] = tuple(DType)
 
 

@@ -30,10 +30,18 @@ def _f64_to_f32_round_to_odd(x: np.ndarray) -> np.ndarray:
     return r
 
 
-def _i64_to_f64_round_to_odd(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.int64)
-    lo = (x & np.int64(0xFFFFFFFF)).astype(np.float64)  # exact, in [0, 2^32)
-    hi = (x - (x & np.int64(0xFFFFFFFF))).astype(np.float64)  # <= 32 significant bits: exact
+def _halves(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int64 or uint64 values as hi + lo, two exact f64s: the one IEEE addition hi + lo is the
+    value rounded once to nearest-even."""
+    mask = x.dtype.type(0xFFFFFFFF)
+    lo = (x & mask).astype(np.float64)  # exact, in [0, 2^32)
+    hi = (x - (x & mask)).astype(np.float64)  # <= 32 significant bits: exact
+    return hi, lo
+
+
+def _int_to_f64_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """int64 or uint64 values rounded to odd at f64's precision."""
+    hi, lo = _halves(x)
     s = hi + lo
     # TwoSum: the exact rounding error of hi + lo.
     bb = s - hi
@@ -44,6 +52,13 @@ def _i64_to_f64_round_to_odd(x: np.ndarray) -> np.ndarray:
         s = s.copy()
         s[fix] = np.nextafter(s[fix], np.where(err[fix] > 0, np.inf, -np.inf))
     return s
+
+
+def _exact_int(x: np.ndarray) -> np.ndarray:
+    """Integer (or boolean) values in a 64-bit integer dtype that holds them all: uint64 for
+    u64, int64 for every other."""
+    x = np.asarray(x)
+    return x.astype(np.uint64 if x.dtype == np.uint64 else np.int64)
 
 
 def float_to_float(x: np.ndarray, dtype: DType) -> np.ndarray:
@@ -62,12 +77,13 @@ def float_to_float(x: np.ndarray, dtype: DType) -> np.ndarray:
 
 def int_to_float(x: np.ndarray, dtype: DType) -> np.ndarray:
     """Round integers (or booleans) to the float `dtype`, nearest-even, one rounding."""
-    x = np.asarray(x).astype(np.int64)
+    x = _exact_int(x)
     if x.ndim == 0:
         return int_to_float(x.reshape(1), dtype).reshape(())
     if dtype is DType.F64:
-        return x.astype(np.float64)  # one rounding (cvtsi2sd)
-    odd = _i64_to_f64_round_to_odd(x)
+        hi, lo = _halves(x)
+        return hi + lo
+    odd = _int_to_f64_round_to_odd(x)
     if dtype is DType.BF16:
         return _f64_to_f32_round_to_odd(odd).astype(dtype.np)
     with np.errstate(all="ignore"):
@@ -75,26 +91,31 @@ def int_to_float(x: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 def float_to_int(x: np.ndarray, dtype: DType) -> np.ndarray:
-    """Truncate toward zero and saturate; NaN becomes 0 (IR_SPEC.md, `convert`)."""
+    """Truncate toward zero and saturate to [int_min, int_max]; NaN becomes 0 (IR_SPEC.md,
+    `convert`). numpy's own float-to-integer casts are undefined out of range (and for
+    negative values to unsigned types), so only in-range values reach one."""
     wide = np.asarray(x).astype(np.float64)
+    held = np.uint64 if dtype.is_unsigned else np.int64
     with np.errstate(all="ignore"):
         t = np.trunc(wide)
         t = np.where(np.isnan(t), 0.0, t)
         lo, hi = dtype.int_min, dtype.int_max
-        # 2^63 - 1 is not an f64, so compare before converting.
+        # 2^63 - 1 and 2^64 - 1 are not f64s, so compare before converting.
         big = t >= float(hi)
         small = t <= float(lo)
-        mid = np.where(big | small, 0.0, t).astype(np.int64)
-    out = np.where(big, np.int64(hi), np.where(small, np.int64(lo), mid))
+        mid = np.where(big | small, 0.0, t).astype(held)
+    out = np.where(big, held(hi), np.where(small, held(lo), mid))
     return out.astype(dtype.np)
 
 
 def int_to_int(x: np.ndarray, dtype: DType) -> np.ndarray:
-    """Two's-complement wrap to `dtype` (i1: nonzero is true)."""
+    """The value modulo 2^n in `dtype`'s range (two's complement wrap for signed targets;
+    i1: nonzero is true)."""
     x = np.asarray(x)
     if dtype is DType.I1:
         return x != 0
-    return x.astype(np.int64).astype(dtype.np)
+    # numpy's integer casts keep the low bits (modulo 2^64, then modulo 2^n).
+    return _exact_int(x).astype(dtype.np)
 
 
 def convert_array(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
@@ -149,8 +170,9 @@ def literal_to_array(value: int | bool | FloatLiteral, dtype: DType) -> np.ndarr
     if isinstance(value, bool):
         value = int(value)
     if isinstance(value, int):
-        if abs(value) < 2**63:
-            return int_to_float(np.array(value, dtype=np.int64), dtype)
+        if -(2**63) <= value < 2**64:
+            held = np.int64 if value < 2**63 else np.uint64
+            return int_to_float(np.array(value, dtype=held), dtype)
         value = Fraction(value)
     if isinstance(value, Fraction):
         if dtype is DType.F64:

@@ -266,7 +266,8 @@ def _special_values(dtype: DType) -> np.ndarray:
     if dtype.is_int:
         info = np.iinfo(dtype.np)
         vals = [0, 1, -1, 2, -7, info.min, info.max, info.min + 1, info.max - 1]
-        return np.array(vals, dtype=np.int64).astype(dtype.np)
+        # modulo 2^n: -1 and -7 are large values of an unsigned dtype
+        return np.array([v % (1 << dtype.bits) for v in vals], np.uint64).astype(dtype.np)
     vals = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, math.inf, -math.inf, math.nan, -math.nan]
     out = np.array(vals, dtype=np.float64).astype(dtype.np)
     if dtype in (DType.F16, DType.BF16):  # subnormals and a quiet NaN with a payload

@@ -166,6 +166,12 @@ _SPECIAL = {
 }
 
 
+def _int_specials(dtype: DType) -> list[int]:
+    """The integer special values as `dtype` values, taken modulo 2^n (-1 is the largest
+    unsigned value, -128 is 128 in u8)."""
+    return [int(v) for v in np.array(_SPECIAL["int"], dtype=np.int64).astype(dtype.np)]
+
+
 def special_inputs(fn: Function, seed: int) -> dict[str, np.ndarray]:
     """Inputs drawn from special values (±0, ±inf, NaN, subnormal, large), seeded."""
     rng = np.random.default_rng(seed)
@@ -175,8 +181,8 @@ def special_inputs(fn: Function, seed: int) -> dict[str, np.ndarray]:
         if d.is_bool:
             out[p.name] = rng.integers(0, 2, size=p.type.shape).astype(bool)
         elif d.is_int:
-            vals = np.array(_SPECIAL["int"], dtype=np.int64)
-            out[p.name] = rng.choice(vals, size=p.type.shape).astype(d.np)
+            vals = np.array(_int_specials(d), dtype=d.np)
+            out[p.name] = rng.choice(vals, size=p.type.shape)
         else:
             vals = np.array(_SPECIAL["float"], dtype=np.float64)
             with np.errstate(all="ignore"):
@@ -194,7 +200,7 @@ def uniform_inputs(fn: Function, k: int) -> dict[str, np.ndarray]:
         if d.is_bool:
             out[p.name] = np.full(p.type.shape, bool(k % 2))
         elif d.is_int:
-            vals = [*_SPECIAL["int"], d.int_max]
+            vals = [*_int_specials(d), d.int_max]
             out[p.name] = np.full(p.type.shape, vals[k % len(vals)], dtype=d.np)
         else:
             vals = [*_SPECIAL["float"], float(ml_dtypes.finfo(d.np).max)]

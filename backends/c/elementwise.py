@@ -5,8 +5,12 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
 - add sub mul div sqrt on f32/f64: C's IEEE operations in the dtype (one rounding each; the
   compiler runs with -ffp-contract=off and without -ffast-math, FLT_EVAL_METHOD is 0), which
   equal the reference's f64-then-round-once results.
-- integer add sub mul wrap: computed in uint64_t, then converted to the dtype (GCC and Clang
-  define that conversion as modulo 2^n).
+- integer add sub mul wrap: computed in uint64_t (every operand converted to uint64_t first,
+  which C defines as modulo 2^64, so neither C's promotion of 8- and 16-bit operands to int
+  nor signed overflow, undefined in C, is ever reached), then converted to the dtype (modulo
+  2^n: C defines it for the unsigned dtypes, GCC and Clang for the signed ones). max/min and
+  cmp compare in C's own types: the promotions keep every value, so unsigned dtypes compare
+  unsigned.
 - max/min: NaN if either is NaN, max(-0.0, +0.0) = +0.0, min gives -0.0 (helpers below, the
   reference's `float_max`/`float_min` step by step); relu is max(x, +0.0).
 - neg flips the sign (C's unary minus), abs clears it (fabs), floor is exact (floor).
@@ -29,8 +33,9 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
   the stated rule for amounts outside [0, bits) checked first, then `<<` on the unsigned type,
   `>>` on a nonnegative value (`_bitwise_scalar`).
 - convert: float->float rounds to nearest-even (C casts), float->int truncates and saturates
-  with NaN -> 0 (helper), int->float rounds to nearest-even (C casts), int->int wraps, to i1
-  is `x != 0`.
+  with NaN -> 0 (helper; a C cast of an out-of-range float is undefined, so only in-range
+  values reach one), int->float rounds to nearest-even (C casts, unsigned ones from their
+  unsigned value), int->int wraps modulo 2^n (C casts), to i1 is `x != 0`.
 - f16 and bf16 (IR_SPEC.md section 7, as the reference's `via_f64` and `Working`): values are
   bit patterns (`uint16_t`); each op widens its operands exactly to double, computes there and
   rounds once to the dtype with the exact helpers below (`gdv_round_f16`, `gdv_round_bf16`: the
@@ -63,7 +68,7 @@ from gdv.backends.c.registry import Unsupported, lowering
 from gdv.backends.c.vmath import FAST, FASTF, REQUIRES
 from gdv.backends.c.vmath import HELPERS as VMATH
 from gdv.ir.core import Op
-from gdv.ir.dtypes import DType
+from gdv.ir.dtypes import INT_DTYPES, DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops import OpSpec
@@ -116,14 +121,18 @@ def _float_extreme(kind: str, dtype: DType) -> str:
 
 def _float_to_int(dst: DType) -> str:
     t, s = CTYPE[dst], SUFFIX[dst]
+    if dst.is_unsigned:
+        top, bottom, held = f"UINT64_C({dst.int_max})", "UINT64_C(0)", "uint64_t"
+    else:  # -2^63 has no decimal literal of type long long
+        top, bottom, held = f"{dst.int_max}LL", f"({dst.int_min + 1}LL - 1)", "int64_t"
     return (
         f"static inline {t} gdv_f2{s}(double x)\n"
         "{\n"
         "  double t = trunc(x);\n"
         "  if (isnan(t)) return 0;\n"
-        f"  if (t >= (double){dst.int_max}LL) return ({t}){dst.int_max}LL;\n"
-        f"  if (t <= (double)({dst.int_min + 1}LL - 1)) return ({t})({dst.int_min + 1}LL - 1);\n"
-        f"  return ({t})(int64_t)t;\n"
+        f"  if (t >= (double){top}) return ({t}){top};\n"
+        f"  if (t <= (double){bottom}) return ({t}){bottom};\n"
+        f"  return ({t})({held})t;\n"
         "}\n"
     )
 
@@ -207,7 +216,7 @@ for _d in (DType.F32, DType.F64):
 for _d in NARROW:
     for _k in ("max", "min"):
         HELPERS[f"gdv_{_k}_{SUFFIX[_d]}"] = _narrow_extreme(_k, _d)
-for _d in (DType.I64, DType.I32, DType.I8):
+for _d in INT_DTYPES:
     HELPERS[f"gdv_f2{SUFFIX[_d]}"] = _float_to_int(_d)
 for _d in (_d for _d in DType if _d.is_int and is_signed(_d)):
     HELPERS[f"gdv_floor_rem_{SUFFIX[_d]}"] = _floor_rem(_d)
@@ -243,8 +252,10 @@ def convert_expr(x: str, src: DType, dst: DType) -> str:
     if src.is_float and not dst.is_float:
         return f"gdv_f2{SUFFIX[dst]}((double){load(x, src)})"
     if not src.is_float and not dst.is_float:
-        return f"(({CTYPE[dst]})(int64_t)({x}))"
+        return f"(({CTYPE[dst]})({x}))"  # modulo 2^n
     if dst in NARROW:
+        if src.is_unsigned:
+            return f"gdv_u2{SUFFIX[dst]}((uint64_t)({x}))"
         if not src.is_float:
             return f"gdv_i2{SUFFIX[dst]}((int64_t)({x}))"
         return store(f"(double){load(x, src)}", dst)  # one rounding from the exact value
@@ -387,7 +398,7 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
         if name in ("max", "min"):
             rel = ">" if name == "max" else "<"
             return f"(({a}) {rel} ({b}) ? ({a}) : ({b}))"
-        return f"(({t})((uint64_t)(int64_t)({a}) {_ARITH[name]} (uint64_t)(int64_t)({b})))"
+        return f"(({t})((uint64_t)({a}) {_ARITH[name]} (uint64_t)({b})))"
     if dtype in NARROW:
         return _narrow_scalar(prog, name, op, args, dtype)
     f = "" if dtype is DType.F64 else "f"

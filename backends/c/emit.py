@@ -29,7 +29,12 @@ CTYPE = {
     DType.BF16: "uint16_t",  # the bfloat16 bit pattern (ml_dtypes.bfloat16's bytes)
     DType.I64: "int64_t",
     DType.I32: "int32_t",
+    DType.I16: "int16_t",
     DType.I8: "int8_t",
+    DType.U64: "uint64_t",
+    DType.U32: "uint32_t",
+    DType.U16: "uint16_t",
+    DType.U8: "uint8_t",
     DType.I1: "uint8_t",  # numpy's bool: one byte holding 0 or 1
 }
 """The C type holding each dtype: buffers, loaded operands, body temporaries, accumulators.
@@ -55,7 +60,12 @@ SUFFIX = {
     DType.BF16: "bf16",
     DType.I64: "i64",
     DType.I32: "i32",
+    DType.I16: "i16",
     DType.I8: "i8",
+    DType.U64: "u64",
+    DType.U32: "u32",
+    DType.U16: "u16",
+    DType.U8: "u8",
     DType.I1: "i1",
 }
 """A dtype's tag in generated helper names (from this table only, never from the program)."""
@@ -122,6 +132,8 @@ def int_literal(v: int, dtype: DType) -> str:
     """An integer value (in range for `dtype`) as a C expression of the dtype's type."""
     if dtype is DType.I1:
         return "((uint8_t)1)" if v else "((uint8_t)0)"
+    if dtype.is_unsigned:
+        return f"(({CTYPE[dtype]})UINT64_C({int(v)}))"
     if v == -(2**63):
         return f"(({CTYPE[dtype]})INT64_MIN)"
     return f"(({CTYPE[dtype]})INT64_C({int(v)}))"

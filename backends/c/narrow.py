@@ -1,5 +1,5 @@
-"""Exact conversions between double (and int64_t) and the f16/bf16 bit patterns. Those with
-double are branch-free, so that loops over f16 and bf16 tensors vectorise (`omp simd`):
+"""Exact conversions between double (and int64_t, uint64_t) and the f16/bf16 bit patterns.
+Those with double are branch-free, so that loops over f16 and bf16 tensors vectorise (`omp simd`):
 integer selects and integer arithmetic on the double's bits, no data-dependent branch and no
 float-to-integer conversion.
 
@@ -90,15 +90,14 @@ static inline double gdv_widen_f16(uint16_t h)
 
 
 def _from_int(dtype: DType, suffix: str) -> str:
-    """`gdv_i2<suffix>(int64_t v)`: v rounded once to nearest-even (as the reference's
-    round-to-odd path gives), overflow to infinity. Integer conversions are rare in kernels:
-    this one keeps its loop and branches."""
+    """`gdv_i2<suffix>(int64_t v)` and `gdv_u2<suffix>(uint64_t v)`: v rounded once to
+    nearest-even (as the reference's round-to-odd path gives), overflow to infinity, from its
+    sign and magnitude (`gdv_m2<suffix>`). Integer conversions are rare in kernels: these keep
+    their loop and branches."""
     t, emax = FORMATS[dtype]
     inf = (2 * emax + 1) << t
-    return f"""static inline uint16_t gdv_i2{suffix}(int64_t v)
+    return f"""static inline uint16_t gdv_m2{suffix}(uint16_t sign, uint64_t a)
 {{
-  const uint16_t sign = v < 0 ? 0x8000u : 0u;
-  const uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
   if (a == 0) return 0;
   int e = 63;
   while (!(a >> e)) e--;
@@ -115,11 +114,19 @@ def _from_int(dtype: DType, suffix: str) -> str:
   }}
   return (uint16_t)(sign | (((uint64_t)(e - ({1 - emax})) << {t}) + kept));
 }}
+static inline uint16_t gdv_i2{suffix}(int64_t v)
+{{
+  return gdv_m2{suffix}(v < 0 ? 0x8000u : 0u, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+}}
+static inline uint16_t gdv_u2{suffix}(uint64_t v)
+{{
+  return gdv_m2{suffix}(0u, v);
+}}
 """
 
 
 def helpers() -> str:
-    """The C of gdv_widen_*, gdv_round_* and gdv_i2* for f16 and bf16."""
+    """The C of gdv_widen_*, gdv_round_*, gdv_i2* and gdv_u2* for f16 and bf16."""
     out = [WIDEN]
     for dtype, suffix in ((DType.F16, "f16"), (DType.BF16, "bf16")):
         out += [_round(dtype, suffix), _from_int(dtype, suffix)]

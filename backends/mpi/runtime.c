@@ -20,7 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { GDV_F64 = 0, GDV_F32 = 1, GDV_I64 = 2, GDV_I32 = 3, GDV_I8 = 4 };
+enum {
+  GDV_F64 = 0, GDV_F32 = 1, GDV_I64 = 2, GDV_I32 = 3, GDV_I8 = 4,
+  GDV_I16 = 5, GDV_U64 = 6, GDV_U32 = 7, GDV_U16 = 8, GDV_U8 = 9
+};
 enum { GDV_ADD = 0, GDV_MAX = 1, GDV_MIN = 2 };
 enum { GDV_RANK = 0, GDV_TREE = 1, GDV_RING = 2 };
 
@@ -28,8 +31,9 @@ enum { GDV_RANK = 0, GDV_TREE = 1, GDV_RING = 2 };
 
 static size_t elem_size(int dt) {
   switch (dt) {
-  case GDV_F64: case GDV_I64: return 8;
-  case GDV_F32: case GDV_I32: return 4;
+  case GDV_F64: case GDV_I64: case GDV_U64: return 8;
+  case GDV_F32: case GDV_I32: case GDV_U32: return 4;
+  case GDV_I16: case GDV_U16: return 2;
   default: return 1;
   }
 }
@@ -53,7 +57,9 @@ static size_t elem_size(int dt) {
     return;                                                                  \
   }
 
-/* Integer add wraps: done on the unsigned type of the same width (defined in C). */
+/* Integer add wraps: done on the unsigned type of the same width (defined in C; the cast back
+ * to U undoes the promotion of 8- and 16-bit operands to int). max and min compare in T, which
+ * the promotions keep exact: unsigned types compare unsigned. */
 #define FOLD_INT(T, U)                                                        \
   {                                                                           \
     T *a = (T *)acc;                                                          \
@@ -75,6 +81,11 @@ static void fold(void *acc, const void *x, int64_t n, int dt, int op) {
   case GDV_I64: FOLD_INT(int64_t, uint64_t)
   case GDV_I32: FOLD_INT(int32_t, uint32_t)
   case GDV_I8: FOLD_INT(int8_t, uint8_t)
+  case GDV_I16: FOLD_INT(int16_t, uint16_t)
+  case GDV_U64: FOLD_INT(uint64_t, uint64_t)
+  case GDV_U32: FOLD_INT(uint32_t, uint32_t)
+  case GDV_U16: FOLD_INT(uint16_t, uint16_t)
+  case GDV_U8: FOLD_INT(uint8_t, uint8_t)
   }
 }
 

@@ -16,7 +16,18 @@ from gdv.ir.diagnostics import IRError
 from gdv.ir.dtypes import DType
 from gdv.ir.ops.collective import COLLECTIVES
 
-FOLDED_DTYPES = {DType.F64: 0, DType.F32: 1, DType.I64: 2, DType.I32: 3, DType.I8: 4}
+FOLDED_DTYPES = {
+    DType.F64: 0,
+    DType.F32: 1,
+    DType.I64: 2,
+    DType.I32: 3,
+    DType.I8: 4,
+    DType.I16: 5,
+    DType.U64: 6,
+    DType.U32: 7,
+    DType.U16: 8,
+    DType.U8: 9,
+}
 """The dtypes the runtime folds, with their codes in runtime.c."""
 COMBINERS = {"add": 0, "max": 1, "min": 2}
 ORDERS = {"rank": 0, "tree": 1, "ring": 2}

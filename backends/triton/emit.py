@@ -53,8 +53,17 @@ POINTER = {
     DType.I1: "*i1",
 }
 """`triton.compile` signature of a pointer to each dtype."""
-UNSUPPORTED_DTYPES: dict[DType, str] = {}
-"""Dtypes the target refuses, with the reason (none)."""
+_NARROW_INT_REASON = (
+    "the Triton target holds i8, i32 and i64 only: its conversions (float to integer with "
+    "saturation, unsigned to float), unsigned comparisons and folds for {d} are not written "
+    "or checked on a GPU yet"
+)
+UNSUPPORTED_DTYPES: dict[DType, str] = {
+    d: _NARROW_INT_REASON.format(d=d)
+    for d in (DType.I16, DType.U8, DType.U16, DType.U32, DType.U64)
+}
+"""Dtypes the target refuses, with the reason: the integer dtypes added in gdv 0.6 (issue
+19), which the C target and the reference run."""
 
 
 def compute(dtype: DType) -> DType:

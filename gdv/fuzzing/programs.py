@@ -111,7 +111,8 @@ def literal(draw: Callable, dtype: DType) -> Any:
     if dtype.is_bool:
         return draw(st.booleans())
     if dtype.is_int:
-        return draw(st.sampled_from([0, 1, -1, 2, 3, -7, dtype.int_min, dtype.int_max]))
+        small = [v for v in (0, 1, -1, 2, 3, -7) if dtype.int_min <= v <= dtype.int_max]
+        return draw(st.sampled_from([*small, dtype.int_min, dtype.int_max]))
     return draw(st.sampled_from([0.0, -0.0, 1.0, -1.0, 0.5, 2.5, -3.0, 1e-30, 1e4, INF, -INF, NAN]))
 
 
@@ -424,7 +425,7 @@ def sample(
 def _specials(dtype: DType) -> list[float]:
     """The special values `inputs` mixes in for `dtype` (not i1)."""
     if not dtype.is_float:
-        return [dtype.int_min, dtype.int_max, 0, -1, 1]
+        return [v for v in (dtype.int_min, dtype.int_max, 0, -1, 1) if v >= dtype.int_min]
     info = ml_dtypes.finfo(dtype.np)
     tiny, big = float(info.smallest_subnormal), float(info.max)
     return [NAN, INF, -INF, -0.0, 0.0, tiny, -tiny, big, -big, 1.0, -1.0]
@@ -447,7 +448,7 @@ def inputs(fn: Function | Module, seed: int) -> dict[str, np.ndarray]:
             continue
         x = out[p.name].reshape(-1).copy()
         where = np.flatnonzero(rng.random(x.size) < 0.25)
-        picked = np.array(specials, dtype=np.float64 if p.type.dtype.is_float else np.int64)
+        picked = np.array(specials, dtype=np.float64 if p.type.dtype.is_float else p.type.dtype.np)
         with np.errstate(all="ignore"):
             x[where] = picked[rng.integers(0, len(specials), where.size)].astype(x.dtype)
         out[p.name] = x.reshape(p.type.shape)

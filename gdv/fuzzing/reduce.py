@@ -41,6 +41,7 @@ from gdv.fuzzing.signature import Case, observe, pipeline_passes, with_entry
 from gdv.ir.core import Function, Op, Param
 from gdv.ir.diagnostics import IRError
 from gdv.ir.dtypes import DType
+from gdv.ir.numerics import float_to_int
 from gdv.ir.types import TensorType
 
 NARROWER = {DType.F64: DType.F32, DType.I64: DType.I32, DType.I32: DType.I8}
@@ -318,8 +319,10 @@ def _convert(a: np.ndarray, dtype: DType) -> np.ndarray:
         return np.ascontiguousarray(a)
     with np.errstate(all="ignore"):
         if dtype.is_int:
-            info = np.iinfo(target)
-            return np.clip(a.astype(np.float64), info.min, info.max).astype(target)
+            if a.dtype.kind not in "iub":  # floats: truncate and saturate, exactly
+                return float_to_int(a, dtype)
+            info = np.iinfo(target)  # integers: saturate, in Python integers (u64, i64)
+            return np.clip(a.astype(object), info.min, info.max).astype(target)
         return a.astype(target)
 
 

@@ -14,7 +14,9 @@ def _infer_take(types: list[TensorType], attrs: dict[str, Any], written: TensorT
     axis = attrs["axis"]
     check_axis(axis, table.rank, "axis")
     if not idx.dtype.is_int:
-        raise OpTypeError(f"indices must be an integer type (i8, i32, i64), operand 2 is {idx}", 1)
+        raise OpTypeError(
+            f"indices must be an integer type (i8 .. i64, u8 .. u64), operand 2 is {idx}", 1
+        )
     if table.shape[axis] == 0 and idx.num_elements > 0:
         raise OpTypeError(
             f"cannot take from axis {axis} of {table}: it has no entries to clamp to", 0

@@ -516,3 +516,145 @@ def test_undefined_value_is_an_input_error() -> None:
     with pytest.raises(IRError, match="'nowhere' is used at node r but never defined") as e:
         import_model(m)
     assert not isinstance(e.value, Unsupported)
+
+
+# --- the integer dtypes of gdv 0.6 (issue 19) ----------------------------------------------
+
+ONNX_INT = {
+    np.uint8: TensorProto.UINT8,
+    np.int16: TensorProto.INT16,
+    np.uint16: TensorProto.UINT16,
+    np.uint32: TensorProto.UINT32,
+    np.uint64: TensorProto.UINT64,
+}
+
+
+@pytest.mark.parametrize("op, fmod", [("Div", None), ("Mod", 0), ("Mod", 1)])
+def test_integer_division_and_remainder_exhaustive_u8(op: str, fmod: int | None) -> None:
+    """Every u8 pair, the zero divisor included: the quotient truncates, the remainder is
+    a - b * (a / b) (both signs agree, so fmod 0 and 1 agree), and a / 0 is what the IR's
+    convert makes of +inf and NaN: 255 for a > 0, 0 for 0 / 0 (ONNX leaves it undefined)."""
+    a, b = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
+    a, b = a.ravel().astype(np.uint8), b.ravel().astype(np.uint8)
+    attrs = {} if fmod is None else {"fmod": fmod}
+    node = helper.make_node(op, ["a", "b"], ["y"], **attrs)
+    u8 = TensorProto.UINT8
+    m = model([node], [("a", u8, [a.size]), ("b", u8, [b.size])], [("y", u8, None)], opset=17)
+    (got,) = gdv_run(m, {"a": a, "b": b})
+    wa, wb = a.astype(np.int64), b.astype(np.int64)
+    q = np.where(wb == 0, np.where(wa > 0, 255, 0), wa // np.maximum(wb, 1))
+    want = q if op == "Div" else (wa - wb * q) % 256
+    np.testing.assert_array_equal(got.astype(np.int64), want)
+    assert got.dtype == np.uint8
+    ok = b != 0  # onnxruntime fails on a zero divisor
+    n = int(ok.sum())
+    m = model([node], [("a", u8, [n]), ("b", u8, [n])], [("y", u8, None)])
+    np.testing.assert_array_equal(got[ok], ort_run(m, {"a": a[ok], "b": b[ok]})[0])
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.uint16, np.uint32])
+def test_integer_division_extremes_up_to_32_bits(dtype: type) -> None:
+    info = np.iinfo(dtype)
+    a = np.array([info.max, info.min, info.max - 1, 7, info.max, info.min + 1, 12345], dtype)
+    b = np.array([1, 2, info.max, 2, 3, info.max, 7], dtype)
+    code = ONNX_INT[dtype]
+    for op in ("Div", "Mod"):
+        node = helper.make_node(op, ["a", "b"], ["y"])
+        m = model([node], [("a", code, [7]), ("b", code, [7])], [("y", code, None)])
+        (got,) = gdv_run(m, {"a": a, "b": b})
+        np.testing.assert_array_equal(got, ort_run(m, {"a": a, "b": b})[0])
+        wa, wb = a.astype(np.int64), b.astype(np.int64)
+        want = np.trunc(wa / wb) if op == "Div" else np.mod(wa, wb)
+        np.testing.assert_array_equal(got.astype(np.int64), want.astype(np.int64))
+
+
+def test_u64_and_i64_division_is_refused_by_name() -> None:
+    u64 = TensorProto.UINT64
+    node = helper.make_node("Div", ["a", "b"], ["y"], name="q")
+    m = model([node], [("a", u64, [2]), ("b", u64, [2])], [("y", u64, None)])
+    with pytest.raises(Unsupported, match="u64 division .exact only for integers of up to 32"):
+        import_model(m)
+
+
+@pytest.mark.parametrize("dtype", list(ONNX_INT))
+def test_new_integer_dtypes_cast_and_arithmetic_match_onnxruntime(dtype: type) -> None:
+    """Inputs, initializers and Cast of u8 i16 u16 u32 u64: add sub mul wrap, max and less
+    compare unsigned, and Cast to and from floats and i64, all bit for bit as numpy computes
+    them (and onnxruntime, where it implements the op for the dtype: not Max on 16 bits)."""
+    info = np.iinfo(dtype)
+    code = ONNX_INT[dtype]
+    x = np.array([info.max, info.min, 1, 0, info.max // 2 + 1, 3], dtype)
+    w = np.array([1, 1, info.max, info.max, 2, 5], dtype)  # an initializer
+    nodes = [
+        helper.make_node("Add", ["x", "w"], ["add"]),
+        helper.make_node("Sub", ["x", "w"], ["sub"]),
+        helper.make_node("Mul", ["x", "w"], ["mul"]),
+        helper.make_node("Max", ["x", "w"], ["max"]),
+        helper.make_node("Less", ["x", "w"], ["lt"]),
+        helper.make_node("Cast", ["x"], ["f"], to=TensorProto.DOUBLE),
+        helper.make_node("Cast", ["x"], ["i"], to=TensorProto.INT64),
+        helper.make_node("Cast", ["g"], ["back"], to=code),
+        # the same values as a constant in the program (u64's above 2^63 too)
+        helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(w)),
+        helper.make_node("Add", ["x", "k"], ["addk"]),
+    ]
+    g = np.array([0.0, 1.9, 2.5, 100.0, 3.0, 0.5], np.float32)  # in range for every dtype
+    outs = [(n, code, None) for n in ("add", "sub", "mul", "max", "back")]
+    outs += [("lt", TensorProto.BOOL, None), ("f", TensorProto.DOUBLE, None)]
+    outs += [("i", TensorProto.INT64, None), ("addk", code, None)]
+    m = model(nodes, [("x", code, [6]), ("g", F, [6])], outs, {"w": w}, opset=17)
+    module, _ = import_model(m)
+    assert str(module.entry.params[0].type) == f"{module.entry.params[0].type.dtype}[6]"
+    got = gdv_run(m, {"x": x, "g": g})
+    with np.errstate(over="ignore"):
+        want = [x + w, x - w, x * w, np.maximum(x, w), g.astype(dtype), x < w]
+    want += [x.astype(np.float64), x.astype(np.int64), x + w]
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (k, a, b)
+    if dtype not in (np.int16, np.uint16):
+        for k, (a, b) in enumerate(zip(got, ort_run(m, {"x": x, "g": g}), strict=True)):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (k, a, b)
+
+
+def test_float_to_unsigned_cast_saturates_and_nan_is_zero() -> None:
+    """Out of range and NaN, ONNX's Cast is undefined; gdv's is the IR's convert."""
+    x = np.array([np.nan, -0.5, -1e30, 254.9, 300.0, np.inf, -np.inf], np.float32)
+    node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.UINT8)
+    m = model([node], [("x", F, [7])], [("y", TensorProto.UINT8, None)])
+    (got,) = gdv_run(m, {"x": x})
+    np.testing.assert_array_equal(got, np.array([0, 0, 0, 254, 255, 255, 0], np.uint8))
+
+
+def test_bool_reduce_max_and_min_are_any_and_all() -> None:
+    x = np.array([[True, False, False], [False, False, False]])
+    nodes = [
+        helper.make_node("ReduceMax", ["x", "ax"], ["any"], keepdims=0),
+        helper.make_node("ReduceMin", ["x", "ax"], ["all"], keepdims=0),
+        helper.make_node("ReduceMax", ["e", "ax"], ["none"], keepdims=0),
+        helper.make_node("ReduceMin", ["e", "ax"], ["every"], keepdims=0),
+    ]
+    b = TensorProto.BOOL
+    m = model(
+        nodes,
+        [("x", b, [2, 3]), ("e", b, [2, 0])],
+        [(n, b, None) for n in ("any", "all", "none", "every")],
+        {"ax": np.array([1], np.int64)},
+        opset=20,
+    )
+    got = gdv_run(m, {"x": x, "e": np.zeros((2, 0), bool)})
+    want = [[True, False], [False, False], [False, False], [True, True]]
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == np.bool_
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("name", ["FLOAT8E4M3FN", "FLOAT8E5M2", "FLOAT8E4M3FNUZ", "FLOAT4E2M1"])
+def test_narrow_floats_are_refused_by_name(name: str) -> None:
+    code = getattr(TensorProto, name)
+    cast = helper.make_node("Cast", ["x"], ["y"], to=code, name="c")
+    m = model([cast], [("x", F, [2])], [("y", code, None)], opset=21)
+    with pytest.raises(Unsupported, match=f"casting to {name}, which has no IR dtype .*-bit floats"):
+        import_model(m)
+    m = model([helper.make_node("Identity", ["x"], ["y"])], [("x", code, [2])], [("y", code, None)])
+    with pytest.raises(Unsupported, match=f"has dtype {name}, which has no IR dtype .*refused"):
+        import_model(m)

@@ -209,6 +209,30 @@ def test_shifts_on_integers_with_amounts_out_of_range(dtype: str) -> None:
     check(Fn(lambda x, y: (x << y, x >> y, x << 2, x >> 1)), a, b)
 
 
+def test_uint8_and_int16_wrap_and_compare_like_torch() -> None:
+    """torch's u8 and i16 (gdv 0.6, issue 19): arithmetic wraps, comparisons and max are
+    unsigned for u8, conversions wrap (to integers) or round (to floats), bit for bit."""
+    u = torch.tensor([[255, 0, 128, 1], [7, 200, 100, 254]], dtype=torch.uint8)
+    check(
+        Fn(lambda a, b: (a + b, a - b, a * b, torch.maximum(a, b), a < b, -a, a.to(torch.int8))),
+        u,
+        u.flip(1),
+    )
+    s = torch.tensor([32767, -32768, -1, 300], dtype=torch.int16)
+    check(Fn(lambda a: (a + 1, a * 2, a.to(torch.uint8), a.to(torch.float16), a.abs())), s)
+    m = check(Fn(lambda a: a.to(torch.float32) * 0.5), u)
+    assert "u8[2,4]" in print_module(m)
+
+
+def test_any_and_all_of_nothing_are_false_and_true() -> None:
+    """any over an empty dim is false and all is true, as torch says: folded in u8, whose
+    empty max and min are 0 and 255 (i8's empty max, -128, read as a boolean was true)."""
+    x = torch.zeros((3, 0), dtype=torch.bool)
+    check(Fn(lambda a: (torch.any(a, dim=1), torch.all(a, dim=1))), x)
+    y = torch.tensor([[True, False], [False, False]])
+    check(Fn(lambda a: (torch.any(a, dim=1), torch.all(a, dim=1))), y)
+
+
 def test_conversions() -> None:
     x = rand(3, 4) * 10
     check(

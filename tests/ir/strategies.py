@@ -126,7 +126,7 @@ def literal_for(dtype: DType) -> st.SearchStrategy:
     if dtype.is_int:
         return st.one_of(
             st.integers(dtype.int_min, dtype.int_max),
-            st.sampled_from([dtype.int_min, dtype.int_max, 0, -1]),
+            st.sampled_from([dtype.int_min, dtype.int_max, 0, max(-1, dtype.int_min)]),
         )
     return st.one_of(float_values, st.integers(-(10**30), 10**30))
 

@@ -69,14 +69,20 @@ def _pairs(dtype: DType) -> tuple[np.ndarray, np.ndarray]:
         b = np.where(b < dtype.int_min, b + 256, b)  # unsigned amounts after the u8 merge
         return a.ravel().astype(dtype.np), b.ravel().astype(dtype.np)
     e = _edges(dtype)
-    a, b = (m.ravel() for m in np.meshgrid(e, e))
+    a, b = (list(m.ravel()) for m in np.meshgrid(np.array(e, object), np.array(e, object)))
     rng = np.random.default_rng(19)
-    ra = rng.integers(dtype.int_min, dtype.int_max, 300, endpoint=True, dtype=np.int64)
-    rb = rng.integers(-2, dtype.bits + 2, 300)
-    return (
-        np.concatenate([np.array(a, dtype=np.int64), ra]).astype(dtype.np),
-        np.concatenate([np.array(b, dtype=np.int64), rb]).astype(dtype.np),
-    )
+    span = dtype.int_max - dtype.int_min + 1
+    ra = [dtype.int_min + int(v) * 7 % span for v in rng.integers(0, 2**62, 300)]
+    rb = [
+        v % span if v < dtype.int_min else v
+        for v in map(int, rng.integers(-2, dtype.bits + 2, 300))
+    ]
+    return _as(a + ra, dtype), _as(b + rb, dtype)
+
+
+def _as(values, dtype: DType) -> np.ndarray:
+    """Python integers in the dtype's range as an array of it (u64 above 2^63 included)."""
+    return np.array([int(v) for v in values], dtype=object).astype(dtype.np)
 
 
 def _one_op(name: str, dtype: DType, n: int) -> Function:
@@ -119,7 +125,7 @@ def test_the_oracle_says_what_the_spec_says() -> None:
 @pytest.mark.parametrize("name", ALL)
 def test_smt_meaning_is_the_reference(name: str, dtype: DType) -> None:
     e = _edges(dtype)
-    a, b = (np.array(m.ravel(), dtype=np.int64).astype(dtype.np) for m in np.meshgrid(e, e))
+    a, b = (_as(m.ravel(), dtype) for m in np.meshgrid(np.array(e, object), np.array(e, object)))
     fn = _one_op(name, dtype, a.size)
     inputs = {"a": a, "b": b} if name != "bitwise_not" else {"a": a}
     want = reference.run(fn, inputs)[0]
@@ -185,7 +191,7 @@ def test_the_bound_holds_the_results(dtype: DType, name: str, data) -> None:
     out = analyze(parse(text)).outputs[0]
     assert out.abs == 0
     lo, hi = out.interval
-    args = [np.array(v, dtype=np.int64).astype(dtype.np) for v in values]
+    args = [_as(v, dtype) for v in values]
     got = reference.apply(name, args).astype(np.float64)
     assert lo <= got.min() and got.max() <= hi, (name, dtype, ranges, out.interval, got)
 

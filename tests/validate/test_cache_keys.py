@@ -183,3 +183,19 @@ def test_a_cache_entry_holding_another_claim_is_no_hit(tmp_path) -> None:
     del entry["claim"]
     path.write_text(json.dumps(entry))
     assert not cache.proved(claim)
+
+
+def test_signed_and_unsigned_claims_of_one_width_have_different_keys() -> None:
+    """i8 and u8 are one 8-bit bit-vector sort in the SMT encoding, and max(x, 0) == x holds
+    for u8 only: a u8 proof must never answer the i8 claim (the dtype is in the key)."""
+    keys = {}
+    for d in (DType.I8, DType.U8):
+        t = TensorType(d, (4,))
+        zero = Op("z", "constant", [], {"value": 0}, t)
+        src = Function(
+            "main", [Param("x", t)], [t], [zero, Op("m", "max", ["x", "z"], {}, t)], ["m"]
+        )
+        tgt = Function("main", [Param("x", t)], [t], [], ["x"])
+        verify_function(src)
+        keys[d] = cache_key(obligation(src, tgt))
+    assert keys[DType.I8] != keys[DType.U8]

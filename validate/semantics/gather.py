@@ -22,9 +22,9 @@ def take(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     def at(i: Index) -> Term:
         v = yield idx.read(i[axis : axis + r])
         if z3.is_bv_value(v):
-            pos = Idx.of(v.as_signed_long())
+            pos = Idx.of(v.as_signed_long() if dt.is_signed else v.as_long())
         else:
-            pos = Idx.var(z3.BV2Int(v, is_signed=True), dt.int_min, dt.int_max)
+            pos = Idx.var(z3.BV2Int(v, is_signed=dt.is_signed), dt.int_min, dt.int_max)
         j = (*i[:axis], pos.clamp(0, size - 1), *i[axis + r :])
         return (yield table.read(j))
 

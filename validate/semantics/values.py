@@ -5,7 +5,9 @@ Theories (DESIGN.md, "Semantics for proofs"):
   transcendentals are uninterpreted functions per (op, dtype).
 - `real`: floats are reals (IR_SPEC.md section 5): no rounding, `convert` between floats is the
   identity, transcendentals are uninterpreted functions of a real (axioms in `lemmas.py`).
-In both, integers are bit-vectors of their width (wrapping) and `i1` is a Bool.
+In both, integers are bit-vectors of their width (wrapping) and `i1` is a Bool; a bit-vector
+is read as two's complement for i8..i64 and as unsigned for u8..u64 (comparisons, max/min,
+widening and conversions to and from floats follow the dtype).
 
 `abstract=True` replaces every float (and integer multiply) primitive by an uninterpreted
 function of the same signature. That over-approximates the meaning, so an `unsat` under it is
@@ -189,7 +191,7 @@ class Values:
         if dtype.is_bool:
             return z3.BoolVal(bool(value))
         if dtype.is_int:
-            return z3.BitVecVal(int(value), dtype.bits)
+            return z3.BitVecVal(int(value) % (1 << dtype.bits), dtype.bits)
         v = np.asarray(value, dtype=dtype.np)
         if self.theory == "real":
             f = float(v)
@@ -353,6 +355,8 @@ class Values:
         """NaN if either is NaN; max(-0.0, +0.0) = +0.0 (IR_SPEC.md section 3): symmetric bit
         for bit, so the operands go in canonical order."""
         a, b = self.commute(a, b)
+        if dtype.is_unsigned:
+            return z3.If(z3.UGE(a, b), a, b)
         if dtype.is_int or self.theory == "real":
             return z3.If(a >= b, a, b)
         gt = self._fbin("gt", dtype, a, b, z3.fpGT, z3.BoolSort())
@@ -368,6 +372,8 @@ class Values:
     def min(self, dtype: DType, a, b) -> z3.ExprRef:
         """NaN if either is NaN; min(-0.0, +0.0) = -0.0: symmetric, canonical order."""
         a, b = self.commute(a, b)
+        if dtype.is_unsigned:
+            return z3.If(z3.ULE(a, b), a, b)
         if dtype.is_int or self.theory == "real":
             return z3.If(a <= b, a, b)
         gt = self._fbin("gt", dtype, a, b, z3.fpGT, z3.BoolSort())
@@ -397,6 +403,15 @@ class Values:
                 "le": lambda: z3.Or(z3.Not(a), b),
                 "gt": lambda: z3.And(a, z3.Not(b)),
                 "ge": lambda: z3.Or(a, z3.Not(b)),
+                "eq": lambda: a == b,
+                "ne": lambda: a != b,
+            }[direction]()
+        if dtype.is_unsigned:
+            return {
+                "lt": lambda: z3.ULT(a, b),
+                "le": lambda: z3.ULE(a, b),
+                "gt": lambda: z3.UGT(a, b),
+                "ge": lambda: z3.UGE(a, b),
                 "eq": lambda: a == b,
                 "ne": lambda: a != b,
             }[direction]()
@@ -436,29 +451,35 @@ class Values:
         if src.is_bool:
             return z3.If(x, self.one(dst), self.zero(dst))
         if src.is_int and dst.is_int:
+            # The value modulo 2^n: extend by the source's reading, keep the low bits.
             if dst.bits > src.bits:
-                return z3.SignExt(dst.bits - src.bits, x)
+                extend = z3.SignExt if src.is_signed else z3.ZeroExt
+                return extend(dst.bits - src.bits, x)
+            if dst.bits == src.bits:
+                return x
             return z3.Extract(dst.bits - 1, 0, x)
         if self.theory == "real":
             if dst.is_float:
-                return x if src.is_float else z3.ToReal(z3.BV2Int(x, is_signed=True))
+                return x if src.is_float else z3.ToReal(z3.BV2Int(x, is_signed=src.is_signed))
             return self._real_to_int(x, dst)
         if src.is_float and dst.is_float:
             return self._fp(
                 f"cvt.{dst}", src, [x], fp_sort(dst), lambda v: z3.fpFPToFP(_RNE, v, fp_sort(dst))
             )
         if src.is_int:
+            to_fp = z3.fpSignedToFP if src.is_signed else z3.fpUnsignedToFP
             return self._fp(
                 f"from.{src}",
                 dst,
                 [x],
                 fp_sort(dst),
-                lambda v: z3.fpSignedToFP(_RNE, v, fp_sort(dst)),
+                lambda v: to_fp(_RNE, v, fp_sort(dst)),
             )
         return self._fp_to_int(src, dst, x)
 
     def _fp_to_int(self, src: DType, dst: DType, x) -> z3.ExprRef:
-        """Truncate toward zero, saturate, NaN -> 0."""
+        """Truncate toward zero, saturate to [int_min, int_max] (unsigned: [0, 2^n - 1], so
+        -0.5 and -3.0 give 0), NaN -> 0."""
         sort = fp_sort(src)
         lo, hi = dst.int_min, dst.int_max
         # t >= hi exactly iff t >= (hi rounded up into the format): t is in the format.
@@ -470,13 +491,15 @@ class Values:
             )(x)
         t = z3.fpRoundToIntegral(_RTZ, x)
         bv = z3.BitVecSort(dst.bits)
+        # Strictly between the bounds, t is in the target's range: the exact conversion.
+        to_bv = z3.fpToSBV if dst.is_signed else z3.fpToUBV
         return z3.If(
             z3.fpIsNaN(x),
             z3.BitVecVal(0, dst.bits),
             z3.If(
                 z3.fpGEQ(t, hi_up),
                 z3.BitVecVal(hi, dst.bits),
-                z3.If(z3.fpLEQ(t, lo_down), z3.BitVecVal(lo, dst.bits), z3.fpToSBV(_RTZ, x, bv)),
+                z3.If(z3.fpLEQ(t, lo_down), z3.BitVecVal(lo, dst.bits), to_bv(_RTZ, x, bv)),
             ),
         )
 

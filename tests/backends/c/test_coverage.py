@@ -1,10 +1,10 @@
 """Op and dtype coverage of the C target, compared with the reference backend (issue 5, items
 1 and 4).
 
-Every op of the registry except the graph-stage composites, on every dtype it accepts (f64 f32
-f16 bf16 i64 i32 i8 i1), runs on the C target and must equal the reference bit for bit (all
-NaNs one value), transcendentals within an ulp or a few (IR_SPEC.md section 3). Hypothesis
-draws shapes with size-0 and size-1 dims and values with NaN, infinities, signed zeros,
+Every op of the registry except the graph-stage composites, on every dtype it accepts (f64 f32 f16
+bf16, the integers i8 .. i64 and u8 .. u64, i1), runs on the C target and must equal the reference
+bit for bit (all NaNs one value), transcendentals within an ulp or a few (IR_SPEC.md section 3).
+Hypothesis draws shapes with size-0 and size-1 dims and values with NaN, infinities, signed zeros,
 subnormals and the largest finite values of each dtype; `take` gets negative and out-of-range
 indices of every index dtype. One module (one C compile) per example, several ops per module.
 `test_every_op_and_dtype_has_a_conformance_case` walks the op registry and fails when an op
@@ -28,10 +28,10 @@ from gdv.api import parse
 from gdv.backends import c, reference
 from gdv.backends.c.registry import LOWERINGS, UNSUPPORTED
 from gdv.ir import ops
-from gdv.ir.dtypes import DType, from_numpy
+from gdv.ir.dtypes import INT_DTYPES, DType, from_numpy
 
 FLOAT = [DType.F64, DType.F32, DType.F16, DType.BF16]
-INT = [DType.I64, DType.I32, DType.I8]
+INT = list(INT_DTYPES)
 NARROW = [DType.F16, DType.BF16]
 ALL = [*FLOAT, *INT, DType.I1]
 
@@ -294,8 +294,10 @@ def _take_case(draw):
     choices = [-1, 0, size - 1, size, size + 5, -size - 3, int(info.min), int(info.max)]
     choices = [v for v in choices if info.min <= v <= info.max]
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    idx = np.array(rng.choice(choices, idx_shape), dtype=idx_dtype.np, ndmin=0).reshape(idx_shape)
-    mixed = rng.integers(max(info.min, -size - 2), min(info.max, size + 3), idx_shape)
+    held = np.array(choices, dtype=idx_dtype.np)  # u64's maximum is no int64 (nor float64)
+    idx = np.array(rng.choice(held, idx_shape), dtype=idx_dtype.np, ndmin=0).reshape(idx_shape)
+    lo, hi = max(info.min, -size - 2), min(info.max, size + 3)
+    mixed = rng.integers(lo, hi, idx_shape, dtype=idx_dtype.np)
     idx = np.where(rng.random(idx_shape) < 0.5, idx, mixed).astype(idx_dtype.np)
     out = (*table[:axis], *idx_shape, *table[axis + 1 :])
     text = (
@@ -424,7 +426,9 @@ def test_reduction_kernels_every_dtype(case) -> None:
 @settings(max_examples=14)
 @given(
     data=st.data(),
-    dtype=st.sampled_from([DType.F16, DType.BF16, DType.F64, DType.I32, DType.I8]),
+    dtype=st.sampled_from(
+        [DType.F16, DType.BF16, DType.F64, DType.I32, DType.I8, DType.U8, DType.I16, DType.U64]
+    ),
     n=st.integers(0, 1),
     hw=st.integers(1, 4),
     k=st.integers(1, 3),
@@ -501,6 +505,8 @@ def _all_ops_module(dtype: DType) -> tuple[str, dict[str, np.ndarray], dict[int,
     lit = {DType.I1: "[[true, false, true], [false, true, false]]"}.get(
         dtype, "[[1, -0.0, 3], [nan, -inf, 0.1]]" if dtype.is_float else "[[1, 0, 3], [-7, -8, 9]]"
     )
+    if dtype.is_unsigned:
+        lit = f"[[1, 0, 3], [{dtype.int_max}, 128, 9]]"
     f.op(f"constant() {{value = {lit}}}", t)
     f.op("broadcast(%x) {dims = [0, 2]}", _ty(dtype, (2, 2, 3)))
     f.op("transpose(%x) {perm = [1, 0]}", _ty(dtype, (3, 2)))

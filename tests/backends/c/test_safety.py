@@ -17,6 +17,7 @@ from gdv.backends.c.emit import comment
 from gdv.driver import CompileOptions, compile
 from gdv.ir import ops
 from gdv.ir.diagnostics import IRError
+from gdv.ir.dtypes import DType
 
 LONG = "x" * 60 + "." + "y" * 67  # 128 characters, the longest name the IR allows
 HOSTILE = {
@@ -160,7 +161,7 @@ def test_capability_descriptor() -> None:
     collectives = {s.name for s in ops.all_specs() if s.family == "collective"}
     assert collectives >= {"all_reduce", "all_gather", "reduce_scatter", "shard_slice"}
     assert set(caps["unsupported_ops"]) == composites | collectives
-    assert set(caps["dtypes"]) == {"f64", "f32", "f16", "bf16", "i64", "i32", "i8", "i1"}
+    assert set(caps["dtypes"]) == {str(d) for d in DType}  # every dtype, u8 .. u64 included
     assert caps["unsupported_dtypes"] == {}
     assert isinstance(caps["machine"]["isa"], list) and caps["machine"]["cores"] >= 1
     flags = caps["compiler"]["flags"]

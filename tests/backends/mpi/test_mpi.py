@@ -485,3 +485,44 @@ def test_a_partitioned_attention_block_on_two_ranks() -> None:
     for mine, theirs in zip(got.per_rank, want.per_rank, strict=True):
         np.testing.assert_allclose(mine[0], theirs[0], rtol=1e-5, atol=1e-6)
     assert not got.disagreements
+
+
+# The integer dtypes added in gdv 0.6 (issue 19): every combiner over two members, in the
+# runtime's own folds (runtime.c's FOLD_INT on the type of each width); max and min compare
+# unsigned for u8 .. u64.
+NEW_INTS = ("i16", "u8", "u16", "u32", "u64")
+INTS = (
+    "mesh @pair = {x = 2}\n\nfunc @main("
+    + ", ".join(f'%{d}: {d}[3] {{sharding = [["x"]]}}' for d in NEW_INTS)
+    + ") -> ("
+    + ", ".join(f"{d}[3], {d}[3], {d}[3]" for d in NEW_INTS)
+    + ') {mesh = "pair"} {\n'
+    + "".join(
+        f'  %{d}{c} = all_reduce(%{d}) {{axes = ["x"], combiner = "{c}", order = "rank"}} '
+        f": {d}[3]\n"
+        for d in NEW_INTS
+        for c in ("add", "max", "min")
+    )
+    + "  return "
+    + ", ".join(f"%{d}{c}" for d in NEW_INTS for c in ("add", "max", "min"))
+    + "\n}\n"
+)
+
+
+@pytest.mark.slow
+def test_new_integer_dtypes_fold_on_two_ranks() -> None:
+    module = parse(INTS, "ints.gdv")
+    inputs = {}
+    for d in NEW_INTS:  # member 0 holds [max, min, 1], member 1 [1, max, min]
+        info = np.iinfo(np.dtype({"i16": "int16"}.get(d, d.replace("u", "uint"))))
+        inputs[d] = np.array([info.max, info.min, 1, 1, info.max, info.min], dtype=info.dtype)
+    got = run_mpi(module, inputs, 2, timeout=120)
+    assert_same_as_simulation(module, inputs, got)
+    results = dict(zip(module.entry.returns, got.per_rank[0], strict=True))
+    for d in NEW_INTS:
+        x = inputs[d]
+        info = np.iinfo(x.dtype)
+        np.testing.assert_array_equal(results[f"{d}add"], x[:3] + x[3:])  # numpy wraps too
+        assert results[f"{d}add"][0] == info.min  # max + 1 wrapped round
+        np.testing.assert_array_equal(results[f"{d}max"], [info.max, info.max, 1])
+        np.testing.assert_array_equal(results[f"{d}min"], [1, info.min, info.min])

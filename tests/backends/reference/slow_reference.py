@@ -25,8 +25,8 @@ def round_to(q: Fraction, dtype: DType) -> float:
 
 
 def wrap(v: int, dtype: DType) -> int:
-    bits = dtype.bits
-    return (v + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+    """v modulo 2^n, in the dtype's range (two's complement for signed dtypes)."""
+    return (v - dtype.int_min) % (1 << dtype.bits) + dtype.int_min
 
 
 def add(x, y, dtype: DType):

@@ -120,8 +120,10 @@ def test_input_errors_name_the_parameter_and_both_types() -> None:
     assert str(e.value).startswith("mlp.gdv:2:")  # points at the parameter
     with pytest.raises(IRError, match=r"input %w is f32\[4,3\], expected f32\[3,4\]"):
         run(module, {**good, "w": good["w"].T.copy()})
-    with pytest.raises(IRError, match=r"input %x is numpy uint8\[2,3\]"):
+    with pytest.raises(IRError, match=r"input %x is u8\[2,3\], expected f32\[2,3\]"):
         run(module, {**good, "x": np.zeros((2, 3), np.uint8)})
+    with pytest.raises(IRError, match=r"input %x is numpy complex64\[2,3\]"):
+        run(module, {**good, "x": np.zeros((2, 3), np.complex64)})
     with pytest.raises(IRError, match=r"'%x' is not a parameter.*without %"):
         run(module, {**good, "%x": good["x"]})
     with pytest.raises(IRError, match="must be a numpy array, got list"):

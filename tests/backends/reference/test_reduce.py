@@ -142,5 +142,5 @@ def test_reductions_match_the_slow_fold(dtype: DType, shape, data, seed: int) ->
 @pytest.mark.parametrize("dtype", INT_DTYPES, ids=str)
 def test_integer_sums_match_the_slow_fold_with_wrapping(dtype: DType) -> None:
     rng = np.random.default_rng(1)
-    x = rng.integers(dtype.int_min, dtype.int_max, size=(5, 7), endpoint=True).astype(dtype.np)
+    x = rng.integers(dtype.int_min, dtype.int_max, size=(5, 7), endpoint=True, dtype=dtype.np)
     check(reduce("sum", x, [1]), slow.reduce(x, [1], "sum", dtype))

@@ -130,6 +130,24 @@ def test_fallback_runs_a_refused_op_on_the_reference_and_is_recorded() -> None:
     assert reference.bit_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", ["i16", "u8", "u16", "u32", "u64"])
+def test_the_new_integer_dtypes_are_refused_by_name(dtype: str) -> None:
+    """i16 and the unsigned dtypes (gdv 0.6) are refused at the parameter, with the reason,
+    and inside a program at the op (which --allow-fallback runs on the reference)."""
+    module = parse(f"func @main(%x: {dtype}[4]) -> {dtype}[4] {{\n  return %x\n}}")
+    with pytest.raises(IRError, match=f"parameter %x of type {dtype}.4.: the Triton target holds"):
+        tt.lower_module(module)
+    module = ts.final(
+        f"func @main(%x: f32[4]) -> f32[4] {{\n  %u = convert(%x) : {dtype}[4]\n"
+        f"  %y = convert(%u) : f32[4]\n  return %y\n}}"
+    )
+    with pytest.raises(IRError, match=f"target triton does not support .* on {dtype}: "):
+        tt.lower_module(module)
+    x = np.array([-1.5, 0.5, 70000.0, np.nan], np.float32)
+    (got,) = tt.Executable(module, allow_fallback=True)({"x": x})
+    assert reference.bit_equal(got, reference.run(module, {"x": x})[0])
+
+
 def test_every_op_has_a_rule_or_a_refusal() -> None:
     assert set(RULES) == set(ops.all_specs())
     assert {s.name for s in BODY} == set(BODY_OPS)
@@ -146,7 +164,8 @@ def test_descriptor_marks_table_values_and_lists_refusals() -> None:
         assert m[key] > 0
     assert m["hbm_bandwidth_gbs"] > 0 and m["peak_gflops"]["f32_fma"] > 0
     assert "kernel" in d["ops"] and "f32" in d["dtypes"]
-    assert d["unsupported_dtypes"] == {} and "conv2d" in d["unsupported_ops"]
+    assert set(d["unsupported_dtypes"]) == {"i16", "u8", "u16", "u32", "u64"}
+    assert "conv2d" in d["unsupported_ops"]
     assert "f32 only" in d["execution"]["transcendentals"]
     assert "fallback" in d and d["fallback"]
 

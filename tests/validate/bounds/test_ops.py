@@ -299,6 +299,16 @@ CASES: dict[str, tuple] = {
         "rhs_contract = [0]}} : i8[4,5]\n%y = convert(%d) : {dt}[4,5]",
         "{dt}[4,5]",
     ),
+    "uint_arith_wraps": _case(
+        "%x: u8[4,6] {{range = [0, 255]}}, %w: u16[4,6] {{range = [0, 300]}}",
+        "%a = convert(%x) : u16[4,6]\n%p = mul(%a, %w) : u16[4,6]\n"
+        "%m = max(%p, %w) : u16[4,6]\n%r = reduce_sum(%m) {{axes = [1]}} : u16[4]\n"
+        "%y = convert(%r) : {dt}[4]",
+        "{dt}[4]",
+    ),
+    "float_to_uint_saturates": _case(
+        X2, SUM_THEN + "%u = convert(%s) : u8[4,6]\n%y = convert(%u) : {dt}[4,6]", "{dt}[4,6]"
+    ),
     "kernel_dot_like": _case(
         "%x: {dt}[4,6] {{range = {r1}}}, %w: {dt}[6,5] {{range = {r2}}}",
         '%y = kernel(%x, %w) {{body = "kbody", space = [4, 5, 6], '
@@ -338,6 +348,8 @@ OP_OF_CASE = {
     "gelu_tanh": "gelu",
     "int_arith": "add",
     "int_dot_wraps": "dot",
+    "uint_arith_wraps": "mul",
+    "float_to_uint_saturates": "convert",
     "softmax_then_dot": "dot",
     "layer_norm_then_dot": "dot",
     "max_with_masked": "max",
