@@ -38,6 +38,7 @@ ALL = [*FLOAT, *INT, DType.I1]
 UNARY = ["neg", "abs", "sqrt", "floor", "relu"]
 BINARY = ["add", "sub", "mul", "div", "max", "min"]
 TRANSCENDENTAL = ["exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "rsqrt"]
+TRANSCENDENTAL += ["tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"]
 CMP = ["lt", "le", "gt", "ge", "eq", "ne"]
 TRANSCENDENTAL_ULPS = {DType.F64: 4, DType.F32: 1, DType.F16: 1, DType.BF16: 1}
 """f32/f16/bf16: libm's double result rounded once, as the reference rounds numpy's: they can
@@ -470,6 +471,11 @@ def _all_ops_module(dtype: DType) -> tuple[str, dict[str, np.ndarray], dict[int,
         for name in BINARY:
             if dtype.is_float or name != "div":
                 f.op(f"{name}(%x, %y)", t)
+        f.op("rem(%x, %y)", t)
+        if dtype.is_int:
+            f.op("mod(%x, %y)", t)
+            for name in ("bitwise_and", "bitwise_or", "bitwise_xor", "shift_left", "shift_right"):
+                f.op(f"{name}(%x, %y)", t)
         f.op("iota() {axis = 1}", t)
         for name in ("reduce_sum", "reduce_max", "reduce_min"):
             f.op(f"{name}(%x) {{axes = [1]}}", _ty(dtype, (2,)))
@@ -497,6 +503,10 @@ def _all_ops_module(dtype: DType) -> tuple[str, dict[str, np.ndarray], dict[int,
             '[[1, 0, 0], [0, 1, 0]]], out = [0], reduce = [1], combiner = "add"}',
             _ty(dtype, (2,)),
         )
+    if dtype.is_int or dtype.is_bool:
+        for name in ("bitwise_and", "bitwise_or", "bitwise_xor")[: 3 if dtype.is_bool else 0]:
+            f.op(f"{name}(%x, %y)", t)
+        f.op("bitwise_not(%x)", t)
     for d in CMP:
         f.op(f'cmp(%x, %y) {{dir = "{d}"}}', _ty(DType.I1, (2, 3)))
     f.op("select(%p, %x, %y)", t)
@@ -577,6 +587,12 @@ def test_every_op_and_dtype_has_a_conformance_case() -> None:
             want = set(FLOAT) | set(INT)
         elif name == "argsort":
             want = set(FLOAT) | set(INT)
+        elif name == "rem":
+            want = set(FLOAT) | set(INT)
+        elif name in ("mod", "shift_left", "shift_right"):
+            want = set(INT)
+        elif name.startswith("bitwise_"):
+            want = set(INT) | {DType.I1}
         elif name in ("dot", "conv2d", "kernel"):
             want = set(FLOAT) | set(INT)
         elif name in BINARY:
