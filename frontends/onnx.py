@@ -1766,6 +1766,64 @@ def _resize_nearest(imp: Importer, node: Any, ins: list[str], attrs: dict[str, A
     _out(imp, node, imp.emit("take", [flat, imp.const(positions, it)], axis=0))
 
 
+def _quant_param(imp: Importer, name: str, t: TensorType, raw_axis: int, block: int) -> str:
+    """A scale or zero point spread to x's shape `t` as ONNX's reference spreads it: one value
+    (a scalar or one element) everywhere; a vector along `axis`; with `block`, each value over
+    `block` consecutive positions of `axis` (the last block may be short)."""
+    v = imp.dyn(name)
+    vt = imp.type_of(v)
+    full = vt.with_shape(t.shape)
+    if vt.num_elements == 1:
+        return imp.emit("broadcast", [reshape(imp, v, [])], full, dims=[])
+    axis = _norm_axis(imp, raw_axis, t.rank)  # only a per-axis or blocked parameter has one
+    if not block:
+        if vt.rank != 1 or vt.shape[0] != t.shape[axis]:
+            raise imp.unsupported(f"a per-axis parameter {vt} for input {t} on axis {axis}")
+        return imp.emit("broadcast", [v], full, dims=[axis])
+    want = list(t.shape)
+    want[axis] = -(-t.shape[axis] // block)
+    if list(vt.shape) != want:
+        raise imp.unsupported(f"a blocked parameter {vt} for input {t}, block {block}")
+    idx = np.arange(t.shape[axis], dtype=np.int64) // block
+    return imp.emit("take", [v, imp.const(idx, TensorType(DType.I64, idx.shape))], full, axis=axis)
+
+
+@handler("DequantizeLinear")
+def _dequantize_linear(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """y = (x - zero_point) * scale, in ONNX's reference's arithmetic: x (and the zero point)
+    converted to f32, subtracted and multiplied in f32 for 8- and 16-bit integers; for i32 the
+    difference and product in f64 (numpy promotes f32 - i32 to f64), rounded to f32 once. The
+    result has the scale's dtype (`output_dtype` when given); f16/bf16 scales multiply in f32
+    and round once. Float8/float4 inputs have no IR dtype (refused at the input)."""
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if not t.dtype.is_int or t.dtype.bits > 32:
+        raise imp.unsupported(f"input {t} (integers of up to 32 bits)")
+    axis = attrs.get("axis", 1)
+    block = int(attrs.get("block_size", 0))
+    scale = _quant_param(imp, ins[1], t, axis, block)
+    st = imp.type_of(scale)
+    if not st.dtype.is_float:
+        raise imp.unsupported(f"a {st.dtype} scale")
+    out_dtype = st.dtype
+    if attrs.get("output_dtype"):
+        code = attrs["output_dtype"]
+        if _ONNX_DTYPES.get(code) is None:
+            raise imp.unsupported(f"output_dtype {_no_ir_dtype(code)}")
+        out_dtype = _ONNX_DTYPES[code]
+    wide = DType.F64 if t.dtype.bits > 16 else DType.F32
+    dx = convert(imp, x, DType.F32)
+    if len(ins) > 2 and ins[2]:
+        zp = _quant_param(imp, ins[2], t, axis, block)
+        if imp.type_of(zp).dtype != t.dtype:
+            raise imp.unsupported(f"a zero point of {imp.type_of(zp).dtype} for input {t}")
+        dx = imp.emit("sub", [convert(imp, dx, wide), convert(imp, zp, wide)])
+    else:
+        wide = DType.F32
+    y = imp.emit("mul", [convert(imp, dx, wide), convert(imp, scale, wide)])
+    _out(imp, node, convert(imp, y, out_dtype))
+
+
 RESIZE_MAX_AXIS = 4096
 """The longest axis `_resize_interpolated` resizes (ONNX's reference evaluator runs once per
 input position of each resized axis to read off the weights)."""
