@@ -30,6 +30,7 @@ from gdv.ir.core import Module, Op
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import bodies_used
 from gdv.passes.base import Pass, PassResult, Step, operand_step, rescheduled
+from gdv.passes.reassociate_reductions import lanes_for
 from gdv.passes.schedule_kernels import VECTOR_BYTES, coverage_obligation
 
 
@@ -140,7 +141,8 @@ class SelectProducts(Pass):
     matrix-vector product (one row or one column: a batch-1 linear layer) is left a reduction
     nest, so that it gets `lanes` and sums along its contiguous reduce dim in vector lanes,
     reading the matrix in place, instead of a register tile of which one row or column is
-    used."""
+    used. Only where `reassociate_reductions.lanes_for` gives it lanes (a contiguous reduce
+    dim of a multiple of the lanes): otherwise it stays a product."""
 
     def plan(
         self, op: Op, module: Module, types: dict | None = None, weights: frozenset = frozenset()
@@ -155,8 +157,13 @@ class SelectProducts(Pass):
         found = products.find(op.attrs, op.type.dtype, body)
         if found is None:
             return None
-        if self.vectors_in_lanes and 1 in products.sizes(op.attrs, found)[1:3]:
-            return None
+        if (
+            self.vectors_in_lanes
+            and types is not None
+            and 1 in products.sizes(op.attrs, found)[1:3]
+            and lanes_for(op, types) > 1
+        ):
+            return None  # reassociate-reductions sums it in lanes (its own rule decides)
         as_rows = weights_as_rows(op, found, body, types) if types is not None else None
         found = as_rows or found
         size = op.type.dtype.itemsize

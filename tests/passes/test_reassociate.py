@@ -258,6 +258,9 @@ def test_o3_matrix_vector_products_sum_in_lanes_and_run_as_their_meaning_says(m,
     assert two.attrs["strategy"] == "product"
     (o2,) = _reassociated(linear(m, 256, n)).module.entry.ops
     assert o2.attrs["strategy"] == "product" and "lanes" not in o2.attrs
+    # a reduce dim no lane count divides stays a product (a plain sequential nest would be slower)
+    (odd,) = _reassociated_o3(linear(m, 250, n)).module.entry.ops
+    assert odd.attrs["strategy"] == "product" and "lanes" not in odd.attrs
 
 
 @pytest.mark.parametrize(
