@@ -1923,17 +1923,17 @@ def _resize_interpolated(imp: Importer, node: Any, ins: list[str], attrs: dict[s
     given = sizes if sizes is not None else scales
     if given is None or len(given) != len(axes):
         raise imp.unsupported(f"scales or sizes for {len(axes)} axes")
-    if roi is not None and len(roi) != 2 * len(axes):
-        roi = None if not tf_crop else roi
-        if roi is not None:
-            raise imp.unsupported(f"roi of {len(roi)} values for {len(axes)} axes")
+    if not tf_crop:
+        roi = None  # only tf_crop_and_resize reads the roi
+    elif roi is None or len(roi) != 2 * len(axes):
+        raise imp.unsupported(f"tf_crop_and_resize needs a roi of {2 * len(axes)} values")
     compute = DType.F32 if t.dtype in (DType.F16, DType.BF16) else t.dtype
     y = convert(imp, x, compute)
     for j, d in enumerate(axes):
         n = t.shape[d]
         kind = "sizes" if sizes is not None else "scales"
         value = float(given[j])
-        box = [float(roi[j]), float(roi[len(axes) + j])] if (tf_crop and roi is not None) else []
+        box = [float(roi[j]), float(roi[len(axes) + j])] if roi is not None else []
         if not tf_crop and (
             (kind == "sizes" and int(value) == n) or (kind == "scales" and value == 1.0)
         ):

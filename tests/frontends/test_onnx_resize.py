@@ -124,6 +124,9 @@ def test_refusals_name_the_reason() -> None:
     with pytest.raises(Unsupported, match="keep_aspect_ratio_policy 'not_larger'"):
         import_model(model((1, 1, 4, 4), sizes=[1, 1, 6, 8], mode="linear",
                            keep_aspect_ratio_policy="not_larger"))  # fmt: skip
+    with pytest.raises(Unsupported, match="tf_crop_and_resize needs a roi of 4 values"):
+        import_model(model((1, 1, 4, 4), scales=[1, 1, 2, 2], mode="linear",
+                           coordinate_transformation_mode="tf_crop_and_resize"))  # fmt: skip
     g = helper.make_graph(
         [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")],
         "g",
