@@ -124,7 +124,7 @@ def test_refusals_name_the_reason() -> None:
     with pytest.raises(Unsupported, match="keep_aspect_ratio_policy 'not_larger'"):
         import_model(model((1, 1, 4, 4), sizes=[1, 1, 6, 8], mode="linear",
                            keep_aspect_ratio_policy="not_larger"))  # fmt: skip
-    with pytest.raises(Unsupported, match="tf_crop_and_resize needs a roi of 4 values"):
+    with pytest.raises(Unsupported, match="tf_crop_and_resize needs a roi of 8 values"):
         import_model(model((1, 1, 4, 4), scales=[1, 1, 2, 2], mode="linear",
                            coordinate_transformation_mode="tf_crop_and_resize"))  # fmt: skip
     g = helper.make_graph(
