@@ -76,7 +76,7 @@ def _combine(prog: Program, combiner: str, dtype: DType, acc: str, v: str) -> st
     return f"tl.{'maximum' if combiner == 'max' else 'minimum'}({acc}, {v})"
 
 
-def out_blocks(prog: Program, op: Op) -> tuple[list[int], list[int]]:
+def out_blocks(prog: Program, op: Op, limit: int = MAX_LANES) -> tuple[list[int], list[int]]:
     """(tile, lanes) per out dim: the schedule's tile (the whole extent without one), each
     lane count the tile rounded up to a power of two, shrunk from the outermost dim while the
     block has more than `MAX_LANES` lanes (a printer choice, recorded)."""
@@ -85,7 +85,7 @@ def out_blocks(prog: Program, op: Op) -> tuple[list[int], list[int]]:
     tiles = [max(1, min(int(tile_attr[d]), space[d])) for d in out]
     lanes = [_pow2(t) for t in tiles]
     shrunk = False
-    while math.prod(lanes) > MAX_LANES:
+    while math.prod(lanes) > limit:
         k = next(k for k, n in enumerate(lanes) if n > 1)
         lanes[k] //= 2
         tiles[k] = min(tiles[k], lanes[k])
@@ -95,7 +95,7 @@ def out_blocks(prog: Program, op: Op) -> tuple[list[int], list[int]]:
             op,
             "tile",
             tiles,
-            f"the schedule's out tile has more than {MAX_LANES} lanes once rounded to powers "
+            f"the schedule's out tile has more than {limit} lanes once rounded to powers "
             "of two; the outermost dims are halved",
         )
     return tiles, lanes
@@ -125,10 +125,11 @@ def _kernel(prog: Program, op: Op) -> None:
         raise prog.error(op, "a fold of i1 values has no meaning")
     k = len(prog.infos)
     name = f"_k{k}"
-    tiles, lanes = out_blocks(prog, op)
+    fold_lanes = parallel_lanes(op)
+    tiles, lanes = out_blocks(prog, op, MAX_LANES // fold_lanes)
     counts = [-(-space[d] // t) for d, t in zip(out, tiles, strict=True)]
     grid = math.prod(counts)
-    block = math.prod(lanes)
+    block = math.prod(lanes) * fold_lanes
     num_warps = max(1, min(8, block // 128))
     maps = op.attrs["maps"]
     params = ["y", *[f"x{i}" for i in range(len(op.operands))]]
@@ -146,17 +147,24 @@ def _kernel(prog: Program, op: Op) -> None:
     # an operand that does not read an out dim is loaded once for the whole axis (a product's
     # row and column slices) and broadcast: out dim d at axis a has lane coordinate j (inside
     # the tile), tile coordinate, index i = tile * t + j and mask m.
-    rank = len(out)
-    shape = f"[{', '.join(map(str, lanes))}]" if out else "[1]"
-    ones = f"[{', '.join('1' for _ in out)}]" if out else "[1]"
+    # With `lanes` folded in parallel (`parallel_lanes`) the block has one more axis, last: the
+    # fold's lane q, of extent L; the stores then see the out axes and an axis of 1.
+    block_out = list(lanes) if out else [1]
+    dims = block_out + ([fold_lanes] if fold_lanes > 1 else [])
+    shape = str(dims)
+    store_shape = str(block_out + ([1] if fold_lanes > 1 else []))
+    ones = str([1] * len(dims))
+
+    def axis(a: int) -> str:
+        return (
+            ""
+            if len(dims) == 1
+            else "[" + ", ".join(":" if b == a else "None" for b in range(len(dims))) + "]"
+        )
+
     grid_strides = _strides(counts)
     for a, d in enumerate(out):
-        axis = (
-            ""
-            if rank == 1
-            else "[" + ", ".join(":" if b == a else "None" for b in range(rank)) + "]"
-        )
-        lines.append(f"    j{d} = tl.arange(0, {lanes[a]}){axis}")
+        lines.append(f"    j{d} = tl.arange(0, {lanes[a]}){axis(a)}")
         lines.append(f"    i{d} = ((pid // {grid_strides[a]}) % {counts[a]}) * {tiles[a]} + j{d}")
         lines.append(f"    m{d} = (j{d} < {tiles[a]}) & (i{d} < {space[d]})")
     ystrides = _strides([space[d] for d in out])
@@ -165,8 +173,10 @@ def _kernel(prog: Program, op: Op) -> None:
         terms = [f"i{d} * {s}" for d, s in zip(out, ystrides, strict=True)]
         lines.append(f"    yo = {' + '.join(terms)}")
     else:
-        lines.append("    yo = tl.arange(0, 1) * 0")
+        lines.append(f"    yo = tl.arange(0, 1){axis(0)} * 0")
         lines.append("    m = yo == 0")
+    if fold_lanes > 1:
+        lines.append(f"    q = tl.arange(0, {fold_lanes}){axis(len(dims) - 1)}")
     # per operand: its offset's coefficient per loop dim, the part from the out dims, and the
     # mask of the out dims it reads (none: one element, always in bounds, no mask)
     linear, masks = [], []
@@ -224,13 +234,16 @@ def _kernel(prog: Program, op: Op) -> None:
 
     if not red:
         result = value_at({}, "    ")
+    elif fold_lanes > 1:
+        result = _fold_lanes(prog, op, fold_lanes, block_out, lines, value_at)
+        result = f"tl.expand_dims({result}, {len(block_out)})"
     else:
         result = _fold(prog, op, red, space, combiner, dtype, lines, value_at, fn, shape)
     if dtype is DType.BF16:
         result = call(prog, "_narrow_bf16", result)  # exact: the value is one of bf16's
     elif compute(dtype) is not dtype:
         result = f"{result}.to({TL[dtype]})"  # exact: the value is one of dtype's
-    lines.append(f"    tl.store(y + yo, tl.broadcast_to({result}, {shape}), mask=m)")
+    lines.append(f"    tl.store(y + yo, tl.broadcast_to({result}, {store_shape}), mask=m)")
     prog.kernels.append("\n".join(lines) + "\n")
     signature = {
         p: POINTER[t.dtype] for p, t in zip(params, [op.type, *operand_types], strict=True)
@@ -253,6 +266,59 @@ def _kernel(prog: Program, op: Op) -> None:
         prog.launcher.append(
             f"    {name}[({grid},)]({args}, LANES={block}, num_warps={num_warps}, **LAUNCH)"
         )
+
+
+def parallel_lanes(op: Op) -> int:
+    """L when the kernel's `lanes = L` fold runs its lanes side by side (an axis of the block,
+    one lane per thread): L a power of two (the lane results are then taken apart by halving
+    splits) and at most `MAX_LANES`; 1 otherwise (the lanes are folded one after the other,
+    the same order)."""
+    lanes = int(op.attrs.get("lanes", 1))
+    if (
+        lanes > 1
+        and lanes & (lanes - 1) == 0
+        and lanes <= MAX_LANES
+        and len(op.attrs["reduce"]) == 1
+        and op.attrs["combiner"] == "add"
+        and int(op.attrs.get("accumulators", 1)) == 1
+        and op.attrs.get("contract") is None
+        and op.attrs["space"][op.attrs["reduce"][0]] % lanes == 0
+        and op.attrs["space"][op.attrs["reduce"][0]] >= lanes
+    ):
+        return lanes
+    return 1
+
+
+def _fold_lanes(prog, op, fold_lanes: int, base: list[int], lines, value_at) -> str:
+    """Lines folding a `lanes = L` sum with its L lanes side by side: lane q (the block's last
+    axis) folds positions q, q + L, q + 2L, ... in order, exactly as IR_SPEC's `lanes` says;
+    then the L lane results, taken apart by halving `tl.split`s (each exact: it moves
+    values), are folded in lane order. The name of the result, of the out block's shape."""
+    (r,) = op.attrs["reduce"]
+    per = op.attrs["space"][r] // fold_lanes
+    dtype = op.type.dtype
+    lines.append(f"    acc = {value_at({r: 'q'}, '    ')}")
+    if per > 1:
+        lines.append(f"    for rr in range(1, {per}):")
+        v = value_at({r: f"(rr * {fold_lanes} + q)"}, "        ")
+        lines.append(f"        acc = {_combine(prog, 'add', dtype, 'acc', v)}")
+    count = [0]
+
+    def take_apart(name: str, width: int, qs: list[int]) -> dict[int, str]:
+        """Lane id -> the name of its [base] block, from `name` of shape base + [width]."""
+        src = name if width == 2 else f"tl.reshape({name}, {base + [width // 2, 2]})"
+        a, b = f"ln{count[0]}", f"ln{count[0] + 1}"
+        count[0] += 2
+        lines.append(f"    {a}, {b} = tl.split({src})")
+        if width == 2:
+            return {qs[0]: a, qs[1]: b}
+        return {**take_apart(a, width // 2, qs[0::2]), **take_apart(b, width // 2, qs[1::2])}
+
+    parts = take_apart("acc", fold_lanes, list(range(fold_lanes)))
+    lines.append(f"    total = {parts[0]}")
+    for q in range(1, fold_lanes):
+        lines.append(f"    total = {_combine(prog, 'add', dtype, 'total', parts[q])}")
+    return "total"
 
 
 def _fold(prog, op, red, space, combiner, dtype, lines, value_at, fn: Function, shape: str) -> str:
