@@ -116,7 +116,7 @@ def pipeline(
             )
         ]
     if reassociate and level >= 1:
-        passes += [ReassociateReductions()]
+        passes += [ReassociateReductions(block_products=compiled and not cpu)]
     if level >= 2 and cpu:
         # A product's elementwise consumer (bias, activation, residual) runs on each of its
         # tiles while the tile is in cache.

@@ -4,7 +4,8 @@ hardware wants, each change a `real` claim (IR_SPEC.md sections 5 and 7).
 Two rewrites of a scheduled kernel's attributes, each changing its meaning, so each comes with
 an `equivalence` obligation under the `real` theory:
 
-- a product (`strategy = "product"`, f32) gets `contract = "fma"`: every step of its fold is
+- a product (`strategy = "product"`, f32; for triton, which has no packed products, a nest that
+  is a matrix product, `matrix_product`) gets `contract = "fma"`: every step of its fold is
   one fused multiply-add, acc = fma(x, y, acc), instead of a rounded multiply and a rounded
   add. Over the reals fma(x, y, acc) = acc + x * y, so the two kernels are the same term and
   the claim proves by congruence.
@@ -69,19 +70,60 @@ def lanes_for(op: Op, types: dict) -> int:
     return 1
 
 
-def contracts(op: Op, module: Module) -> bool:
-    """Whether a product kernel's multiply may fuse with its add (f32, one accumulator)."""
+def contracts(op: Op, module: Module, types: dict | None = None) -> bool:
+    """Whether a product kernel's multiply may fuse with its add (f32, one accumulator). With
+    `types` a nest (no `strategy`) qualifies too when it is a matrix product (`matrix_product`):
+    a target without packed products (triton) runs those as blocked dots."""
     a = op.attrs
-    if a.get("strategy") != "product" or "contract" in a or op.type.dtype.value != "f32":
+    if "contract" in a or op.type.dtype.value != "f32":
+        return False
+    if a.get("strategy") != "product" and not (
+        types is not None and matrix_product(op, module, types)
+    ):
         return False
     body = module.function(a["body"])
     return body is not None and contracted_factors(body) is not None
+
+
+def matrix_product(op: Op, module: Module, types: dict) -> bool:
+    """Whether a kernel nest is a matrix product: an f32 `add` fold over one reduce dim of a
+    body that returns the product of two of its parameters, each of which reads an out dim
+    (of extent above 1) that the other does not read."""
+    a = op.attrs
+    if (
+        a.get("strategy") is not None
+        or a["combiner"] != "add"
+        or len(a["reduce"]) != 1
+        or a.get("accumulators", 1) > 1
+        or a.get("lanes", 1) > 1
+        or op.type.dtype.value != "f32"
+    ):
+        return False
+    body = module.function(a["body"])
+    factors = contracted_factors(body) if body is not None else None
+    params = [p.name for p in body.params] if body is not None else []
+    if factors is None or factors[0] == factors[1] or not set(factors) <= set(params):
+        return False
+    kx, ky = params.index(factors[0]), params.index(factors[1])
+
+    def only(k: int, other: int) -> bool:
+        return any(
+            a["space"][d] > 1
+            and operand_step(op, types, k, d) != 0
+            and operand_step(op, types, other, d) == 0
+            for d in a["out"]
+        )
+
+    return only(kx, ky) and only(ky, kx)
 
 
 @dataclass(frozen=True)
 class ReassociateReductions(Pass):
     name = "reassociate-reductions"
     stage_in = "loop"
+    block_products: bool = False
+    """Nests that are matrix products get `contract` too (`matrix_product`): set for a target
+    without packed products that runs them as blocked dots of fused multiply-adds (triton)."""
 
     def run(self, module: Module) -> PassResult:
         bodies = bodies_used(module.functions)
@@ -94,7 +136,7 @@ class ReassociateReductions(Pass):
             for op in fn.ops:
                 change = None
                 if op.name == "kernel" and fn.name not in bodies and "tile" in op.attrs:
-                    if contracts(op, module):
+                    if contracts(op, module, types if self.block_products else None):
                         change = ({"contract": "fma"}, [], "fuses each multiply with its add")
                     elif (lanes := lanes_for(op, types)) > 1:
                         change = ({"lanes": lanes}, ["nest"], f"sums in {lanes} lanes")

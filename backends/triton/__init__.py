@@ -58,6 +58,10 @@ from gdv.backends.triton import runtime as _rt
 # no multiply-add contraction in any compile (IR_SPEC.md section 3), and libdevice keeps
 # subnormals (Triton's default, enable_reflect_ftz, flushes them to zero)
 LAUNCH = {} if _rt.interpreting() else {"enable_fp_fusion": False, "enable_reflect_ftz": False}
+# a product with contract = fma runs as tl.dot (Triton's fused multiply-adds, k in order, per
+# output) on a GPU; the interpreter's tl.dot is numpy's matmul, so there the same kernel folds
+# tl.fma one k at a time
+DOT = not _rt.interpreting()
 '''
 
 

@@ -109,6 +109,8 @@ class KernelInfo:
     num_warps: int
     grid: int
     note: str
+    constexprs: dict = field(default_factory=dict)
+    """Constexpr arguments the build passes besides LANES (a dot kernel's `DOT`: True)."""
 
 
 @dataclass

@@ -125,6 +125,10 @@ def _kernel(prog: Program, op: Op) -> None:
         raise prog.error(op, "a fold of i1 values has no meaning")
     k = len(prog.infos)
     name = f"_k{k}"
+    roles = dot_roles(op, fn, operand_types)
+    if roles is not None:
+        _dot_kernel(prog, op, name, roles, operand_types)
+        return
     fold_lanes = parallel_lanes(op)
     tiles, lanes = out_blocks(prog, op, MAX_LANES // fold_lanes)
     counts = [-(-space[d] // t) for d, t in zip(out, tiles, strict=True)]
@@ -265,6 +269,154 @@ def _kernel(prog: Program, op: Op) -> None:
         args = ", ".join([y, *[prog.var(o) for o in op.operands]])
         prog.launcher.append(
             f"    {name}[({grid},)]({args}, LANES={block}, num_warps={num_warps}, **LAUNCH)"
+        )
+
+
+DOT_BLOCK = (64, 64, 32)
+"""The largest (rows, columns, k) block of a product run as `tl.dot`s (each at least 16, the
+least `tl.dot` takes; smaller extents are masked)."""
+
+
+def _coefficients(shape: list[int], rows: list[list[int]], n: int) -> tuple[list[int], int]:
+    """An operand's flat offset per step of each loop dim, and its constant."""
+    strides = _strides(shape)
+    coef = [sum(s * row[c] for s, row in zip(strides, rows, strict=True)) for c in range(n)]
+    return coef, sum(s * row[-1] for s, row in zip(strides, rows, strict=True))
+
+
+def dot_roles(op: Op, fn: Function, operand_types) -> tuple[int, int, int, int] | None:
+    """(A, B, m, n) when a `contract = "fma"` kernel runs as blocked `tl.dot`s: its body is
+    the product of its two f32 operands A and B, A reads out dim m and B out dim n, which the
+    other does not read, one reduce dim of extent at least 1. None otherwise (the kernel then
+    folds each output's fused multiply-adds in its own lane, the same order)."""
+    a = op.attrs
+    if (
+        a.get("contract") != "fma"
+        or a["combiner"] != "add"
+        or op.type.dtype is not DType.F32
+        or len(a["reduce"]) != 1
+        or a["space"][a["reduce"][0]] < 1
+        or len(fn.ops) != 1
+        or fn.ops[0].name != "mul"
+        or fn.returns != [fn.ops[0].result]
+        or len(fn.params) != 2
+        or any(t.dtype is not DType.F32 for t in operand_types)
+    ):
+        return None
+    params = [p.name for p in fn.params]
+    x, y = fn.ops[0].operands
+    if x == y or {x, y} != set(params):
+        return None
+    ia, ib = params.index(x), params.index(y)
+    n = len(a["space"])
+    ca, _ = _coefficients(list(operand_types[ia].shape), a["maps"][ia], n)
+    cb, _ = _coefficients(list(operand_types[ib].shape), a["maps"][ib], n)
+    only_a = [d for d in a["out"] if ca[d] and not cb[d]]
+    only_b = [d for d in a["out"] if cb[d] and not ca[d]]
+    if len(only_a) != 1 or len(only_b) != 1:
+        return None
+    return ia, ib, only_a[0], only_b[0]
+
+
+def _dot_kernel(prog: Program, op: Op, name: str, roles, operand_types) -> None:
+    """A matrix product with `contract = "fma"` as blocked `tl.dot`s: one program per block of
+    rows m and columns n (every other out dim one index per program), the block's
+    accumulator starting at -0.0 and carried through `tl.dot(a, b, acc,
+    input_precision="ieee")` over k blocks in order. For f32 operands with IEEE precision
+    Triton lowers `tl.dot` to fused multiply-adds, each output's over k in order
+    (acc = fma(a_k, b_k, acc)); from -0.0 the first step is the rounded product a_0 * b_0, so
+    this is `contract = "fma"`'s order exactly (the device check compares it with the
+    reference bit for bit; the build checks the PTX holds fma.rn.f32 and no mma). Positions
+    past k are loaded as -0.0 and +0.0: their product -0.0 leaves every accumulator as it
+    is. Under the interpreter, whose `tl.dot` is numpy's matmul, the same kernel folds
+    `tl.fma` one k at a time (constexpr `DOT` off): the same order."""
+    a = op.attrs
+    ia, ib, dm, dn = roles
+    space, out = list(a["space"]), list(a["out"])
+    (r,) = a["reduce"]
+    kdim = space[r]
+    n = len(space)
+    bm = max(16, min(DOT_BLOCK[0], _pow2(space[dm])))
+    bn = max(16, min(DOT_BLOCK[1], _pow2(space[dn])))
+    bk = max(16, min(DOT_BLOCK[2], _pow2(kdim)))
+    tiles = {d: (bm if d == dm else bn if d == dn else 1) for d in out}
+    counts = [-(-space[d] // tiles[d]) for d in out]
+    grid_strides = _strides(counts)
+    grid = math.prod(counts)
+    num_warps = 4
+    ca, ka = _coefficients(list(operand_types[ia].shape), a["maps"][ia], n)
+    cb, kb = _coefficients(list(operand_types[ib].shape), a["maps"][ib], n)
+    note = (
+        f"kernel %{comment(op.result)}: body @{comment(a['body'])}, space {space}, out {out}, "
+        f"reduce [{r}], combiner add, contract fma: blocked tl.dot [{bm}, {bk}] x [{bk}, {bn}]"
+    )
+    params = ["y", *[f"x{i}" for i in range(len(op.operands))]]
+    lines = [
+        "@triton.jit",
+        f"def {name}({', '.join(params)}, LANES: tl.constexpr, DOT: tl.constexpr):",
+        f"    # {note}",
+        "    pid = tl.program_id(0)",
+    ]
+    for g, d in enumerate(out):
+        at = f"((pid // {grid_strides[g]}) % {counts[g]})"
+        if d == dm:
+            lines.append(f"    i{d} = {at} * {bm} + tl.arange(0, {bm})[:, None]")
+        elif d == dn:
+            lines.append(f"    i{d} = {at} * {bn} + tl.arange(0, {bn})[None, :]")
+        else:
+            lines.append(f"    i{d} = {at}")
+    ystrides = _strides([space[d] for d in out])
+    lines.append(
+        f"    yo = {' + '.join(f'i{d} * {s}' for d, s in zip(out, ystrides, strict=True))}"
+    )
+    lines.append(f"    mm = i{dm} < {space[dm]}")
+    lines.append(f"    mn = i{dn} < {space[dn]}")
+    base_a = " + ".join([f"i{d} * {ca[d]}" for d in out if ca[d]] + [str(ka)])
+    base_b = " + ".join([f"i{d} * {cb[d]}" for d in out if cb[d]] + [str(kb)])
+    lines.append(f"    ba = {base_a}")
+    lines.append(f"    bb = {base_b}")
+    lines.append(f"    acc = tl.full([{bm}, {bn}], -0.0, tl.float32)")
+    lines += [
+        "    if DOT:",
+        f"        kk = tl.arange(0, {bk})",
+        f"        for k0 in range(0, {kdim}, {bk}):",
+        "            ka = (k0 + kk)[None, :]",
+        "            kb = (k0 + kk)[:, None]",
+        f"            fa = tl.load(x{ia} + ba + ka * {ca[r]}, mask=mm & (ka < {kdim}), other=-0.0)",
+        f"            fb = tl.load(x{ib} + bb + kb * {cb[r]}, mask=mn & (kb < {kdim}), other=0.0)",
+        '            acc = tl.dot(fa, fb, acc, input_precision="ieee")',
+        "    else:",
+        f"        for k in range(0, {kdim}):",
+        f"            fa = tl.load(x{ia} + ba + k * {ca[r]}, mask=mm, other=0.0)",
+        f"            fb = tl.load(x{ib} + bb + k * {cb[r]}, mask=mn, other=0.0)",
+        "            acc = tl.fma(fa, fb, acc)",
+        "    tl.store(y + yo, acc, mask=mm & mn)",
+    ]
+    prog.kernels.append("\n".join(lines) + "\n")
+    signature = {
+        p: POINTER[t.dtype] for p, t in zip(params, [op.type, *operand_types], strict=True)
+    }
+    signature["LANES"] = "constexpr"
+    signature["DOT"] = "constexpr"
+    block = bm * bn
+    prog.infos.append(KernelInfo(name, signature, block, num_warps, grid, note, {"DOT": True}))
+    prog.choose(
+        op,
+        "launch",
+        {"grid": grid, "block": [bm, bn, bk], "num_warps": num_warps, "dot": True},
+        "a matrix product with contract = fma as blocked tl.dot (fused multiply-adds over k in "
+        "order per output): one program per block of rows and columns",
+    )
+    y = prog.var(op.result)
+    prog.launcher.append(f"    # {note}")
+    prog.launcher.append(
+        f"    {y} = torch.empty({tuple(op.type.shape)}, dtype={TORCH[DType.F32]}, device=device)"
+    )
+    if op.type.num_elements:
+        args = ", ".join([y, *[prog.var(o) for o in op.operands]])
+        prog.launcher.append(
+            f"    {name}[({grid},)]({args}, LANES={block}, DOT=DOT, num_warps={num_warps}, "
+            "**LAUNCH)"
         )
 
 

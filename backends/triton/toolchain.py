@@ -40,7 +40,7 @@ def compile_kernels(text: str, kernels: list[KernelInfo], arch: int = ARCH) -> l
         src = ASTSource(
             fn=getattr(module, info.name),
             signature=dict(info.signature),
-            constexprs={"LANES": info.lanes},
+            constexprs={"LANES": info.lanes, **info.constexprs},
         )
         try:
             compiled = triton.compile(
@@ -53,6 +53,12 @@ def compile_kernels(text: str, kernels: list[KernelInfo], arch: int = ARCH) -> l
             ) from None
         ptx = compiled.asm["ptx"]
         ptx = ptx.encode() if isinstance(ptx, str) else ptx
+        if info.constexprs.get("DOT") and re.search(rb"\b(wgmma|mma)\.", ptx):
+            # the order `contract = "fma"` names holds for Triton's FMA lowering of tl.dot only
+            raise IRError(
+                f"target triton: {info.name} ({info.note}): tl.dot was lowered to tensor-core "
+                "mma instructions, not to fused multiply-adds over k in order"
+            )
         cubin = compiled.asm["cubin"]
         out.append(
             {
@@ -67,6 +73,7 @@ def compile_kernels(text: str, kernels: list[KernelInfo], arch: int = ARCH) -> l
                 "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
                 "cubin_bytes": len(cubin),
                 "fma_in_ptx": bool(re.search(rb"\bfma\.rn\.f32\b", ptx)),
+                "dot": bool(info.constexprs.get("DOT")),
                 # libdevice's own functions use fused multiply-adds inside (their ulp bound
                 # covers them); contraction of the program's ops is off in every compile
                 "libdevice": _calls_libdevice(getattr(module, info.name)),
