@@ -87,8 +87,9 @@ def contracts(op: Op, module: Module, types: dict | None = None) -> bool:
 
 def matrix_product(op: Op, module: Module, types: dict) -> bool:
     """Whether a kernel nest is a matrix product: an f32 `add` fold over one reduce dim of a
-    body that returns the product of two of its parameters, each of which reads an out dim
-    (of extent above 1) that the other does not read."""
+    body that returns the product of two factors, each computed from some of its parameters
+    (a producer fused in: a normalisation, an activation), the operands of each reading an out
+    dim (of extent above 1) that the other's never read."""
     a = op.attrs
     if (
         a.get("strategy") is not None
@@ -101,18 +102,30 @@ def matrix_product(op: Op, module: Module, types: dict) -> bool:
         return False
     body = module.function(a["body"])
     factors = contracted_factors(body) if body is not None else None
-    params = [p.name for p in body.params] if body is not None else []
-    if factors is None or factors[0] == factors[1] or not set(factors) <= set(params):
+    if factors is None or factors[0] == factors[1]:
         return False
-    kx, ky = params.index(factors[0]), params.index(factors[1])
+    params = [p.name for p in body.params]
+    made = {b.result: b for b in body.ops}
 
-    def only(k: int, other: int) -> bool:
-        return any(
-            a["space"][d] > 1
-            and operand_step(op, types, k, d) != 0
-            and operand_step(op, types, other, d) == 0
-            for d in a["out"]
-        )
+    def depends(name: str) -> set[int]:
+        seen, todo, out = set(), [name], set()
+        while todo:
+            v = todo.pop()
+            if v not in seen:
+                seen.add(v)
+                if v in params:
+                    out.add(params.index(v))
+                elif v in made:
+                    todo.extend(made[v].operands)
+        return out
+
+    kx, ky = depends(factors[0]), depends(factors[1])
+
+    def reads(ks: set[int], d: int) -> bool:
+        return any(operand_step(op, types, k, d) != 0 for k in ks)
+
+    def only(mine: set[int], other: set[int]) -> bool:
+        return any(a["space"][d] > 1 and reads(mine, d) and not reads(other, d) for d in a["out"])
 
     return only(kx, ky) and only(ky, kx)
 

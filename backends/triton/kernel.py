@@ -284,11 +284,30 @@ def _coefficients(shape: list[int], rows: list[list[int]], n: int) -> tuple[list
     return coef, sum(s * row[-1] for s, row in zip(strides, rows, strict=True))
 
 
-def dot_roles(op: Op, fn: Function, operand_types) -> tuple[int, int, int, int] | None:
-    """(A, B, m, n) when a `contract = "fma"` kernel runs as blocked `tl.dot`s: its body is
-    the product of its two f32 operands A and B, A reads out dim m and B out dim n, which the
-    other does not read, one reduce dim of extent at least 1. None otherwise (the kernel then
-    folds each output's fused multiply-adds in its own lane, the same order)."""
+def _depends(fn: Function, name: str) -> set[str]:
+    """The parameters of body `fn` that value `name` is computed from."""
+    params = {p.name for p in fn.params}
+    ops = {b.result: b for b in fn.ops}
+    seen, todo, out = set(), [name], set()
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in params:
+            out.add(v)
+        elif v in ops:
+            todo.extend(ops[v].operands)
+    return out
+
+
+def dot_roles(op: Op, fn: Function, operand_types) -> tuple | None:
+    """(A params, B params, m, n) when a `contract = "fma"` kernel runs as blocked `tl.dot`s:
+    its body returns mul(a, b) of two f32 factors, each an elementwise expression of some of
+    its parameters (a producer fused into the product: a layer_norm's normalisation, a gelu);
+    the operands a is computed from read out dim m and never n, b's read n and never m; one
+    reduce dim of extent at least 1; every operand f32. None otherwise (the kernel then folds
+    each output's fused multiply-adds in its own lane, the same order)."""
     a = op.attrs
     if (
         a.get("contract") != "fma"
@@ -296,42 +315,54 @@ def dot_roles(op: Op, fn: Function, operand_types) -> tuple[int, int, int, int] 
         or op.type.dtype is not DType.F32
         or len(a["reduce"]) != 1
         or a["space"][a["reduce"][0]] < 1
-        or len(fn.ops) != 1
-        or fn.ops[0].name != "mul"
-        or fn.returns != [fn.ops[0].result]
-        or len(fn.params) != 2
+        or not fn.ops
+        or fn.ops[-1].name != "mul"
+        or fn.returns != [fn.ops[-1].result]
         or any(t.dtype is not DType.F32 for t in operand_types)
+        or any(get_spec(b.name) not in BODY or b.type.rank != 0 for b in fn.ops)
     ):
         return None
     params = [p.name for p in fn.params]
-    x, y = fn.ops[0].operands
-    if x == y or {x, y} != set(params):
-        return None
-    ia, ib = params.index(x), params.index(y)
+    x, y = fn.ops[-1].operands
+    dx, dy = _depends(fn, x), _depends(fn, y)
     n = len(a["space"])
-    ca, _ = _coefficients(list(operand_types[ia].shape), a["maps"][ia], n)
-    cb, _ = _coefficients(list(operand_types[ib].shape), a["maps"][ib], n)
-    only_a = [d for d in a["out"] if ca[d] and not cb[d]]
-    only_b = [d for d in a["out"] if cb[d] and not ca[d]]
+    coef = [
+        _coefficients(list(t.shape), rows, n)[0]
+        for t, rows in zip(operand_types, a["maps"], strict=True)
+    ]
+
+    def reads(deps: set[str], d: int) -> bool:
+        return any(coef[params.index(p)][d] for p in deps)
+
+    only_a = [d for d in a["out"] if reads(dx, d) and not reads(dy, d)]
+    only_b = [d for d in a["out"] if reads(dy, d) and not reads(dx, d)]
     if len(only_a) != 1 or len(only_b) != 1:
         return None
-    return ia, ib, only_a[0], only_b[0]
+    dm, dn = only_a[0], only_b[0]
+    (r,) = a["reduce"]
+    if reads(dx, dn) or reads(dy, dm) or any(coef[params.index(p)][r] for p in dx & dy):
+        return None  # a parameter of both factors read along k has no one block shape
+    return dx, dy, dm, dn
 
 
 def _dot_kernel(prog: Program, op: Op, name: str, roles, operand_types) -> None:
     """A matrix product with `contract = "fma"` as blocked `tl.dot`s: one program per block of
     rows m and columns n (every other out dim one index per program), the block's
     accumulator starting at -0.0 and carried through `tl.dot(a, b, acc,
-    input_precision="ieee")` over k blocks in order. For f32 operands with IEEE precision
+    input_precision="ieee")` over k blocks in order, a and b the body's two factors computed
+    on [m, k] and [k, n] blocks (elementwise, as the body says). For f32 with IEEE precision
     Triton lowers `tl.dot` to fused multiply-adds, each output's over k in order
     (acc = fma(a_k, b_k, acc)); from -0.0 the first step is the rounded product a_0 * b_0, so
     this is `contract = "fma"`'s order exactly (the device check compares it with the
-    reference bit for bit; the build checks the PTX holds fma.rn.f32 and no mma). Positions
-    past k are loaded as -0.0 and +0.0: their product -0.0 leaves every accumulator as it
-    is. Under the interpreter, whose `tl.dot` is numpy's matmul, the same kernel folds
-    `tl.fma` one k at a time (constexpr `DOT` off): the same order."""
+    reference bit for bit; the build refuses a dot lowered to mma). Factors past k are -0.0
+    and +0.0: their product -0.0 leaves every accumulator as it is. Under the interpreter,
+    whose `tl.dot` is numpy's matmul, the same kernel folds `tl.fma` one k at a time
+    (constexpr `DOT` off): the same order."""
     a = op.attrs
-    ia, ib, dm, dn = roles
+    module = prog.module
+    fn = module.function(a["body"])
+    dx, dy, dm, dn = roles
+    x, y = fn.ops[-1].operands
     space, out = list(a["space"]), list(a["out"])
     (r,) = a["reduce"]
     kdim = space[r]
@@ -344,16 +375,19 @@ def _dot_kernel(prog: Program, op: Op, name: str, roles, operand_types) -> None:
     grid_strides = _strides(counts)
     grid = math.prod(counts)
     num_warps = 4
-    ca, ka = _coefficients(list(operand_types[ia].shape), a["maps"][ia], n)
-    cb, kb = _coefficients(list(operand_types[ib].shape), a["maps"][ib], n)
+    params = [p.name for p in fn.params]
+    coefs = [
+        _coefficients(list(t.shape), rows, n)
+        for t, rows in zip(operand_types, a["maps"], strict=True)
+    ]
     note = (
         f"kernel %{comment(op.result)}: body @{comment(a['body'])}, space {space}, out {out}, "
         f"reduce [{r}], combiner add, contract fma: blocked tl.dot [{bm}, {bk}] x [{bk}, {bn}]"
     )
-    params = ["y", *[f"x{i}" for i in range(len(op.operands))]]
+    args = ["y", *[f"x{i}" for i in range(len(op.operands))]]
     lines = [
         "@triton.jit",
-        f"def {name}({', '.join(params)}, LANES: tl.constexpr, DOT: tl.constexpr):",
+        f"def {name}({', '.join(args)}, LANES: tl.constexpr, DOT: tl.constexpr):",
         f"    # {note}",
         "    pid = tl.program_id(0)",
     ]
@@ -371,31 +405,62 @@ def _dot_kernel(prog: Program, op: Op, name: str, roles, operand_types) -> None:
     )
     lines.append(f"    mm = i{dm} < {space[dm]}")
     lines.append(f"    mn = i{dn} < {space[dn]}")
-    base_a = " + ".join([f"i{d} * {ca[d]}" for d in out if ca[d]] + [str(ka)])
-    base_b = " + ".join([f"i{d} * {cb[d]}" for d in out if cb[d]] + [str(kb)])
-    lines.append(f"    ba = {base_a}")
-    lines.append(f"    bb = {base_b}")
+    for i, (c, const) in enumerate(coefs):
+        base = " + ".join([f"i{d} * {c[d]}" for d in out if c[d]] + [str(const)])
+        lines.append(f"    b{i} = {base}")
     lines.append(f"    acc = tl.full([{bm}, {bn}], -0.0, tl.float32)")
+    counter = [0]
+    types = {**{p: DType.F32 for p in params}, **{b.result: b.type.dtype for b in fn.ops}}
+
+    def factors(indent: str, k_a: str, k_b: str, dot: bool) -> tuple[str, str]:
+        """Lines loading the operands at k positions `k_a` (A's, of shape [1, BK] or a scalar)
+        and `k_b` (B's) and computing the body up to its final mul; (a, b)."""
+        w = BodyWriter(prog, op, lines, indent, counter, "[1, 1]")
+        env: dict[str, str] = {}
+        for i, p in enumerate(params):
+            c = coefs[i][0]
+            kpos = k_a if p in dx else k_b
+            mask = ["mm"] if c[dm] else []
+            mask += ["mn"] if c[dn] else []
+            if dot and c[r]:
+                mask.append(f"({kpos} < {kdim})")
+            off = f"b{i}" + (f" + {kpos} * {c[r]}" if c[r] else "")
+            where = f", mask={' & '.join(mask)}, other=0.0" if mask else ""
+            v = w.fresh()
+            lines.append(f"{indent}{v} = tl.load(x{i} + {off}{where})")
+            env[p] = v
+        for b in fn.ops[:-1]:
+            spec = get_spec(b.name)
+            dts = [types[o] for o in b.operands]
+            expr = round_to(prog, b.type.dtype, BODY[spec](w, b, [env[o] for o in b.operands], dts))
+            v = w.fresh()
+            lines.append(f"{indent}{v} = {expr}  # %{comment(b.result)} = {comment(b.name)}")
+            env[b.result] = v
+        fa, fb = env[x], env[y]
+        if dot:
+            lines.append(
+                f"{indent}fa = tl.where({k_a} < {kdim}, tl.broadcast_to({fa}, [{bm}, {bk}]), -0.0)"
+            )
+            lines.append(
+                f"{indent}fb = tl.where({k_b} < {kdim}, tl.broadcast_to({fb}, [{bk}, {bn}]), 0.0)"
+            )
+            return "fa", "fb"
+        return fa, fb
+
     lines += [
         "    if DOT:",
         f"        kk = tl.arange(0, {bk})",
         f"        for k0 in range(0, {kdim}, {bk}):",
-        "            ka = (k0 + kk)[None, :]",
-        "            kb = (k0 + kk)[:, None]",
-        f"            fa = tl.load(x{ia} + ba + ka * {ca[r]}, mask=mm & (ka < {kdim}), other=-0.0)",
-        f"            fb = tl.load(x{ib} + bb + kb * {cb[r]}, mask=mn & (kb < {kdim}), other=0.0)",
-        '            acc = tl.dot(fa, fb, acc, input_precision="ieee")',
-        "    else:",
-        f"        for k in range(0, {kdim}):",
-        f"            fa = tl.load(x{ia} + ba + k * {ca[r]}, mask=mm, other=0.0)",
-        f"            fb = tl.load(x{ib} + bb + k * {cb[r]}, mask=mn, other=0.0)",
-        "            acc = tl.fma(fa, fb, acc)",
-        "    tl.store(y + yo, acc, mask=mm & mn)",
     ]
+    lines += ["            ka = (k0 + kk)[None, :]", "            kb = (k0 + kk)[:, None]"]
+    fa, fb = factors("            ", "ka", "kb", True)
+    lines.append(f'            acc = tl.dot({fa}, {fb}, acc, input_precision="ieee")')
+    lines += ["    else:", f"        for k in range(0, {kdim}):"]
+    fa, fb = factors("            ", "k", "k", False)
+    lines.append(f"            acc = tl.fma({fa}, {fb}, acc)")
+    lines.append("    tl.store(y + yo, acc, mask=mm & mn)")
     prog.kernels.append("\n".join(lines) + "\n")
-    signature = {
-        p: POINTER[t.dtype] for p, t in zip(params, [op.type, *operand_types], strict=True)
-    }
+    signature = {p: POINTER[t.dtype] for p, t in zip(args, [op.type, *operand_types], strict=True)}
     signature["LANES"] = "constexpr"
     signature["DOT"] = "constexpr"
     block = bm * bn
@@ -407,15 +472,15 @@ def _dot_kernel(prog: Program, op: Op, name: str, roles, operand_types) -> None:
         "a matrix product with contract = fma as blocked tl.dot (fused multiply-adds over k in "
         "order per output): one program per block of rows and columns",
     )
-    y = prog.var(op.result)
+    yv = prog.var(op.result)
     prog.launcher.append(f"    # {note}")
     prog.launcher.append(
-        f"    {y} = torch.empty({tuple(op.type.shape)}, dtype={TORCH[DType.F32]}, device=device)"
+        f"    {yv} = torch.empty({tuple(op.type.shape)}, dtype={TORCH[DType.F32]}, device=device)"
     )
     if op.type.num_elements:
-        args = ", ".join([y, *[prog.var(o) for o in op.operands]])
+        call_args = ", ".join([yv, *[prog.var(o) for o in op.operands]])
         prog.launcher.append(
-            f"    {name}[({grid},)]({args}, LANES={block}, DOT=DOT, num_warps={num_warps}, "
+            f"    {name}[({grid},)]({call_args}, LANES={block}, DOT=DOT, num_warps={num_warps}, "
             "**LAUNCH)"
         )
 
