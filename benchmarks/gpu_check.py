@@ -361,7 +361,7 @@ def _ratios(row: dict) -> None:
                 row[f"gdv{tag}{kind}_over_compile"] = v / row["compile_ms"]
 
 
-def run_side_by_side(dry: bool, repeats: int, deadline: float) -> list[dict]:
+def run_side_by_side(dry: bool, repeats: int, deadline: float, minilm: bool = True) -> list[dict]:
     import side_by_side as sbs
     import torch
 
@@ -376,13 +376,14 @@ def run_side_by_side(dry: bool, repeats: int, deadline: float) -> list[dict]:
             "minilm-ffn (tiny)": {"make": "ffn", "tokens": 4, "d": 8, "hidden": 16},
         }
     else:
-        names = {k: {} for k in sbs.WORKLOADS if k.startswith("example-")}
+        names = {k: {} for k in sbs.WORKLOADS if k.startswith("example-") and minilm}
         names.update(MINILM)
         names.update({k: {} for k in sbs.WORKLOADS if not k.startswith("example-")})
     # MiniLM first (the acceptance names it), then the side-by-side workloads
     minilm = [
         _minilm_plain_row(dry, repeats, deadline, sync, batch, tokens)
         for batch, tokens in ((None, None), (8, 128))
+        if minilm
     ]
     rows = []
     for name, sizes in names.items():
@@ -423,7 +424,8 @@ def run_side_by_side(dry: bool, repeats: int, deadline: float) -> list[dict]:
             flush=True,
         )
         rows.append(row)
-    rows.append(_minilm_row(dry, repeats, deadline, sync))
+    if minilm:
+        rows.append(_minilm_row(dry, repeats, deadline, sync))
     return minilm + rows
 
 
@@ -589,6 +591,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     p.add_argument("--budget", type=float, default=270.0, help="seconds for the whole run")
     p.add_argument("--repeats", type=int, default=20)
+    p.add_argument(
+        "--workloads-only",
+        action="store_true",
+        help="skip conformance and the MiniLM rows (a second run within a short device lease)",
+    )
     args = p.parse_args(argv)
     start = time.perf_counter()
     out = Path(args.out)
@@ -603,9 +610,11 @@ def main(argv: list[str] | None = None) -> int:
     device = d["machine"].get("cpu", "?") if not dry else f"CPU ({platform.machine()}), dry run"
     (out / "descriptor.json").write_text(json.dumps(d, indent=2) + "\n")
     print(f"gpu_check: {device}; conformance", flush=True)
-    conf = run_conformance(dry, start + args.budget * 0.45)
+    conf = [] if args.workloads_only else run_conformance(dry, start + args.budget * 0.45)
     print("gpu_check: side by side", flush=True)
-    sbs = run_side_by_side(dry, 2 if dry else args.repeats, start + args.budget * 0.95)
+    sbs = run_side_by_side(
+        dry, 2 if dry else args.repeats, start + args.budget * 0.95, not args.workloads_only
+    )
     import torch
     import triton
 
