@@ -341,6 +341,9 @@ class Importer(GraphEmitter):
             self.specialised.add(name)
             v.static = v.known
             return v.static
+        arr = _evaluate(self, v)  # computed from given inputs' values (`known_inputs`)
+        if arr is not None:
+            return arr
         raise self.unsupported(f"{what} must be a constant (input '{printable(name)}' is not)")
 
     def is_static(self, name: str) -> bool:
@@ -1430,7 +1433,10 @@ def _size(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
 def _range(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     # output[i] = start + (i * delta), in the inputs' dtype, as ONNX defines it; the length
     # max(ceil((limit - start) / delta), 0) must be static.
-    start, limit, delta = (imp.static(i, "Range's inputs")[()] for i in ins[:3])
+    args = [np.asarray(imp.static(i, "Range's inputs")) for i in ins[:3]]
+    if any(a.size != 1 for a in args):  # one-element tensors are read as ONNX's reference does
+        raise imp.unsupported(f"inputs of shapes {[list(a.shape) for a in args]}, not scalars")
+    start, limit, delta = (a.reshape(-1)[0] for a in args)
     if float(delta) == 0:
         raise imp.unsupported("delta is 0")
     n = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0)
@@ -2983,11 +2989,11 @@ def _input_name(imp: Importer, v: Val) -> str | None:
     return next((n for n in imp.input_params if imp.vals.get(n) is v), None)
 
 
-def _control_array(imp: Importer, v: Val, what: str) -> np.ndarray:
-    """The value of `v`, a trip count or condition, at import: a constant, a graph input whose
-    value is given (`known_inputs`, which fixes that input), or computed from those by the
-    nodes that produced it, evaluated with ONNX's reference evaluator (as `_try_fold` does).
-    Refused naming `what` when it depends on the data."""
+def _evaluate(imp: Importer, v: Val) -> np.ndarray | None:
+    """The value of `v` at import, or None: a constant, a graph input whose value is given
+    (`known_inputs`, which fixes that input), or computed from those by the nodes that produced
+    it, evaluated with ONNX's reference evaluator (as `_try_fold` does). Nothing is folded:
+    the IR still computes `v` wherever it is used as data."""
     memo: dict[int, list[np.ndarray] | None] = {}
     budget = [_MAX_EVALUATED]
     fixed: set[str] = set()
@@ -3023,12 +3029,21 @@ def _control_array(imp: Importer, v: Val, what: str) -> np.ndarray:
 
     arr = ev(v)
     if arr is None:
+        return None
+    imp.specialised |= fixed
+    return np.asarray(arr)
+
+
+def _control_array(imp: Importer, v: Val, what: str) -> np.ndarray:
+    """The value of `v`, a trip count or condition, at import (`_evaluate`); refused naming
+    `what` when it depends on the data."""
+    arr = _evaluate(imp, v)
+    if arr is None:
         raise imp.unsupported(
             f"{what} is not a constant at import (it depends on the data): data-dependent "
             "control flow has no IR op; only control flow that is static at import is imported"
         )
-    imp.specialised |= fixed
-    return np.asarray(arr)
+    return arr
 
 
 def _control_bool(imp: Importer, v: Val, what: str) -> bool:

@@ -392,6 +392,38 @@ def test_a_trip_count_computed_from_known_inputs_is_evaluated_at_import() -> Non
         import_model(m)  # without the values: data-dependent
 
 
+def test_control_flow_inside_function_bodies() -> None:
+    # LinearAttention's function body holds a Scan and AffineGrid's holds Ifs: their bodies
+    # read names of the function, which the expansion renames. AffineGrid's `size` input is
+    # given at import (a shape: the Ifs test its length, Range and Expand read its values).
+    # Their products are MatMuls, which ONNX's reference runs with numpy's BLAS (summation
+    # order unspecified): compared to a few ulps rather than bit for bit.
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, 3, 8), np.float32) for _ in range(3))
+    la = model(
+        [helper.make_node("LinearAttention", ["q", "k", "v"], ["o", "s"], q_num_heads=2,
+                          kv_num_heads=2, update_rule="linear")],
+        [vi(n, F, [2, 3, 8]) for n in "qkv"], [vi("o", F, None), vi("s", F, None)], opset=27,
+    )  # fmt: skip
+    feeds = {"q": q, "k": k, "v": v}
+    for g, w in zip(gdv_run(la, feeds), ReferenceEvaluator(la).run(None, feeds), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    for size in ([2, 3, 4, 5], [2, 3, 2, 4, 5]):
+        theta = rng.standard_normal((2, len(size) - 2, len(size) - 1), np.float32)
+        ag = model(
+            [helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=0)],
+            [vi("theta", F, list(theta.shape)), vi("size", I64, [len(size)])],
+            [vi("grid", F, None)], opset=20,
+        )  # fmt: skip
+        feeds = {"theta": theta, "size": np.int64(size)}
+        got = gdv_run(ag, feeds, known_inputs={"size": feeds["size"]})
+        (want,) = ReferenceEvaluator(ag).run(None, feeds)
+        assert got[0].shape == want.shape == (2, *size[2:], len(size) - 2)
+        np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(Unsupported, match="must be a constant"):
+        import_model(ag)  # the size unknown: the grid's shape depends on the data
+
+
 # --- refusals ---------------------------------------------------------------------------------
 
 
