@@ -516,3 +516,28 @@ def test_the_c_target_runs_an_unrolled_scan() -> None:
     assert comp.verdict == "proved"
     got = [np.asarray(g) for g in comp(**feeds, **weights)]
     assert_bits(got, ReferenceEvaluator(oracle).run(None, feeds))
+
+
+def test_gdv_import_compile_and_run_on_c_an_unrolled_loop(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gdv.cli import main
+
+    m = loop_model(5, True, stop_at=4)
+    path = tmp_path / "loop.onnx"
+    onnx.save(m, str(path))
+    ir, weights = tmp_path / "loop.gdv", tmp_path / "w.npz"
+    assert main(["import", str(path), "-o", str(ir), "--weights", str(weights)]) == 0
+    text = ir.read_text()
+    assert "// from onnx:loop/iter3/#1 (y2) (Add)" in text and "iter4" not in text
+    assert main(["compile", str(ir), "-o", str(tmp_path / "loop.so"), "--no-cache"]) == 0
+    rng = np.random.default_rng(6)
+    feeds = {"x": rng.standard_normal((6, 3), np.float32),
+             "y0": rng.standard_normal(3, np.float32)}  # fmt: skip
+    np.savez(tmp_path / "in.npz", **feeds)
+    out = tmp_path / "out.npz"
+    argv = ["run", str(ir), "--target", "c", "--inputs", str(weights), "--inputs"]
+    assert main([*argv, str(tmp_path / "in.npz"), "--output", str(out)]) == 0
+    got = np.load(out)
+    assert_bits([got["out0"], got["out1"]], ReferenceEvaluator(m).run(None, feeds))
+    capsys.readouterr()
