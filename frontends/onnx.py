@@ -3014,7 +3014,10 @@ def _evaluate(imp: Importer, v: Val) -> np.ndarray | None:
         node, opset, ins, k = w.producer
         if any(a.type in (5, 10) for a in node.attribute):
             return None  # a value computed by control flow: not evaluated twice
-        if id(node) not in memo:
+        # One ONNX node of a body has a copy per unrolled iteration, each with its own inputs:
+        # a copy is its list of input values (one list per import of a node), not the node.
+        key = id(ins)
+        if key not in memo:
             budget[0] -= 1
             if budget[0] < 0:
                 return None
@@ -3022,11 +3025,11 @@ def _evaluate(imp: Importer, v: Val) -> np.ndarray | None:
             for u in ins:
                 a = None if u is None else ev(u)
                 if u is not None and a is None:
-                    memo[id(node)] = None
+                    memo[key] = None
                     return None
                 arrays.append(a)
-            memo[id(node)] = _reference_eval(node, list(node.input), arrays, opset)
-        outs = memo[id(node)]
+            memo[key] = _reference_eval(node, list(node.input), arrays, opset)
+        outs = memo[key]
         return None if outs is None or k >= len(outs) else outs[k]
 
     arr = ev(v)

@@ -424,6 +424,31 @@ def test_control_flow_inside_function_bodies() -> None:
         import_model(ag)  # the size unknown: the grid's shape depends on the data
 
 
+def test_conditions_evaluated_at_import_keep_each_iteration_apart() -> None:
+    # The body's condition, q - p > 0 with q = p + d, is computed from given inputs: each
+    # iteration's copy of the same ONNX node has its own inputs (p of iteration k is q of
+    # iteration k - 1), so the evaluation must never mistake one copy for another.
+    body = helper.make_graph(
+        [helper.make_node("Add", ["p", "d"], ["q"]), helper.make_node("Sub", ["q", "p"], ["e"]),
+         helper.make_node("Greater", ["e", "zero"], ["c2"]),
+         helper.make_node("Identity", ["q"], ["o"])],
+        "body", [vi("i", I64, []), vi("c", B, []), vi("p", F, [])],
+        [vi("c2", B, []), vi("q", F, []), vi("o", F, [])], [const("zero", np.float32(0))],
+    )  # fmt: skip
+    m = model(
+        [helper.make_node("Loop", ["M", "cond", "start"], ["last", "out"], body=body)],
+        [vi("start", F, []), vi("d", F, [])], [vi("last", F, []), vi("out", F, None)],
+        [const("M", np.int64(4)), const("cond", np.bool_(True))],
+    )  # fmt: skip
+    for d in (0.5, 0.0):
+        feeds = {"start": np.array(1.5, np.float32), "d": np.array(d, np.float32)}
+        got = gdv_run(m, feeds, known_inputs=feeds)
+        assert got[1].shape == ((4,) if d else (1,))
+        assert_bits(got, ort_run(m, feeds))
+        last, out = ReferenceEvaluator(m).run(None, feeds)  # its vstack makes out (n, 1)
+        assert_bits(got, [last, out.reshape(-1)])
+
+
 # --- refusals ---------------------------------------------------------------------------------
 
 
