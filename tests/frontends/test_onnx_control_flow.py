@@ -515,6 +515,19 @@ def test_trip_counts_over_the_limit_are_refused_at_once() -> None:
     assert "(4096 already unrolled), over the limit of 4096" in msg
 
 
+def test_malformed_control_flow_is_an_input_error_with_the_node() -> None:
+    from gdv.ir.diagnostics import IRError
+
+    m = if_model(True)
+    del m.graph.node[0].attribute[1]  # then_branch (attributes are sorted by name)
+    with pytest.raises(IRError, match="ONNX node sel \\(If\\) lacks the attribute 'then_branch'"):
+        import_model(m)
+    m = loop_model(3, True)
+    m.graph.node[0].attribute[0].g.input.pop()
+    with pytest.raises(IRError, match="node loop \\(Loop\\): its body has 2 inputs and 3 out"):
+        import_model(m)
+
+
 def test_other_subgraph_ops_stay_refused() -> None:
     body = helper.make_graph([helper.make_node("Identity", ["a"], ["b"])], "f",
                              [vi("a", F, [])], [vi("b", F, [])])  # fmt: skip
