@@ -6,7 +6,9 @@ weights). Shapes must be static; shape subgraphs (Shape, Gather on shapes, Conca
 Reshape targets, axes given as inputs, ...) are evaluated at import time, on integers only.
 Every ONNX op maps to IR ops with ONNX's own meaning (the order of a function body where the
 ONNX spec defines the op by one); an op or attribute combination that cannot be expressed
-exactly is refused with `unsupported ONNX op X (opset N) at node NAME: reason`.
+exactly is refused with `unsupported ONNX op X (opset N) at node NAME: reason`. If, Loop and
+Scan import where their control flow is static at import (section "control flow"): branches
+inlined, bodies unrolled, each copy in a scope of its own.
 
 Names: ONNX names become IR names by `mangle` (reversible, collision-free); a parameter whose
 name changed keeps the original in its `onnx_name` attribute.
@@ -17,7 +19,8 @@ from __future__ import annotations
 import hashlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,6 +177,10 @@ class Val:
     """For an initializer: its ONNX name."""
     """A graph input's value given for specialisation: used only where a static value is
     required (a Reshape target, axes, pads, ...), never to fold arithmetic."""
+    producer: tuple[Any, int, list[Val | None], int] | None = None
+    """The node that computed it (node, opset, its input values): lets a control-flow value
+    (a Loop's trip count, an If's condition) be evaluated at import from known inputs; the
+    last entry is which of its outputs."""
 
 
 _INT_FOLDABLE = {
@@ -272,7 +279,9 @@ class Importer(GraphEmitter):
                 self.opset = imp.version
         self.input_shapes = dict(input_shapes or {})
         self.known_inputs = dict(known_inputs or {})
-        self.vals: dict[str, Val] = {}
+        self.vals: MutableMapping[str, Val] = {}
+        """ONNX name -> value; inside a subgraph a `ChainMap` whose first map is the body's own
+        scope (one per unrolled copy), the enclosing scopes behind it."""
         self.st = _State()
         self.node: Any = None
         self.node_label = ""
@@ -280,6 +289,8 @@ class Importer(GraphEmitter):
         self.input_params: dict[str, Param] = {}
         self.used_inits: list[str] = []
         self.expansions = 0
+        self.unrolled = 0
+        """Body instances imported so far by unrolled Loop and Scan nodes (`MAX_UNROLLED`)."""
 
     # --- errors -------------------------------------------------------------------------------
 
@@ -306,7 +317,10 @@ class Importer(GraphEmitter):
 
     def dyn(self, name: str) -> str:
         """The IR value holding ONNX value `name`, emitting a constant or parameter if needed."""
-        v = self.val(name)
+        return self.dyn_val(self.val(name))
+
+    def dyn_val(self, v: Val) -> str:
+        """The IR value holding `v`, emitting a constant or parameter if needed."""
         if v.name is not None:
             return v.name
         if v.param is not None:
@@ -329,6 +343,9 @@ class Importer(GraphEmitter):
             self.specialised.add(name)
             v.static = v.known
             return v.static
+        arr = _evaluate(self, v)  # computed from given inputs' values (`known_inputs`)
+        if arr is not None:
+            return arr
         raise self.unsupported(f"{what} must be a constant (input '{printable(name)}' is not)")
 
     def is_static(self, name: str) -> bool:
@@ -458,11 +475,22 @@ class Importer(GraphEmitter):
         if node.domain not in ("", "ai.onnx"):
             raise self.unsupported(f"domain '{printable(node.domain)}' is not supported")
         for attr in node.attribute:
+            if attr.type == 5 and node.op_type in _CONTROL_FLOW:
+                continue  # a body or branch: imported by the op's handler (unrolled, inlined)
             if attr.type in (5, 10, 11, 12, 13):  # GRAPH, GRAPHS, SPARSE_TENSOR(S), TYPE_PROTO
                 raise self.unsupported(f"attribute '{attr.name}' (subgraphs) is not supported")
         ins = list(node.input)
         if self._try_fold(node, ins):
             return
+        in_vals = [self.vals.get(i) if i else None for i in ins]
+        self._import_node(node, ins)
+        for k, name in enumerate(node.output):
+            v = self.vals.get(name) if name else None
+            if v is not None and v.producer is None and v.static is None and v.param is None:
+                if all(v is not w for w in in_vals):
+                    v.producer = (node, self.opset, in_vals, k)
+
+    def _import_node(self, node: Any, ins: list[str]) -> None:
         handler = HANDLERS.get(node.op_type)
         if handler is None:
             if node.op_type not in _WHY_NOT and self._expand_function(node, ins):
@@ -552,6 +580,8 @@ class Importer(GraphEmitter):
                         b.name = a.name
                         attrs.append(b)
                     else:
+                        if a.type == 5:  # a body reads the function's names: rename them too
+                            _rename_free_names(a.g, rename)
                         attrs.append(a)
                 del n.attribute[:]
                 n.attribute.extend(attrs)
@@ -660,6 +690,8 @@ def _attr_value(a: Any, imp: Importer) -> Any:
         return [s.decode("utf-8", "replace") for s in a.strings]
     if kind == 9:
         return [_tensor_to_numpy(t, imp) for t in a.tensors]
+    if kind == 5:
+        return a.g  # a subgraph: read by the control-flow handlers
     return None
 
 
@@ -832,9 +864,6 @@ _WHY_NOT = {
     "Unique": "its output shape depends on the data",
     "Compress": "its output shape depends on the data",
     "NonMaxSuppression": "its output shape depends on the data",
-    "Loop": "control flow has no IR op",
-    "If": "control flow has no IR op",
-    "Scan": "control flow has no IR op",
     "RandomUniform": "random number generation has no IR op",
     "RandomNormal": "random number generation has no IR op",
     "RandomUniformLike": "random number generation has no IR op",
@@ -1406,7 +1435,10 @@ def _size(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
 def _range(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     # output[i] = start + (i * delta), in the inputs' dtype, as ONNX defines it; the length
     # max(ceil((limit - start) / delta), 0) must be static.
-    start, limit, delta = (imp.static(i, "Range's inputs")[()] for i in ins[:3])
+    args = [np.asarray(imp.static(i, "Range's inputs")) for i in ins[:3]]
+    if any(a.size != 1 for a in args):  # one-element tensors are read as ONNX's reference does
+        raise imp.unsupported(f"inputs of shapes {[list(a.shape) for a in args]}, not scalars")
+    start, limit, delta = (a.reshape(-1)[0] for a in args)
     if float(delta) == 0:
         raise imp.unsupported("delta is 0")
     n = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0)
@@ -2864,6 +2896,377 @@ def _pad(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> Non
             idx.append(j)
         y = _take_indices(imp, y, a, idx)
     _out(imp, node, y)
+
+
+# --- control flow -----------------------------------------------------------------------------
+#
+# If, Loop and Scan are imported only where the control flow is static at import: an If whose
+# condition is a constant has its taken branch inlined; a Scan (its length is a static shape)
+# and a Loop whose trip count and condition are constants at every iteration are unrolled, one
+# copy of the body per iteration, each in a scope of its own (body-local names never collide
+# across copies; names of the enclosing graphs are read through the scope chain). The IR gains
+# no control-flow op: the result is straight-line graph-stage IR.
+
+MAX_UNROLLED = 4096
+"""The most body instances the unrolled Loop and Scan nodes of one model may import, nested
+bodies included: beyond it the model is refused with the count (a huge trip count never makes
+the importer run long)."""
+
+_CONTROL_FLOW = ("If", "Loop", "Scan")
+"""Ops whose GRAPH attributes (bodies, branches) the importer reads."""
+
+_MAX_EVALUATED = 512
+"""The most nodes evaluated at import to find one control value (`_control_array`)."""
+
+
+def _bound_names(g: Any) -> set[str]:
+    """The names a graph defines itself: its inputs, initializers and node outputs."""
+    names = {i.name for i in g.input} | {i.name for i in g.initializer}
+    names |= {i.values.name for i in g.sparse_initializer}
+    names |= {o for n in g.node for o in n.output if o}
+    return names
+
+
+def _rename_free_names(g: Any, rename: Mapping[str, str], bound: frozenset[str] = frozenset()):
+    """Rename, in place, the names `g` (and the graphs nested in it) reads from its enclosing
+    scope, by `rename`: a function body's Scan or If inside an expanded function reads the
+    function's names, which the expansion renamed."""
+    bound = bound | _bound_names(g)
+    for n in g.node:
+        for k, name in enumerate(n.input):
+            if name and name not in bound and name in rename:
+                n.input[k] = rename[name]
+        for a in n.attribute:
+            if a.type == 5:
+                _rename_free_names(a.g, rename, bound)
+            elif a.type == 10:
+                for sub in a.graphs:
+                    _rename_free_names(sub, rename, bound)
+    for o in g.output:
+        if o.name not in bound and o.name in rename:
+            o.name = rename[o.name]
+
+
+def _import_subgraph(imp: Importer, g: Any, bindings: Sequence[Val], tag: str) -> list[Val]:
+    """Import graph `g` inline with its inputs bound to `bindings`, in a scope of its own whose
+    parent is the current one; its output values. Each node's label (refusals, `Op.origin`)
+    is the enclosing node's, then `tag` (the branch or the iteration), then its own."""
+    if len(bindings) != len(g.input):
+        raise IRError(
+            f"ONNX node {printable(imp.node_label, 80)} ({printable(imp.node.op_type)}): its "
+            f"subgraph '{printable(g.name)}' has {len(g.input)} inputs, the op gives "
+            f"{len(bindings)}",
+            imp.loc(),
+        )
+    if len(g.sparse_initializer):
+        raise imp.unsupported(f"subgraph '{printable(g.name)}' has sparse initializers")
+    saved = (imp.vals, imp.node, imp.node_label, imp.origin)
+    outer = imp.node_label
+    scope = imp.vals.new_child() if isinstance(imp.vals, ChainMap) else ChainMap({}, imp.vals)
+    for init in g.initializer:  # a body's own constants
+        arr = _tensor_to_numpy(init, imp)
+        dt = _np_to_ir(arr.dtype)
+        if dt is None:
+            raise imp.unsupported(
+                f"initializer '{printable(init.name)}' of numpy dtype {arr.dtype}"
+            )
+        scope[init.name] = Val(TensorType(dt, arr.shape), static=arr)
+    for inp, v in zip(g.input, bindings, strict=True):
+        scope[inp.name] = v
+    try:
+        imp.vals = scope
+        for index, node in enumerate(g.node):
+            own = node.name or f"#{index} ({', '.join(node.output)})"
+            label = f"{outer}/{tag}/{own}"
+            imp.node, imp.node_label = node, label
+            imp.origin = f"onnx:{printable(label, 200)} ({printable(node.op_type)})"
+            imp.import_node(node)
+        imp.node, imp.node_label = saved[1], saved[2]
+        return [imp.val(o.name) for o in g.output]
+    finally:
+        imp.vals, imp.node, imp.node_label, imp.origin = saved
+
+
+def _input_name(imp: Importer, v: Val) -> str | None:
+    return next((n for n in imp.input_params if imp.vals.get(n) is v), None)
+
+
+def _evaluate(imp: Importer, v: Val) -> np.ndarray | None:
+    """The value of `v` at import, or None: a constant, a graph input whose value is given
+    (`known_inputs`, which fixes that input), or computed from those by the nodes that produced
+    it, evaluated with ONNX's reference evaluator (as `_try_fold` does). Nothing is folded:
+    the IR still computes `v` wherever it is used as data."""
+    memo: dict[int, list[np.ndarray] | None] = {}
+    budget = [_MAX_EVALUATED]
+    fixed: set[str] = set()
+
+    def ev(w: Val) -> np.ndarray | None:
+        if w.static is not None:
+            return w.static
+        if w.known is not None:
+            name = _input_name(imp, w)
+            if name is None:
+                return None
+            fixed.add(name)
+            return w.known
+        if w.producer is None:
+            return None
+        node, opset, ins, k = w.producer
+        if any(a.type in (5, 10) for a in node.attribute):
+            return None  # a value computed by control flow: not evaluated twice
+        # One ONNX node of a body has a copy per unrolled iteration, each with its own inputs:
+        # a copy is its list of input values (one list per import of a node), not the node.
+        key = id(ins)
+        if key not in memo:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            arrays = []
+            for u in ins:
+                a = None if u is None else ev(u)
+                if u is not None and a is None:
+                    memo[key] = None
+                    return None
+                arrays.append(a)
+            memo[key] = _reference_eval(node, list(node.input), arrays, opset)
+        outs = memo[key]
+        return None if outs is None or k >= len(outs) else outs[k]
+
+    arr = ev(v)
+    if arr is None:
+        return None
+    imp.specialised |= fixed
+    return np.asarray(arr)
+
+
+def _control_array(imp: Importer, v: Val, what: str) -> np.ndarray:
+    """The value of `v`, a trip count or condition, at import (`_evaluate`); refused naming
+    `what` when it depends on the data."""
+    arr = _evaluate(imp, v)
+    if arr is None:
+        raise imp.unsupported(
+            f"{what} is not a constant at import (it depends on the data): data-dependent "
+            "control flow has no IR op; only control flow that is static at import is imported"
+        )
+    return arr
+
+
+def _control_bool(imp: Importer, v: Val, what: str) -> bool:
+    arr = _control_array(imp, v, what)
+    if arr.size != 1:
+        raise imp.unsupported(f"{what} has {arr.size} elements, expected 1")
+    return bool(arr.reshape(-1)[0])
+
+
+def _index_along(imp: Importer, v: Val, axis: int, i: int) -> Val:
+    """Element `i` of `v` along `axis`, the axis dropped (a static value stays static)."""
+    if v.static is not None:
+        arr = np.take(v.static, i, axis=axis)
+        return Val(v.type.with_shape(arr.shape), static=arr)
+    y = _slice1(imp, imp.dyn_val(v), axis, i, i + 1, 1)
+    y = reshape(imp, y, v.type.shape[:axis] + v.type.shape[axis + 1 :])
+    return Val(imp.type_of(y), name=y)
+
+
+def _stack(imp: Importer, vals: Sequence[Val], axis: int, what: str) -> Val:
+    """The values stacked along a new `axis` (numpy's `stack`)."""
+    t0 = vals[0].type
+    for k, v in enumerate(vals):
+        if v.type != t0:
+            raise imp.unsupported(
+                f"{what} is {t0} at iteration 0 but {v.type} at iteration {k}: the stacked "
+                "values must have one type"
+            )
+    if all(v.static is not None for v in vals):
+        arr = np.stack([v.static for v in vals], axis=axis)
+        return Val(t0.with_shape(arr.shape), static=arr)
+    shape = t0.shape[:axis] + (1,) + t0.shape[axis:]
+    pieces = [reshape(imp, imp.dyn_val(v), shape) for v in vals]
+    y = pieces[0] if len(pieces) == 1 else imp.emit("concat", pieces, axis=axis)
+    return Val(imp.type_of(y), name=y)
+
+
+def _claim_unrolled(imp: Importer, n: int, what: str) -> None:
+    """Count `n` more body instances, refusing beyond `MAX_UNROLLED`."""
+    if imp.unrolled + n > MAX_UNROLLED:
+        before = f" ({imp.unrolled} already unrolled)" if imp.unrolled else ""
+        raise imp.unsupported(
+            f"unrolling {what} needs {n} body instances{before}, over the limit of "
+            f"{MAX_UNROLLED} (MAX_UNROLLED)"
+        )
+    imp.unrolled += n
+
+
+def _set_outputs(imp: Importer, node: Any, vals: Sequence[Val]) -> None:
+    if len(node.output) > len(vals):
+        raise IRError(
+            f"ONNX node {printable(imp.node_label, 80)} ({printable(node.op_type)}) has "
+            f"{len(node.output)} outputs, its body computes {len(vals)}",
+            imp.loc(),
+        )
+    for name, v in zip(node.output, vals, strict=False):
+        if name:
+            imp.vals[name] = v
+
+
+@handler("If")
+def _if(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # Only an If whose condition is known at import: its taken branch is imported inline.
+    taken = _control_bool(imp, imp.val(ins[0]), "the condition")
+    branch = attrs["then_branch" if taken else "else_branch"]
+    _set_outputs(imp, node, _import_subgraph(imp, branch, [], "then" if taken else "else"))
+
+
+@handler("Loop")
+def _loop(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # for (i = 0; i < M && cond; ++i) { cond, v... = body(i, cond, v...); scan[k].append(...) }
+    # unrolled; M and the condition of every iteration must be constants at import. An empty
+    # condition input means a plain for loop (the body's condition is then ignored).
+    body = attrs["body"]
+    m = None
+    if ins and ins[0]:
+        arr = _control_array(imp, imp.val(ins[0]), "the trip count M")
+        if arr.size != 1:
+            raise imp.unsupported(f"the trip count M has {arr.size} elements, expected 1")
+        m = int(arr.reshape(-1)[0])
+    cond = None
+    if len(ins) > 1 and ins[1]:
+        cond = _control_bool(imp, imp.val(ins[1]), "the loop condition")
+    if m is None and cond is None:
+        raise imp.unsupported("neither a trip count nor a condition: the loop never ends")
+    if any(not i for i in ins[2:]):
+        raise imp.unsupported("an empty loop-carried input")
+    states = [imp.val(i) for i in ins[2:]]
+    n_scan = len(body.output) - 1 - len(states)
+    if len(body.input) != 2 + len(states) or n_scan < 0:
+        raise IRError(
+            f"ONNX node {printable(imp.node_label, 80)} (Loop): its body has {len(body.input)} "
+            f"inputs and {len(body.output)} outputs for {len(states)} loop-carried values",
+            imp.loc(),
+        )
+    if cond is None and m is not None:
+        _claim_unrolled(imp, max(m, 0), f"the loop (M = {m})")
+    it_type = imp.val(ins[0]).type if m is not None else TensorType(DType.I64, ())
+    scans: list[list[Val]] = [[] for _ in range(n_scan)]
+    it = 0
+    while (cond is None or cond) and (m is None or it < m):
+        if cond is not None:  # the loop may end early: counted as it goes
+            _claim_unrolled(imp, 1, f"the loop (M = {m}) beyond iteration {it - 1}")
+        it_val = Val(it_type.with_shape(()), static=np.array(it, dtype=it_type.dtype.np))
+        c_val = Val(TensorType(DType.I1, ()), static=np.array(True if cond is None else cond))
+        outs = _import_subgraph(imp, body, [it_val, c_val, *states], f"iter{it}")
+        if cond is not None:
+            cond = _control_bool(imp, outs[0], f"the loop condition after iteration {it}")
+        states = outs[1 : 1 + len(states)]
+        for k in range(n_scan):
+            scans[k].append(outs[1 + len(states) + k])
+        it += 1
+    if n_scan and it == 0:
+        raise imp.unsupported(
+            "the loop runs 0 times and has scan outputs: their shapes are unknown (the body "
+            "never runs), as in ONNX's reference evaluator"
+        )
+    stacked = [_stack(imp, s, 0, f"scan output {k}") for k, s in enumerate(scans)]
+    _set_outputs(imp, node, [*states, *stacked])
+
+
+def _scan_unrolled(
+    imp: Importer, body: Any, states: list[Val], xs: list[Val], attrs: dict[str, Any], tag: str
+) -> list[Val]:
+    """Scan (opset 9 and later) unrolled: the final states, then the scan outputs."""
+    n_in, n_out = len(xs), len(body.output) - len(states)
+    if n_out < 0 or len(body.input) != len(states) + n_in:
+        raise IRError(
+            f"ONNX node {printable(imp.node_label, 80)} (Scan): its body has {len(body.input)} "
+            f"inputs and {len(body.output)} outputs for {len(states)} states and {n_in} scan "
+            "inputs",
+            imp.loc(),
+        )
+
+    def listed(key: str, n: int) -> list[int]:
+        got = list(attrs.get(key) or [0] * n)
+        if len(got) != n:
+            raise imp.unsupported(f"{key} has {len(got)} entries for {n} values")
+        return got
+
+    in_axes = [_norm_axis(imp, a, x.type.rank) for a, x in zip(listed("scan_input_axes", n_in), xs,
+                                                              strict=True)]  # fmt: skip
+    in_dirs, out_dirs = (
+        listed("scan_input_directions", n_in),
+        listed("scan_output_directions", n_out),
+    )
+    out_axes = listed("scan_output_axes", n_out)
+    if any(d not in (0, 1) for d in in_dirs + out_dirs):
+        raise imp.unsupported(f"directions {in_dirs + out_dirs}: each must be 0 or 1")
+    lengths = {x.type.shape[a] for x, a in zip(xs, in_axes, strict=True)}
+    if len(lengths) != 1:
+        raise imp.unsupported(f"the scan inputs have lengths {sorted(lengths)} along their axes")
+    n = lengths.pop()
+    if n == 0 and n_out:
+        raise imp.unsupported(
+            "a scan of length 0 with scan outputs: their shapes are unknown (the body never "
+            "runs), as in ONNX's reference evaluator"
+        )
+    _claim_unrolled(imp, n, f"the scan (length {n})")
+    pieces: list[list[Val]] = [[] for _ in range(n_out)]
+    for t in range(n):
+        sl = [
+            _index_along(imp, x, a, n - 1 - t if d else t)
+            for x, a, d in zip(xs, in_axes, in_dirs, strict=True)
+        ]
+        outs = _import_subgraph(imp, body, [*states, *sl], f"{tag}iter{t}")
+        states = outs[: len(states)]
+        for k in range(n_out):
+            pieces[k].append(outs[len(states) + k])
+    results = list(states)
+    for k, (ps, a, d) in enumerate(zip(pieces, out_axes, out_dirs, strict=True)):
+        rank = ps[0].type.rank
+        axis = a + rank + 1 if a < 0 else a
+        if not 0 <= axis <= rank:
+            raise imp.unsupported(f"scan output axis {a} is out of range for rank {rank + 1}")
+        results.append(_stack(imp, ps[::-1] if d else ps, axis, f"scan output {k}"))
+    return results
+
+
+@handler("Scan")
+def _scan(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # Unrolled over the static length of the scan axes: states threaded through the copies of
+    # the body, scan inputs sliced per iteration (from the end for direction 1), scan outputs
+    # stacked along their axes (in reverse iteration order for direction 1).
+    body, n_in = attrs["body"], attrs["num_scan_inputs"]
+    if imp.opset >= 9:
+        n_state = len(ins) - n_in
+        if n_state < 0 or any(not i for i in ins):
+            raise imp.unsupported(f"{len(ins)} inputs for num_scan_inputs = {n_in}")
+        vals = [imp.val(i) for i in ins]
+        _set_outputs(imp, node, _scan_unrolled(imp, body, vals[:n_state], vals[n_state:], attrs,
+                                               ""))  # fmt: skip
+        return
+    # opset 8: a leading batch axis on every input and output; the scan axis is axis 1
+    if ins and ins[0]:
+        raise imp.unsupported("sequence_lens (opset 8) is not supported")
+    n_state = len(ins) - 1 - n_in
+    if n_state < 0 or any(not i for i in ins[1:]):
+        raise imp.unsupported(f"{len(ins)} inputs for num_scan_inputs = {n_in}")
+    vals = [imp.val(i) for i in ins[1:]]
+    batches = {v.type.shape[0] if v.type.rank else -1 for v in vals}
+    if len(batches) != 1 or -1 in batches:
+        raise imp.unsupported(f"the inputs' batch sizes {sorted(batches)} differ")
+    per_batch = []
+    inner = {"scan_input_directions": attrs.get("directions")}
+    for b in range(batches.pop()):
+        vs = [_index_along(imp, v, 0, b) for v in vals]
+        per_batch.append(_scan_unrolled(imp, body, vs[:n_state], vs[n_state:], inner, f"b{b}/"))
+    if not per_batch:
+        raise imp.unsupported("a batch of 0: the outputs' shapes are unknown")
+    _set_outputs(
+        imp,
+        node,
+        [
+            _stack(imp, [r[k] for r in per_batch], 0, f"output {k}")
+            for k in range(len(per_batch[0]))
+        ],
+    )
 
 
 # --- public API -------------------------------------------------------------------------------
