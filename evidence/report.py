@@ -262,3 +262,84 @@ def _artifact(root: Path, manifest: dict) -> list[str]:
             f"<pre>{_e(_read(root, f['file']))}</pre></details>"
         )
     return parts
+
+
+def render_cross_target_html(root: Path, manifest: dict) -> str:
+    """The review page of a cross-target bundle (`gdv.evidence.cross_target`): its targets and
+    the cross-target table, targets by targets (each target's own compile has its own page:
+    `gdv evidence report DIR/targets/NAME`)."""
+    from gdv.evidence.cross_target import cell_text, table_rows
+
+    title = f"gdv cross-target evidence: {_e(manifest['source']['file'])}"
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{title}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>{title}</h1>",
+        "<table>",
+    ]
+    table = manifest["cross_target"]
+    summary = [
+        ("verdict", f'<span class="{_e(manifest["verdict"])}">{_e(manifest["verdict"])}</span>'),
+        ("source sha256", _e(manifest["source"]["sha256"])),
+        ("targets", _e(", ".join(t["name"] for t in manifest["targets"]))),
+        ("cross-target", _e(f"{table['status']} on seeds {table['seeds']} {table['reason']}")),
+        ("signature", _e(_signature_state(root))),
+        ("tools", _e(", ".join(f"{k} {v}" for k, v in sorted(manifest["tools"].items())))),
+        ("schema", _e(manifest["schema_version"])),
+    ]
+    parts += [f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in summary]
+    parts.append("</table>")
+    sides, cells = table_rows(manifest)
+    parts += [
+        "<h2>Cross-target table</h2>",
+        "<p>Each target's final stage on its target and the source on the reference backend, "
+        "on the recorded seeds: the verdict, the largest absolute difference and the largest "
+        "distance in ulps over the outputs.</p>",
+        '<table id="cross-target"><tr><th></th>'
+        + "".join(f"<th>{_e(s)}</th>" for s in sides)
+        + "</tr>",
+    ]
+    for a in sides:
+        row = [f"<th>{_e(a)}</th>"]
+        for b in sides:
+            p = cells.get((a, b))
+            text = "&mdash;" if a == b or p is None else _e(cell_text(p))
+            row.append(f"<td>{text}</td>")
+        parts.append("<tr>" + "".join(row) + "</tr>")
+    parts += [
+        "</table>",
+        "<h2>Pairs</h2>",
+        '<table id="pairs"><tr><th>a</th><th>b</th><th>required</th><th>output</th>'
+        "<th>max |diff|</th><th>max ulp</th><th>limit</th><th>verdict</th></tr>",
+    ]
+    for p in table["pairs"]:
+        for k, o in enumerate(p["outputs"]):
+            limit = "" if p["limits"] is None else p["limits"][k]
+            limit = "none" if limit is None else limit if limit == "" else f"{limit:.6g}"
+            diff = "NaN mismatch" if o["max_abs_diff"] is None else f"{o['max_abs_diff']:.6g}"
+            parts.append(
+                f"<tr><td>{_e(p['a'])}</td><td>{_e(p['b'])}</td><td>{_e(p['required'])}</td>"
+                f"<td>{k}</td><td>{_e(diff)}</td><td>{_e(o['max_ulp'])}</td>"
+                f"<td>{_e(limit)}</td>"
+                f"<td>{_e(p['verdict'])}</td></tr>"
+            )
+    parts.append("</table><h2>Targets</h2>")
+    for t in manifest["targets"]:
+        p = t["pipeline"]
+        parts.append(
+            f"<h3>{_e(t['name'])}</h3><p>bundle <code>{_e(t['bundle'])}/</code> (manifest "
+            f"sha256 {_e(t['manifest_sha256'])}); {_e(t['obligations'])} obligation(s) "
+            f'<span class="{_e(t["verdict"])}">{_e(t["verdict"])}</span>; -O{_e(p["level"])}; '
+            f"{'keeps' if t['keeps_ir_order'] else 'changes'} IR order; passes: "
+            f"{_e(', '.join(p['passes']))}</p>"
+        )
+        for f in t["artifact"]["files"]:
+            parts.append(
+                f"<details><summary><code>{_e(f['file'])}</code> ({_e(t['artifact']['kind'])}) "
+                f"sha256 {_e(f['sha256'])}</summary><pre>{_e(_read(root, f['file']))}</pre>"
+                "</details>"
+            )
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

@@ -28,6 +28,10 @@ named, a failure says which):
 12. `artifact`: regenerated from the final stage, byte for byte;
 13. `policy`: the policy's rules.
 
+A cross-target bundle (`gdv.evidence.cross_target`) holds one ordinary bundle per target, each
+verified with every check above, and the cross-target table, recomputed by rerunning every
+target on the recorded seeds.
+
 So neither an edited status, nor a doctored query whose hash is fixed, nor an edited stage or
 certificate can stand in for a proof, without any signature.
 """
@@ -52,6 +56,7 @@ from gdv.evidence.bundle import (
     read_manifest,
     sha256,
 )
+from gdv.evidence.cross_target import is_cross_target_manifest, verify_cross_target
 from gdv.evidence.partition import is_partition_manifest, verify_partition
 from gdv.evidence.policy import Policy, check_policy
 from gdv.evidence.signing import SIGNATURE_FILE
@@ -154,6 +159,23 @@ def verify_bundle(
                 return "" if bad is None else f"{bad.item}: {bad.detail}"
 
             verify_partition(root, manifest, solvers, policy, timeout, passed, failed, segment)
+            return report
+        if is_cross_target_manifest(manifest):
+
+            def one_target(sub: Path) -> str:
+                inner = verify_bundle(
+                    sub,
+                    solvers=solvers,
+                    source=source,
+                    policy=policy,
+                    timeout=timeout,
+                    whole_function=whole_function,
+                    jobs=jobs,
+                )
+                bad = inner.failure
+                return "" if bad is None else f"{bad.item}: {bad.detail}"
+
+            verify_cross_target(root, manifest, policy, passed, failed, one_target)
             return report
         stages = _files(root, manifest, passed, failed)
         _reports(root, manifest, passed, failed)

@@ -22,16 +22,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("file", help="a .gdv file")
     p.add_argument(
         "--target",
-        default=DEFAULT_TARGET,
+        action="append",
+        default=None,
         help=f"the target (default {DEFAULT_TARGET}: C11 compiled to a shared object; or "
-        "reference); see `gdv targets`",
+        "triton, reference); see `gdv targets`. Repeatable: each target compiles the source "
+        "by its own pipeline, and --emit-evidence writes one cross-target bundle",
     )
     p.add_argument(
         "-o",
         "--output",
         metavar="OUT",
         help="write the artifact: target c, the shared object to OUT and its C source beside "
-        "it (OUT.so -> OUT.c); target reference, the final IR to OUT",
+        "it (OUT.so -> OUT.c); target reference, the final IR to OUT; target triton, the "
+        "Python module to OUT. With several targets OUT is a folder holding one artifact per "
+        "target: OUT/c.so (and OUT/c.c), OUT/triton.py, OUT/reference.gdv",
     )
     p.add_argument(
         "--isa",
@@ -161,6 +165,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def compile_command(args: argparse.Namespace) -> int:
+    targets = list(dict.fromkeys(args.target or [DEFAULT_TARGET]))
+    if len(targets) != len(args.target or [DEFAULT_TARGET]):
+        from gdv.ir.diagnostics import IRError, Loc
+
+        raise IRError("--target names a target twice", Loc("<command line>", 1, 1))
+    if len(targets) > 1:
+        return compile_targets(args, targets)
+    args.target = targets[0]
     if args.mesh is not None:
         from gdv.commands.partition import compile_partitioned
 
@@ -176,24 +188,6 @@ def compile_command(args: argparse.Namespace) -> int:
         from gdv.backends.c.isa import ISA_ENV, check
 
         os.environ[ISA_ENV] = check(args.isa, "<command line>")
-    options = CompileOptions(
-        target=args.target,
-        level=args.level,
-        fast_math=args.fast_math,
-        reassociate=args.reassociate,
-        disable=tuple(args.disable_pass),
-        print_after=tuple(args.print_after),
-        print_ir_after_all=args.print_ir_after_all,
-        external_passes=tuple(args.external_pass),
-        external_timeout=args.external_timeout,
-        jobs=args.jobs,
-        timeout=args.timeout,
-        memory_mb=args.memory_limit,
-        cache_dir=args.cache_dir,
-        use_cache=not args.no_cache,
-        progress=True,
-        allow_fallback=args.allow_fallback,
-    )
     if args.profile and args.emit_evidence is None:
         from gdv.ir.diagnostics import IRError, Loc
 
@@ -202,7 +196,7 @@ def compile_command(args: argparse.Namespace) -> int:
             "too (or run `gdv profile FILE`)",
             Loc("<command line>", 1, 1),
         )
-    comp = compile_module(args.file, options)
+    comp = compile_module(args.file, _options(args))
     _summary(comp)
     if args.output and comp.verdict == "proved":
         for written in write_artifact(comp, args.output):
@@ -231,6 +225,94 @@ def compile_command(args: argparse.Namespace) -> int:
         print(f"gdv: {problem}", file=sys.stderr)
         return 1
     return EXIT_FOR[comp.verdict]
+
+
+def _options(args: argparse.Namespace, target: str | None = None) -> CompileOptions:
+    """The compile options the command line gives, for `target` (default: `args.target`)."""
+    target = target or args.target
+    return CompileOptions(
+        target=target,
+        level=args.level,
+        fast_math=args.fast_math,
+        reassociate=args.reassociate,
+        disable=tuple(args.disable_pass),
+        print_after=tuple(args.print_after),
+        print_ir_after_all=args.print_ir_after_all,
+        external_passes=tuple(args.external_pass),
+        external_timeout=args.external_timeout,
+        jobs=args.jobs,
+        timeout=args.timeout,
+        memory_mb=args.memory_limit,
+        cache_dir=args.cache_dir,
+        use_cache=not args.no_cache,
+        progress=True,
+        allow_fallback=args.allow_fallback,
+    )
+
+
+def compile_targets(args: argparse.Namespace, targets: list[str]) -> int:
+    """`gdv compile FILE --target A --target B ...`: the source compiled by each target's
+    pipeline, each artifact written under `-o OUT` (a folder, one file per target), and with
+    --emit-evidence one cross-target bundle (`gdv.evidence.cross_target`)."""
+    from gdv.ir.diagnostics import IRError, Loc
+    from gdv.ir.targets import target_info
+
+    where = Loc("<command line>", 1, 1)
+    for name in targets:
+        target_info(name, where)
+    for flag, given in (
+        ("--mesh", args.mesh is not None),
+        ("--shard", bool(args.shard)),
+        ("--order", args.order != "rank"),
+        ("--profile", args.profile),
+    ):
+        if given:
+            raise IRError(f"{flag} works on one target: give --target once", where)
+    if args.isa:
+        from gdv.backends.c.isa import ISA_ENV, check
+
+        os.environ[ISA_ENV] = check(args.isa, "<command line>")
+    comps = []
+    for name in targets:
+        print(f"target {name}:")
+        comp = compile_module(args.file, _options(args, name))
+        _summary(comp)
+        comps.append(comp)
+    if args.output and all(c.verdict == "proved" for c in comps):
+        os.makedirs(args.output, exist_ok=True)
+        for comp in comps:
+            name = comp.options.target
+            suffix = ".so" if comp.artifact.kind == "c-source" else _suffix(name)
+            for written in write_artifact(comp, os.path.join(args.output, name + suffix)):
+                print(f"wrote {written}")
+    path = None
+    if args.emit_evidence is not None or args.hook or args.sign_key:
+        from gdv.evidence.cross_target import target_bundle, write_cross_target_bundle
+
+        stem = os.path.splitext(os.path.basename(args.file))[0]
+        directory = args.emit_evidence or os.path.join(
+            os.path.dirname(args.file), f"{stem}.evidence"
+        )
+        path = write_cross_target_bundle(comps, directory, sign_key=args.sign_key)
+        print(f"evidence: {path} (cross-target: {', '.join(targets)})")
+    from gdv.evidence.gate import gate
+
+    # Every target's compile passes the gate on its own bundle, as a single target's does.
+    for comp in comps:
+        sub = None if path is None else path / target_bundle(comp.options.target)
+        problem = gate(comp, sub, policy_path=args.policy, hook_commands=args.hook)
+        if problem is not None:
+            print(f"gdv: target {comp.options.target}: {problem}", file=sys.stderr)
+            return 1
+    verdicts = {c.verdict for c in comps}
+    worst = next((v for v in ("refuted", "unknown") if v in verdicts), "proved")
+    return EXIT_FOR[worst]
+
+
+def _suffix(target: str) -> str:
+    from gdv.ir.targets import target_info
+
+    return target_info(target).artifact_suffix
 
 
 def write_artifact(comp, out: str) -> list[str]:

@@ -95,11 +95,14 @@ def verify_command(args: argparse.Namespace) -> int:
 
 def show_command(args: argparse.Namespace) -> int:
     from gdv.evidence import read_manifest
+    from gdv.evidence.cross_target import is_cross_target_manifest, show_cross_target
     from gdv.evidence.partition import is_partition_manifest, show_partition
     from gdv.evidence.report import show
 
     manifest = read_manifest(_bundle(args.dir))
-    if is_partition_manifest(manifest):
+    if is_cross_target_manifest(manifest):
+        sys.stdout.write(show_cross_target(Path(args.dir), manifest))
+    elif is_partition_manifest(manifest):
         sys.stdout.write(show_partition(Path(args.dir), manifest))
     else:
         sys.stdout.write(show(Path(args.dir), manifest))
@@ -108,8 +111,9 @@ def show_command(args: argparse.Namespace) -> int:
 
 def report_command(args: argparse.Namespace) -> int:
     from gdv.evidence import EvidenceError, read_manifest
+    from gdv.evidence.cross_target import is_cross_target_manifest
     from gdv.evidence.partition import is_partition_manifest
-    from gdv.evidence.report import render_html
+    from gdv.evidence.report import render_cross_target_html, render_html
 
     manifest = read_manifest(_bundle(args.dir))
     if is_partition_manifest(manifest):
@@ -117,7 +121,10 @@ def report_command(args: argparse.Namespace) -> int:
             f"{args.dir} is a partition bundle: the review page covers compile bundles (each "
             "segment's under segments/NN has one); use `gdv evidence show` for the partition"
         )
-    page = render_html(Path(args.dir), manifest)
+    if is_cross_target_manifest(manifest):
+        page = render_cross_target_html(Path(args.dir), manifest)
+    else:
+        page = render_html(Path(args.dir), manifest)
     out = Path(args.output)
     fd, tmp = tempfile.mkstemp(dir=out.resolve().parent, suffix=".tmp")
     with os.fdopen(fd, "w") as f:

@@ -41,6 +41,12 @@ GROUPS: list[tuple[str, str, list[str]]] = [
         ],
     ),
     (
+        "cross-target checker",
+        "a cross-target bundle's checks: one source, each target's bundle verified, the "
+        "cross-target table rerun and compared",
+        ["evidence/cross_target.py", "evidence/schema/manifest-cross-target-1.json"],
+    ),
+    (
         "MPI runtime",
         "runs each collective in its declared order from point-to-point messages (differential "
         "tests against the simulation)",
