@@ -485,11 +485,27 @@ def _dot_kernel(prog: Program, op: Op, name: str, roles, operand_types) -> None:
         )
 
 
+ORDER_FREE_LANES = 32
+"""Lanes a `max` or `min` fold over one reduce dim runs side by side (at every level)."""
+
+
 def parallel_lanes(op: Op) -> int:
-    """L when the kernel's `lanes = L` fold runs its lanes side by side (an axis of the block,
-    one lane per thread): L a power of two (the lane results are then taken apart by halving
-    splits) and at most `MAX_LANES`; 1 otherwise (the lanes are folded one after the other,
-    the same order)."""
+    """L when the kernel's fold runs L lanes side by side (an axis of the block, one lane per
+    thread; the lane results are then taken apart by halving splits): a `lanes = L` sum (L a
+    power of two, at most `MAX_LANES`, dividing the extent), exactly the order IR_SPEC's
+    `lanes` names; or a `max`/`min` fold over one reduce dim of at least 2 x
+    `ORDER_FREE_LANES` positions, whose result does not depend on the order at all: IR_SPEC's
+    max and min are associative and commutative bit for bit (NaN if any operand is NaN, else
+    the greatest or least under the order with -0.0 < +0.0; tests/backends/triton proves it
+    with Z3 on the SMT meaning for every float dtype). 1 otherwise (sequential)."""
+    a = op.attrs
+    if (
+        a["combiner"] in ("max", "min")
+        and len(a["reduce"]) == 1
+        and not op.type.dtype.is_bool
+        and a["space"][a["reduce"][0]] >= 2 * ORDER_FREE_LANES
+    ):
+        return ORDER_FREE_LANES
     lanes = int(op.attrs.get("lanes", 1))
     if (
         lanes > 1
@@ -507,18 +523,28 @@ def parallel_lanes(op: Op) -> int:
 
 
 def _fold_lanes(prog, op, fold_lanes: int, base: list[int], lines, value_at) -> str:
-    """Lines folding a `lanes = L` sum with its L lanes side by side: lane q (the block's last
-    axis) folds positions q, q + L, q + 2L, ... in order, exactly as IR_SPEC's `lanes` says;
-    then the L lane results, taken apart by halving `tl.split`s (each exact: it moves
-    values), are folded in lane order. The name of the result, of the out block's shape."""
+    """Lines folding a `lanes = L` sum (or an order-free max/min, `parallel_lanes`) with its L
+    lanes side by side: lane q (the block's last axis) folds positions q, q + L, q + 2L, ...
+    in order, exactly as IR_SPEC's `lanes` says; then the L lane results, taken apart by
+    halving `tl.split`s (each exact: it moves values), are folded in lane order. The name of
+    the result, of the out block's shape."""
     (r,) = op.attrs["reduce"]
-    per = op.attrs["space"][r] // fold_lanes
+    extent = op.attrs["space"][r]
+    combiner = op.attrs["combiner"]
+    per = -(-extent // fold_lanes)
     dtype = op.type.dtype
     lines.append(f"    acc = {value_at({r: 'q'}, '    ')}")
     if per > 1:
         lines.append(f"    for rr in range(1, {per}):")
-        v = value_at({r: f"(rr * {fold_lanes} + q)"}, "        ")
-        lines.append(f"        acc = {_combine(prog, 'add', dtype, 'acc', v)}")
+        if extent % fold_lanes:
+            # max/min only (a `lanes` sum divides its extent): a lane past the extent reads
+            # the last position and contributes the fold's identity instead
+            v = value_at({r: f"tl.minimum(rr * {fold_lanes} + q, {extent - 1})"}, "        ")
+            ident = _identity(combiner, dtype)
+            lines.append(f"        {v} = tl.where(rr * {fold_lanes} + q < {extent}, {v}, {ident})")
+        else:
+            v = value_at({r: f"(rr * {fold_lanes} + q)"}, "        ")
+        lines.append(f"        acc = {_combine(prog, combiner, dtype, 'acc', v)}")
     count = [0]
 
     def take_apart(name: str, width: int, qs: list[int]) -> dict[int, str]:
@@ -534,7 +560,7 @@ def _fold_lanes(prog, op, fold_lanes: int, base: list[int], lines, value_at) -> 
     parts = take_apart("acc", fold_lanes, list(range(fold_lanes)))
     lines.append(f"    total = {parts[0]}")
     for q in range(1, fold_lanes):
-        lines.append(f"    total = {_combine(prog, 'add', dtype, 'total', parts[q])}")
+        lines.append(f"    total = {_combine(prog, combiner, dtype, 'total', parts[q])}")
     return "total"
 
 
