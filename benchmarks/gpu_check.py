@@ -205,7 +205,61 @@ def _difference(k: int, got, want, inputs) -> dict:
     return out
 
 
-def run_conformance(dry: bool, deadline: float) -> list[dict]:
+def dot_sweep(dry: bool, repeats: int, deadline: float) -> list[dict]:
+    """-O3 products timed with other `tl.dot` blocks and warps (`kernel.DOT_BLOCK`,
+    `DOT_WARPS`), as one CUDA graph: the data for choosing them."""
+    import side_by_side as sbs
+    import torch
+
+    from gdv.api import parse
+    from gdv.backends import triton as tt
+    from gdv.backends.triton import kernel
+    from gdv.passes.manager import PassManager
+    from gdv.passes.pipelines import pipeline
+
+    sync = (lambda: None) if dry else torch.cuda.synchronize
+    configs = [((64, 64, 32), 4), ((128, 64, 32), 4), ((64, 128, 32), 4), ((128, 128, 32), 8),
+               ((128, 128, 16), 8), ((32, 64, 32), 4), ((64, 64, 16), 2)]  # fmt: skip
+    loads = {"matmul": {}, "minilm-ffn": {"make": "ffn", "tokens": 128, "d": 384, "hidden": 1536}}
+    if dry:
+        loads = {"minilm-ffn (tiny)": {"make": "ffn", "tokens": 4, "d": 8, "hidden": 16}}
+        configs = configs[:2]
+    saved = (kernel.DOT_BLOCK, kernel.DOT_WARPS)
+    rows = []
+    try:
+        for name, sizes in loads.items():
+            sizes = dict(sizes)
+            make = sbs.WORKLOADS.get(name) or getattr(sbs, sizes.pop("make"))
+            w = make(**sizes)
+            final = (
+                PassManager(pipeline("triton", 3, False), printer=lambda *a, **k: None)
+                .run(parse(w.ir))
+                .module
+            )
+            for block, warps in configs:
+                row = {"workload": name, "block": list(block), "warps": warps}
+                if time.perf_counter() > deadline:
+                    row["status"] = "skipped: time budget"
+                    rows.append(row)
+                    continue
+                try:
+                    kernel.DOT_BLOCK, kernel.DOT_WARPS = block, warps
+                    exe = tt.Executable(final)
+                    tensors = exe.tensors(w.inputs)
+                    exe.run_tensors(tensors)
+                    run = exe.graphed(tensors) if exe.mode == "cuda" else exe.run_tensors
+                    row["ms"] = 1e3 * _median_seconds(lambda r=run, t=tensors: r(t), sync, repeats)
+                    row["status"] = "ok"
+                except Exception as e:  # noqa: BLE001 - recorded
+                    row["status"] = f"ERROR: {type(e).__name__}: {e}"[:300]
+                print(f"  dot {name} {block} x{warps}: {row.get('ms')} {row['status']}", flush=True)
+                rows.append(row)
+    finally:
+        kernel.DOT_BLOCK, kernel.DOT_WARPS = saved
+    return rows
+
+
+def run_conformance(dry: bool, deadline: float, quick: bool = False) -> list[dict]:
     from gdv.api import parse
     from gdv.backends import reference
     from gdv.backends import triton as tt
@@ -216,6 +270,8 @@ def run_conformance(dry: bool, deadline: float) -> list[dict]:
     ulps = get_target("triton").f32_ulps
     rows = []
     for name, text, inputs, trans in conformance_cases(dry):
+        if quick and not name.startswith(("reductions", "-O3")):
+            continue
         if time.perf_counter() > deadline:
             rows.append({"case": name, "status": "skipped: time budget"})
             continue
@@ -596,6 +652,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip conformance and the MiniLM rows (a second run within a short device lease)",
     )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="conformance of the reductions, products and -O3 cases only, the side-by-side "
+        "workloads without the examples and MiniLM, then the tl.dot block sweep",
+    )
     args = p.parse_args(argv)
     start = time.perf_counter()
     out = Path(args.out)
@@ -610,11 +672,16 @@ def main(argv: list[str] | None = None) -> int:
     device = d["machine"].get("cpu", "?") if not dry else f"CPU ({platform.machine()}), dry run"
     (out / "descriptor.json").write_text(json.dumps(d, indent=2) + "\n")
     print(f"gpu_check: {device}; conformance", flush=True)
-    conf = [] if args.workloads_only else run_conformance(dry, start + args.budget * 0.45)
-    print("gpu_check: side by side", flush=True)
-    sbs = run_side_by_side(
-        dry, 2 if dry else args.repeats, start + args.budget * 0.95, not args.workloads_only
+    conf = (
+        [] if args.workloads_only else run_conformance(dry, start + args.budget * 0.45, args.quick)
     )
+    print("gpu_check: side by side", flush=True)
+    quick = args.workloads_only or args.quick
+    sbs = run_side_by_side(
+        dry, 2 if dry else args.repeats, start + args.budget * (0.7 if args.quick else 0.95),
+        not quick,
+    )  # fmt: skip
+    sweep = dot_sweep(dry, 2 if dry else args.repeats, start + args.budget) if args.quick else []
     import torch
     import triton
 
@@ -629,10 +696,19 @@ def main(argv: list[str] | None = None) -> int:
         },
         "conformance": conf,
         "side_by_side": sbs,
+        "dot_sweep": sweep,
         "seconds": round(time.perf_counter() - start, 1),
     }
     (out / "gpu_check.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    (out / "gpu_check.md").write_text(markdown(device, conf, sbs))
+    md = markdown(device, conf, sbs)
+    if sweep:
+        md += "\n## tl.dot blocks (-O3, one CUDA graph, ms)\n\n| workload | block | warps | ms |\n"
+        md += "|---|---|---|---|\n" + "".join(
+            f"| {r['workload']} | {r.get('block')} | {r.get('warps')} | "
+            f"{_fmt(r.get('ms'))} {'' if r.get('status') == 'ok' else r.get('status')} |\n"
+            for r in sweep
+        )
+    (out / "gpu_check.md").write_text(md)
     bad = [r for r in conf if r["status"].startswith(("MISMATCH", "ERROR"))]
     print(f"gpu_check: done in {result['seconds']} s; {len(bad)} conformance failures", flush=True)
     return 1 if bad else 0

@@ -275,6 +275,8 @@ def _kernel(prog: Program, op: Op) -> None:
 DOT_BLOCK = (64, 64, 32)
 """The largest (rows, columns, k) block of a product run as `tl.dot`s (each at least 16, the
 least `tl.dot` takes; smaller extents are masked)."""
+DOT_WARPS = 4
+"""Warps per program of a `tl.dot` product."""
 
 
 def _coefficients(shape: list[int], rows: list[list[int]], n: int) -> tuple[list[int], int]:
@@ -374,7 +376,7 @@ def _dot_kernel(prog: Program, op: Op, name: str, roles, operand_types) -> None:
     counts = [-(-space[d] // tiles[d]) for d in out]
     grid_strides = _strides(counts)
     grid = math.prod(counts)
-    num_warps = 4
+    num_warps = DOT_WARPS
     params = [p.name for p in fn.params]
     coefs = [
         _coefficients(list(t.shape), rows, n)
