@@ -277,6 +277,12 @@ DOT_BLOCK = (64, 64, 32)
 least `tl.dot` takes; smaller extents are masked)."""
 DOT_WARPS = 4
 """Warps per program of a `tl.dot` product."""
+DOT_MIN_PROGRAMS = 132
+"""A product whose DOT_BLOCK tiling makes fewer programs than this (the SM count of the sm_90
+table: H100, H200) halves its row block to 32. Measured on an H200 (2026-12-04,
+benchmarks/gpu_check_h200_o3_run4.md): MiniLM's FFN (128 tokens, 48 programs at 64 x 64)
+0.203 ms at 64 x 64 x 32, 0.137 ms at 32 x 64 x 32; a 1024-class matmul (256 programs) 0.097
+ms at 64 x 64 x 32, 0.102 ms at 32 x 64 x 32."""
 
 
 def _coefficients(shape: list[int], rows: list[list[int]], n: int) -> tuple[list[int], int]:
@@ -372,6 +378,9 @@ def _dot_kernel(prog: Program, op: Op, name: str, roles, operand_types) -> None:
     bm = max(16, min(DOT_BLOCK[0], _pow2(space[dm])))
     bn = max(16, min(DOT_BLOCK[1], _pow2(space[dn])))
     bk = max(16, min(DOT_BLOCK[2], _pow2(kdim)))
+    batch = math.prod(space[d] for d in out if d not in (dm, dn))
+    if bm > 32 and batch * -(-space[dm] // bm) * -(-space[dn] // bn) < DOT_MIN_PROGRAMS:
+        bm = 32
     tiles = {d: (bm if d == dm else bn if d == dn else 1) for d in out}
     counts = [-(-space[d] // tiles[d]) for d in out]
     grid_strides = _strides(counts)

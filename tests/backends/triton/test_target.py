@@ -322,3 +322,58 @@ def test_a_cuda_graph_needs_a_gpu() -> None:
     tensors = exe.tensors({"x": np.arange(4, dtype=np.float32)})
     with pytest.raises(IRError, match="a CUDA graph needs a GPU"):
         exe.graphed(tensors)
+
+
+def test_o3_products_build_as_tl_dot_of_fused_multiply_adds_for_sm90(monkeypatch) -> None:
+    """At -O3 a matrix product, with a fused producer in its factor (layer_norm's
+    normalisation) or without, gets `contract = "fma"` and runs as `tl.dot` with IEEE input
+    precision: its sm_90 PTX holds fma.rn.f32 and no tensor-core mma (the order the IR names
+    holds only for Triton's FMA lowering); the build refuses a dot lowered to mma; the kernel
+    with DOT off (what the interpreter runs) equals the final module's meaning bit for bit."""
+    import triton
+
+    from gdv.backends.triton import toolchain
+
+    text = """func @main(%x: f32[40,96], %w: f32[96,72], %g: f32[96], %b: f32[96]) -> f32[40,72] {
+      %h = layer_norm(%x, %g, %b) {axes = [1], eps = 1e-05} : f32[40,96]
+      %y = matmul(%h, %w) : f32[40,72]
+      return %y
+    }"""
+    module = ts.final(text, 3)
+    products = [op for op in module.entry.ops if op.attrs.get("contract") == "fma"]
+    assert products, "no product got contract = fma at -O3"
+    lowered = tt.lower_module(module)
+    assert 'tl.dot(fa, fb, acc, input_precision="ieee")' in lowered.text
+    seen: list[str] = []
+    real_compile = triton.compile
+
+    def compile_and_keep(*args, **kwargs):
+        out = real_compile(*args, **kwargs)
+        seen.append(out.asm["ptx"])
+        return out
+
+    monkeypatch.setattr(triton, "compile", compile_and_keep)
+    built = toolchain.compile_kernels(lowered.text, lowered.kernels)
+    dots = [k for k, b in enumerate(built) if b["dot"]]
+    assert dots
+    for k in dots:
+        assert "fma.rn.f32" in seen[k] and "mma" not in seen[k]
+
+    class Fake:  # what a build lowered to tensor cores would show
+        def __init__(self, real):
+            self.asm = {**real.asm, "ptx": real.asm["ptx"] + "\n mma.sync.aligned.m16n8k8 ;"}
+            self.metadata = real.metadata
+
+    monkeypatch.setattr(triton, "compile", lambda *a, **k: Fake(real_compile(*a, **k)))
+    with pytest.raises(IRError, match="mma"):
+        toolchain.compile_kernels(lowered.text, lowered.kernels)
+    rng = np.random.default_rng(0)
+    inputs = {
+        "x": rng.standard_normal((40, 96)).astype(np.float32),
+        "w": rng.standard_normal((96, 72)).astype(np.float32),
+        "g": rng.standard_normal(96).astype(np.float32),
+        "b": rng.standard_normal(96).astype(np.float32),
+    }
+    (got,) = tt.Executable(module)(inputs)
+    (want,) = reference.run(module, inputs)
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
