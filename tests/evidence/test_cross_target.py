@@ -318,6 +318,12 @@ def test_transcendentals_compare_within_the_bounds(tmp_path, capsys) -> None:
     capsys.readouterr()
     rc, out, err = verify_cli(capsys, bundle, "--jobs", "1")
     assert rc == 0, out + err
+    # Written again: the same bytes (timings aside), as for one target.
+    (tmp_path / "again").mkdir()
+    rc, again, _ = _compile(tmp_path / "again", src)
+    assert rc == 0
+    for rel in ("manifest.json", "targets/c/manifest.json", "targets/triton/manifest.json"):
+        assert (again / rel).read_bytes() == (bundle / rel).read_bytes(), rel
 
 
 # --- the command line ------------------------------------------------------------------------
