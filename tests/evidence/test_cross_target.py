@@ -352,6 +352,10 @@ def test_one_target_writes_the_ordinary_bundle(tmp_path, capsys) -> None:
             ["--target", "c", "--target", "triton", "--mesh", "x=2"],
             "--mesh works on one target",
         ),
+        (
+            ["--target", "c", "--target", "triton", "-o", str(MLP)],
+            "with several targets -o names a folder (one artifact per target), and this is a file",
+        ),
     ],
 )
 def test_bad_target_lists_are_input_errors(args, message, capsys) -> None:
