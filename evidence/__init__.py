@@ -8,7 +8,9 @@ independent verifier, the policy gate, hooks, signatures and the review report.
 - `policy`: `Policy` (`gdv-policy.toml` or `[tool.gdv.policy]`) and its gate;
 - `hooks`: `gdv.hooks` entry points and external `--hook` commands;
 - `signing`: Ed25519 signatures of the manifest's digest;
-- `report`: `gdv evidence show` text and the self-contained HTML review page.
+- `report`: `gdv evidence show` text and the self-contained HTML review page;
+- `cross_target`: one source compiled for several targets, each target's bundle and the
+  cross-target table (`gdv compile --target c --target triton --emit-evidence`).
 
 Optional packages (jsonschema, cvc5, cryptography) come with the `evidence` extra; a missing
 one is an `EvidenceError` naming the extra.

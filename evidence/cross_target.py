@@ -513,6 +513,7 @@ def show_cross_target(root: Path, manifest: dict) -> str:
     lines.append(f"  cross-target {table['status']} on seeds {table['seeds']}")
     sides, cells = table_rows(manifest)
     width = max(len(s) for s in sides)
+    lines.append(f"    {'':<{width}}  " + " | ".join(sides))
     for a in sides:
         row = []
         for b in sides:

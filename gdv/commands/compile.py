@@ -268,6 +268,12 @@ def compile_targets(args: argparse.Namespace, targets: list[str]) -> int:
     ):
         if given:
             raise IRError(f"{flag} works on one target: give --target once", where)
+    if args.output and os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise IRError(
+            f"-o {args.output}: with several targets -o names a folder (one artifact per "
+            "target), and this is a file",
+            where,
+        )
     if args.isa:
         from gdv.backends.c.isa import ISA_ENV, check
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import ml_dtypes
@@ -201,26 +202,27 @@ def test_a_tampered_artifact_fails(mlp, target, capsys) -> None:
 
 
 @pytest.mark.slow
-def test_a_rehashed_tampered_artifact_still_fails(mlp, capsys) -> None:
-    """Every hash fixed after editing the triton artifact: the triton bundle's own check
-    regenerates the artifact from its final stage."""
-    sub = mlp / "targets" / "triton"
+@pytest.mark.parametrize(("k", "target", "edit"), [(0, "c", "/* edited */"), (1, "triton", "# x")])
+def test_a_rehashed_tampered_artifact_still_fails(mlp, k, target, edit, capsys) -> None:
+    """Every hash fixed after editing an artifact: the target's own bundle check regenerates
+    the artifact from its final stage."""
+    sub = mlp / "targets" / target
     sm = manifest_of(sub)
     (entry,) = sm["artifact"]["files"]
     path = sub / entry["file"]
-    path.write_text(path.read_text().replace("tl.program_id(0)", "tl.program_id(0) * 1", 1))
+    path.write_text(path.read_text() + edit + "\n")
     rehash(sub, entry)
     save_manifest(sub, sm)
     m = manifest_of(mlp)
-    t = m["targets"][1]
+    t = m["targets"][k]
     t["artifact"]["files"][0]["sha256"] = entry["sha256"]
     t["manifest_sha256"] = sha256((sub / "manifest.json").read_bytes())
     save_manifest(mlp, m)
     rc, _, err = verify_cli(capsys, mlp, "--jobs", "1")
     assert rc == 1
     assert (
-        "not verified: target triton: targets/triton: artifact: artifact/main.py is not the "
-        "final stage regenerated" in err
+        f"not verified: target {target}: targets/{target}: artifact: {entry['file']} is not "
+        "the final stage regenerated" in err
     )
 
 
@@ -316,6 +318,12 @@ def test_transcendentals_compare_within_the_bounds(tmp_path, capsys) -> None:
     capsys.readouterr()
     rc, out, err = verify_cli(capsys, bundle, "--jobs", "1")
     assert rc == 0, out + err
+    # Written again: the same bytes (timings aside), as for one target.
+    (tmp_path / "again").mkdir()
+    rc, again, _ = _compile(tmp_path / "again", src)
+    assert rc == 0
+    for rel in ("manifest.json", "targets/c/manifest.json", "targets/triton/manifest.json"):
+        assert (again / rel).read_bytes() == (bundle / rel).read_bytes(), rel
 
 
 # --- the command line ------------------------------------------------------------------------
@@ -344,6 +352,10 @@ def test_one_target_writes_the_ordinary_bundle(tmp_path, capsys) -> None:
             ["--target", "c", "--target", "triton", "--mesh", "x=2"],
             "--mesh works on one target",
         ),
+        (
+            ["--target", "c", "--target", "triton", "-o", str(MLP)],
+            "with several targets -o names a folder (one artifact per target), and this is a file",
+        ),
     ],
 )
 def test_bad_target_lists_are_input_errors(args, message, capsys) -> None:
@@ -360,3 +372,32 @@ def test_the_schema_rejects_a_one_target_table(mlp) -> None:
     with pytest.raises(EvidenceError, match="does not follow schema cross-target-1"):
         read_manifest(mlp)
     json.loads((mlp / "manifest.json").read_text())
+
+
+@pytest.mark.slow
+def test_hooks_gate_each_target_and_the_signature_covers_all(tmp_path, capsys) -> None:
+    """`--hook` runs on each target's bundle (a veto names the target); `--sign-key` signs the
+    top manifest, which binds every target's manifest by its hash."""
+    pytest.importorskip("cryptography")
+    hook = tmp_path / "hook.py"
+    log = tmp_path / "hook.log"
+    hook.write_text(
+        "import sys\n"
+        f"open({str(log)!r}, 'a').write(sys.argv[1] + '\\n')\n"
+        "sys.exit('no triton today' if sys.argv[1].endswith('triton') else 0)\n"
+    )
+    key, pub = tmp_path / "key.pem", tmp_path / "pub.pem"
+    assert main(["evidence", "keygen", str(key), str(pub)]) == 0
+    args = ("--hook", f"{sys.executable} {hook}", "--sign-key", str(key))
+    rc, bundle, _ = _compile(tmp_path, MLP, *args)
+    err = capsys.readouterr().err
+    assert rc == 1 and "gdv: target triton: hook" in err and "no triton today" in err
+    assert log.read_text().split() == [str(bundle / "targets" / t) for t in ("c", "triton")]
+    rc, out, err = verify_cli(capsys, bundle, "--jobs", "1", "--trust-key", pub)
+    assert rc == 0, out + err
+    assert "signature: signed, checked against the trust key" in out
+    m = manifest_of(bundle)
+    m["targets"].reverse()
+    save_manifest(bundle, m)
+    rc, out, err = verify_cli(capsys, bundle, "--jobs", "1", "--trust-key", pub)
+    assert rc == 1 and "not verified: signature: manifest.sig is not a signature" in err
