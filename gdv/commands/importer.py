@@ -30,6 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a static shape for an ONNX graph input with symbolic dims (repeatable; a .pt2 "
         "program has the static shapes it was exported with)",
     )
+    p.add_argument(
+        "--narrow-in-f32",
+        action="store_true",
+        help="ONNX: compute f16 and bf16 values in f32, rounding each f16/bf16 output once (as "
+        "ONNX's reference computes most ops); default: every op rounds to its ONNX type",
+    )
     p.set_defaults(handler=run)
 
 
@@ -58,17 +64,19 @@ def run(args: argparse.Namespace) -> int:
     if args.file.lower().endswith(".pt2"):
         from gdv.frontends.torch import import_program
 
-        if args.input_shape:
+        if args.input_shape or args.narrow_in_f32:
             raise IRError(
-                "--input-shape applies to ONNX models; a .pt2 program keeps the static shapes "
-                "it was exported with",
+                "--input-shape and --narrow-in-f32 apply to ONNX models; a .pt2 program keeps "
+                "the static shapes and dtypes it was exported with",
                 Loc("<command line>", 1, 1),
             )
         module, weights = import_program(args.file)
     else:
         from gdv.frontends.onnx import import_model
 
-        module, weights = import_model(args.file, input_shapes=_shapes(args.input_shape))
+        module, weights = import_model(
+            args.file, input_shapes=_shapes(args.input_shape), narrow_in_f32=args.narrow_in_f32
+        )
     weights_path = args.weights or (args.output.rsplit(".", 1)[0] + ".npz")
     text = annotated_text(module)  # each op line ends with `// from` its source node
     try:
