@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gdv.backends.targets import Fallback
-from gdv.backends.triton import elementwise, kernel, layout  # noqa: F401  (fill the tables)
+from gdv.backends.triton import conv, elementwise, kernel, layout  # noqa: F401  (the tables)
 from gdv.backends.triton.emit import (
     TL,
     TORCH,
