@@ -840,6 +840,36 @@ def table(rows: list[dict], engines: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _triton(args: argparse.Namespace) -> int:
+    """`--target triton`: the GPU side by side of benchmarks/gpu_check.py, printed as its
+    Markdown table and written to --out (default side_by_side_triton.json)."""
+    import time as _time
+
+    import gpu_check
+
+    from gdv.backends.triton import runtime
+
+    dry = not runtime.gpu_available()
+    if dry:
+        print("no CUDA GPU visible to torch: the Triton interpreter on small workloads", flush=True)
+    start = _time.perf_counter()
+    rows = gpu_check.run_side_by_side(
+        dry, 2 if dry else 20, start + (300 if dry else 600), minilm=not args.quick
+    )
+    device = "CPU interpreter" if dry else "CUDA"
+    md = gpu_check.markdown(device, [], rows)
+    print(md)
+    out = (
+        args.out
+        if args.out != str(HERE / "side_by_side.json")
+        else str(HERE / "side_by_side_triton.json")
+    )
+    if not args.quick:
+        Path(out).write_text(json.dumps({"device": device, "rows": rows}, indent=1, default=str))
+        print(f"wrote {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
@@ -848,7 +878,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=1.0, help="seconds per engine and workload")
     ap.add_argument("--out", default=str(HERE / "side_by_side.json"))
     ap.add_argument("--debug", action="store_true", help="print tracebacks of failing engines")
+    ap.add_argument(
+        "--target",
+        choices=["c", "triton"],
+        default="c",
+        help="triton: gdv's Triton artifacts (-O2 and -O3, launcher and one CUDA graph) against "
+        "torch eager and torch.compile on the GPU (benchmarks/gpu_check.py's side by side; the "
+        "Triton interpreter on small workloads without one)",
+    )
     args = ap.parse_args(argv)
+    if args.target == "triton":
+        return _triton(args)
     engines = ["gdv-c"] + [e for e in args.engines if e != "gdv-c"]
     rows = []
     for name in args.only or list(WORKLOADS):
