@@ -203,10 +203,7 @@ def compile_command(args: argparse.Namespace) -> int:
             print(f"wrote {written}")
     path = None
     if args.emit_evidence is not None or args.hook or args.sign_key:
-        stem = os.path.splitext(os.path.basename(args.file))[0]
-        directory = args.emit_evidence or os.path.join(
-            os.path.dirname(args.file), f"{stem}.evidence"
-        )
+        directory = _evidence_dir(args)
         execution = None
         if args.profile and comp.verdict == "proved":
             from gdv.commands.profile import measure
@@ -295,10 +292,7 @@ def compile_targets(args: argparse.Namespace, targets: list[str]) -> int:
     if args.emit_evidence is not None or args.hook or args.sign_key:
         from gdv.evidence.cross_target import target_bundle, write_cross_target_bundle
 
-        stem = os.path.splitext(os.path.basename(args.file))[0]
-        directory = args.emit_evidence or os.path.join(
-            os.path.dirname(args.file), f"{stem}.evidence"
-        )
+        directory = _evidence_dir(args)
         path = write_cross_target_bundle(comps, directory, sign_key=args.sign_key)
         print(f"evidence: {path} (cross-target: {', '.join(targets)})")
     from gdv.evidence.gate import gate
@@ -358,6 +352,12 @@ def write_artifact(comp, out: str) -> list[str]:
             ) from None
         written.append(path)
     return written
+
+
+def _evidence_dir(args) -> str:
+    """--emit-evidence's folder: the one given, or FILE's stem + `.evidence` beside FILE."""
+    stem = os.path.splitext(os.path.basename(args.file))[0]
+    return args.emit_evidence or os.path.join(os.path.dirname(args.file), f"{stem}.evidence")
 
 
 def _summary(comp) -> None:

@@ -191,10 +191,25 @@ def test_every_transcendental_builds_for_sm90() -> None:
     assert all(b["libdevice"] for b in binaries)
 
 
+def _keep_ptx(monkeypatch) -> list[str]:
+    """The PTX of every `triton.compile` from here on, in order."""
+    import triton
+
+    seen: list[str] = []
+    real_compile = triton.compile
+
+    def compile_and_keep(*args, **kwargs):
+        out = real_compile(*args, **kwargs)
+        seen.append(out.asm["ptx"])
+        return out
+
+    monkeypatch.setattr(triton, "compile", compile_and_keep)
+    return seen
+
+
 def test_f64_division_and_sqrt_are_ieee_in_the_ptx(tmp_path, monkeypatch) -> None:
     """f64 `/` and `tl.sqrt` are IEEE on NVIDIA GPUs (f32's are approximate: the artifact
     uses tl.div_rn / tl.sqrt_rn there); the PTX says which instruction each became."""
-    import triton
 
     from gdv.backends.triton.toolchain import compile_kernels
 
@@ -206,15 +221,7 @@ def test_f64_division_and_sqrt_are_ieee_in_the_ptx(tmp_path, monkeypatch) -> Non
       return %s, %t
     }"""
     lowered = tt.lower_module(ts.final(text))
-    seen: list[str] = []
-    real_compile = triton.compile
-
-    def compile_and_keep(*args, **kwargs):
-        out = real_compile(*args, **kwargs)
-        seen.append(out.asm["ptx"])
-        return out
-
-    monkeypatch.setattr(triton, "compile", compile_and_keep)
+    seen = _keep_ptx(monkeypatch)
     compile_kernels(lowered.text, lowered.kernels)
     ptx = "\n".join(seen)
     assert "div.rn.f64" in ptx and "sqrt.rn.f64" in ptx
@@ -340,15 +347,7 @@ def test_o3_products_build_as_tl_dot_of_fused_multiply_adds_for_sm90(monkeypatch
     assert products, "no product got contract = fma at -O3"
     lowered = tt.lower_module(module)
     assert 'tl.dot(fa, fb, acc, input_precision="ieee")' in lowered.text
-    seen: list[str] = []
-    real_compile = triton.compile
-
-    def compile_and_keep(*args, **kwargs):
-        out = real_compile(*args, **kwargs)
-        seen.append(out.asm["ptx"])
-        return out
-
-    monkeypatch.setattr(triton, "compile", compile_and_keep)
+    seen = _keep_ptx(monkeypatch)
     built = toolchain.compile_kernels(lowered.text, lowered.kernels)
     dots = [k for k, b in enumerate(built) if b["dot"]]
     assert dots
@@ -360,6 +359,7 @@ def test_o3_products_build_as_tl_dot_of_fused_multiply_adds_for_sm90(monkeypatch
             self.asm = {**real.asm, "ptx": real.asm["ptx"] + "\n mma.sync.aligned.m16n8k8 ;"}
             self.metadata = real.metadata
 
+    real_compile = triton.compile
     monkeypatch.setattr(triton, "compile", lambda *a, **k: Fake(real_compile(*a, **k)))
     with pytest.raises(IRError, match="mma"):
         toolchain.compile_kernels(lowered.text, lowered.kernels)
