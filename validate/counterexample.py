@@ -49,6 +49,9 @@ def value_to_numpy(value: z3.ExprRef, dtype: DType) -> Any:
     if dtype.is_int:
         v = value.as_signed_long() if z3.is_bv_value(value) else 0
         return np.array(v, dtype=np.int64).astype(dtype.np)[()]
+    if dtype.is_float8:  # the bit pattern (IR_SPEC.md section 8)
+        v = value.as_long() if z3.is_bv_value(value) else 0
+        return np.array(v, dtype=np.uint8).view(dtype.np)[()]
     if z3.is_rational_value(value):
         return literal_to_array(Fraction(value.as_fraction()), dtype)[()]
     if z3.is_algebraic_value(value):
@@ -106,8 +109,8 @@ def decode_input(model: z3.ModelRef, f: z3.FuncDeclRef, type_: TensorType) -> np
 def same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per element: the same bits, or both NaN (IR_SPEC.md section 5)."""
     a, b = np.asarray(a), np.asarray(b)
-    if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
-        u = _UINT[a.dtype.itemsize]
+    if a.dtype.kind == "f" or a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8"):
+        u = _UINT[a.dtype.itemsize] if a.dtype.itemsize > 1 else np.uint8
         wa, wb = a.astype(np.float64), b.astype(np.float64)
         return (a.view(u) == b.view(u)) | (np.isnan(wa) & np.isnan(wb))
     return a == b

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import os
 
-from gdv.backends.c import narrow
+from gdv.backends.c import float8, narrow
 from gdv.backends.c.emit import (
     CTYPE,
     NARROW,
@@ -221,6 +221,7 @@ for _d in INT_DTYPES:
 for _d in (_d for _d in DType if _d.is_int and is_signed(_d)):
     HELPERS[f"gdv_floor_rem_{SUFFIX[_d]}"] = _floor_rem(_d)
 HELPERS.update(VMATH)
+HELPERS.update(float8.HELPERS)
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -235,6 +236,11 @@ def _via_double(expr: str, dtype: DType) -> str:
 def convert_helpers(src: DType, dst: DType) -> set[str]:
     """The helpers `convert_expr(_, src, dst)` calls."""
     out = set()
+    if src.is_float8 or dst.is_float8:
+        wide_src = DType.F64 if src.is_float8 else src
+        wide_dst = DType.F64 if dst.is_float8 else dst
+        out |= {float8.helper(d) for d in (src, dst) if d.is_float8}
+        return out | (convert_helpers(wide_src, wide_dst) if wide_src != wide_dst else set())
     if src in NARROW or dst in NARROW:
         out.add(NARROW_HELPER)
     if src.is_float and dst.is_int:
@@ -242,11 +248,18 @@ def convert_helpers(src: DType, dst: DType) -> set[str]:
     return out
 
 
-def convert_expr(x: str, src: DType, dst: DType) -> str:
+def convert_expr(x: str, src: DType, dst: DType, saturate: bool = True) -> str:
     """C for `convert` of the C expression `x` from `src` to `dst` (stored values, both sides);
-    the helpers it needs are `convert_helpers(src, dst)`."""
+    the helpers it needs are `convert_helpers(src, dst)`. float8 goes through double: decoded
+    exactly, encoded once from the exact value (an integer beyond 2^53 rounds on its way to
+    double, but it overflows every float8 either way)."""
     if src is dst:
         return f"({x})"
+    if src.is_float8:
+        return convert_expr(float8.decode(x, src), DType.F64, dst, saturate)
+    if dst.is_float8:
+        wide = x if src is DType.F64 else convert_expr(x, src, DType.F64)
+        return float8.encode(wide, dst, saturate)
     if dst is DType.I1:
         return f"((uint8_t)({load(x, src)} != 0))"  # NaN != 0; -0.0 == 0
     if src.is_float and not dst.is_float:
@@ -382,7 +395,7 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
     if name == "convert":
         src = arg_dtypes[0]
         prog.helpers.update(convert_helpers(src, dtype))
-        return convert_expr(args[0], src, dtype)
+        return convert_expr(args[0], src, dtype, op.attrs.get("saturate", True))
     if name == "select":
         return f"(({args[0]}) ? ({args[1]}) : ({args[2]}))"
     if name == "cmp":

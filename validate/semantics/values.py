@@ -88,6 +88,79 @@ def _head(t: z3.ExprRef) -> str:
     return f"app {d.name()} {d.kind()} [{params}] {t.sort().sexpr()}"
 
 
+def float8_is_nan(dtype: DType, b: z3.BitVecRef) -> z3.BoolRef:
+    """The bit pattern `b` is a NaN code of the float8 `dtype`."""
+    fmt = dtype.float8
+    if fmt.unsigned_zero:
+        return b == 0x80
+    mag = z3.Extract(6, 0, b)
+    return z3.UGT(mag, fmt.max_code + (1 if fmt.has_inf else 0))
+
+
+def float8_decode(dtype: DType, b: z3.BitVecRef, sort: z3.FPSortRef) -> z3.FPRef:
+    """The exact value of the float8 bit pattern `b` in `sort` (f32 or wider; NaN codes give
+    NaN, e5m2's infinity codes infinities): a normal code is rebuilt field by field in f32
+    (sign, rebiased exponent, shifted mantissa), a subnormal one is m * 2^(1 - bias - mb),
+    both exact, then widened exactly."""
+    fmt = dtype.float8
+    mb, eb = fmt.mantissa_bits, fmt.exponent_bits
+    f32 = z3.FPSort(8, 24)
+    sign = z3.Extract(7, 7, b)
+    e = z3.Extract(6, mb, b)
+    m = z3.Extract(mb - 1, 0, b)
+    exp32 = z3.ZeroExt(8 - eb, e) + z3.BitVecVal(127 - fmt.bias, 8)
+    normal = z3.fpFP(sign, exp32, z3.Concat(m, z3.BitVecVal(0, 23 - mb)))
+    step = z3.FPVal(float(2.0 ** (1 - fmt.bias - mb)), f32)
+    tiny = z3.fpMul(_RNE, z3.fpUnsignedToFP(_RNE, m, f32), step)  # exact: m < 2^mb
+    tiny = z3.If(sign == 1, z3.fpNeg(tiny), tiny)
+    value = z3.If(e == 0, tiny, normal)
+    if fmt.has_inf:
+        inf = z3.If(sign == 1, z3.fpMinusInfinity(f32), z3.fpPlusInfinity(f32))
+        value = z3.If(z3.Extract(6, 0, b) == fmt.max_code + 1, inf, value)
+    value = z3.If(float8_is_nan(dtype, b), z3.fpNaN(f32), value)
+    return z3.fpFPToFP(_RNE, value, sort)
+
+
+def float8_encode(dtype: DType, v: z3.FPRef, saturate: bool) -> z3.BitVecRef:
+    """The float8 bit pattern of the f64 value `v` rounded once to nearest-even (IR_SPEC.md
+    section 8). Below the least normal 2^emin the magnitude is scaled exactly to units of the
+    least subnormal and rounded to an integer, which is the code itself (2^mb, the least
+    normal's code, when it rounds up); above it, rounding to the format's precision in an
+    11-bit exponent range is exact RNE and its fields, rebiased, are the code. saturate: a
+    magnitude beyond max (inf too) is max's code; otherwise a rounded magnitude beyond max is
+    inf (f8e5m2) or NaN."""
+    fmt = dtype.float8
+    mb, p = fmt.mantissa_bits, fmt.precision
+    w = v.sort()
+    narrow = z3.FPSort(11, p)
+    a = z3.fpAbs(v)
+    tiny = z3.fpLT(a, z3.FPVal(float(2.0**fmt.emin), w))
+    scaled = z3.fpMul(_RNE, a, z3.FPVal(float(2.0 ** (mb - fmt.emin)), w))  # exact, < 2^mb
+    sub_code = z3.fpToUBV(_RTZ, z3.fpRoundToIntegral(_RNE, scaled), z3.BitVecSort(8))
+    r = z3.fpFPToFP(_RNE, a, narrow)
+    bits = z3.fpToIEEEBV(r)  # sign | 11 exponent bits | p - 1 mantissa bits
+    exp11 = z3.Extract(10 + mb, mb, bits)
+    field = z3.Extract(7, 0, z3.ZeroExt(5, exp11) - z3.BitVecVal(1023 - fmt.bias, 16))
+    normal_code = (field << mb) | z3.ZeroExt(8 - mb, z3.Extract(mb - 1, 0, bits))
+    mag = z3.If(tiny, sub_code, normal_code)
+    top = float(fmt.max)
+    max_code = z3.BitVecVal(fmt.max_code, 8)
+    if saturate:
+        mag = z3.If(z3.fpGT(a, z3.FPVal(top, w)), max_code, mag)
+        over = z3.BoolVal(False)
+    else:
+        over = z3.And(z3.Not(tiny), z3.fpGT(r, z3.FPVal(top, narrow)))
+        if fmt.has_inf:
+            mag = z3.If(over, z3.BitVecVal(fmt.max_code + 1, 8), mag)
+            over = z3.BoolVal(False)
+    negative = z3.fpIsNegative(v)
+    if fmt.unsigned_zero:
+        negative = z3.And(negative, mag != 0)  # no -0: a negative that rounds to 0 is +0
+    code = z3.If(negative, mag | 0x80, mag)
+    nan = z3.BitVecVal(fmt.nan_code, 8)
+    return z3.If(z3.Or(z3.fpIsNaN(v), over), nan, code)
+
+
 INPUT_PREFIX = "in."
 """How `encode.input_function` names the function of an input (`in.NAME`)."""
 
@@ -171,7 +244,7 @@ class Values:
         """The Z3 sort of `dtype`'s elements in this theory."""
         if dtype.is_bool:
             return z3.BoolSort()
-        if dtype.is_int:
+        if dtype.is_int or dtype.is_float8:  # float8: its bit pattern (IR_SPEC.md section 8)
             return z3.BitVecSort(dtype.bits)
         if self.theory == "real":
             return z3.RealSort()
@@ -192,6 +265,8 @@ class Values:
             return z3.BoolVal(bool(value))
         if dtype.is_int:
             return z3.BitVecVal(int(value) % (1 << dtype.bits), dtype.bits)
+        if dtype.is_float8:
+            return z3.BitVecVal(int(np.asarray(value, dtype=dtype.np).view(np.uint8)), 8)
         v = np.asarray(value, dtype=dtype.np)
         if self.theory == "real":
             f = float(v)
@@ -440,10 +515,13 @@ class Values:
 
     # --- conversions ---------------------------------------------------------------------
 
-    def convert(self, src: DType, dst: DType, x) -> z3.ExprRef:
-        """IR_SPEC.md section 4, `convert`, and section 5 for the real theory."""
+    def convert(self, src: DType, dst: DType, x, saturate: bool = True) -> z3.ExprRef:
+        """IR_SPEC.md section 4, `convert`, and section 5 for the real theory; float8 (a bit
+        pattern) by section 8."""
         if src == dst:
             return x
+        if src.is_float8 or dst.is_float8:
+            return self._convert_float8(src, dst, x, saturate)
         if dst.is_bool:
             if src.is_float and self.theory == "fp":
                 return z3.Not(self._fpred("iszero", src, x, z3.fpIsZero))  # NaN != 0
@@ -476,6 +554,47 @@ class Values:
                 lambda v: to_fp(_RNE, v, fp_sort(dst)),
             )
         return self._fp_to_int(src, dst, x)
+
+    def same(self, dtype: DType, a, b) -> z3.BoolRef:
+        """a and b are one value (IR_SPEC.md section 5): SMT `=`, and for float8 bit patterns
+        also any two NaN codes."""
+        if dtype.is_float8 and self.theory == "fp" and not self.abstract:
+            return z3.Or(a == b, z3.And(float8_is_nan(dtype, a), float8_is_nan(dtype, b)))
+        return a == b
+
+    def _convert_float8(self, src: DType, dst: DType, x, saturate: bool) -> z3.ExprRef:
+        """float8 conversions: decode the bits to their exact value, encode a value by one
+        rounding with `saturate`'s overflow rule. Over the reals both are uninterpreted (a
+        claim resting on them is not proved there)."""
+        if self.theory == "real":
+            if src.is_float8:
+                x = self.func(f"real.from.{src}", z3.BitVecSort(8), z3.RealSort())(x)
+                src = DType.F64
+            elif src.is_bool:
+                x = z3.If(x, z3.RealVal(1), z3.RealVal(0))
+                src = DType.F64
+            elif src.is_int:
+                x = z3.ToReal(z3.BV2Int(x, is_signed=src.is_signed))
+                src = DType.F64
+            if dst.is_float8:
+                tag = "sat" if saturate else "nosat"
+                return self.func(f"real.to.{dst}.{tag}", z3.RealSort(), z3.BitVecSort(8))(x)
+            return self.convert(src, dst, x)
+        wide = fp_sort(DType.F64)
+        if src.is_float8:
+            v = self._fp(f"dec.{src}", src, [x], wide, lambda b: float8_decode(src, b, wide))
+            return self.convert(DType.F64, dst, v, saturate)
+        # dst is float8: the source's exact value in f64 (integers beyond 2^53 round, but
+        # every one of them is beyond every float8's range, so no second rounding is seen).
+        v = x if src is DType.F64 else self.convert(src, DType.F64, x)
+        tag = "sat" if saturate else "nosat"
+        return self._fp(
+            f"enc.{dst}.{tag}",
+            DType.F64,
+            [v],
+            z3.BitVecSort(8),
+            lambda w: float8_encode(dst, w, saturate),
+        )
 
     def _fp_to_int(self, src: DType, dst: DType, x) -> z3.ExprRef:
         """Truncate toward zero, saturate to [int_min, int_max] (unsigned: [0, 2^n - 1], so
