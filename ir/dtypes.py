@@ -30,6 +30,10 @@ class DType(enum.Enum):
     F8E4M3FNUZ = "f8e4m3fnuz"
     F8E5M2 = "f8e5m2"
     F8E5M2FNUZ = "f8e5m2fnuz"
+    I4 = "i4"
+    U4 = "u4"
+    I2 = "i2"
+    U2 = "u2"
 
     def __str__(self) -> str:
         return self.value
@@ -61,9 +65,15 @@ class DType(enum.Enum):
         return self in _FLOAT8
 
     @property
+    def is_small_int(self) -> bool:
+        """A sub-byte integer, storage only (i4 u4 i2 u2, IR_SPEC.md section 8): one value per
+        byte, converted and moved, never operated on."""
+        return self in _SMALL_INTS
+
+    @property
     def is_storage(self) -> bool:
         """A storage-only dtype: `convert` and data movement take it, arithmetic does not."""
-        return self in _FLOAT8
+        return self in _FLOAT8 or self in _SMALL_INTS
 
     @property
     def float8(self) -> Float8Format:
@@ -98,15 +108,15 @@ class DType(enum.Enum):
 
     @property
     def int_min(self) -> int:
-        """The smallest value of an integer dtype (i1: 0, false)."""
-        return -(1 << (self.bits - 1)) if self.is_signed else 0
+        """The smallest value of an integer dtype (i1: 0, false; i4, i2 too)."""
+        return -(1 << (self.bits - 1)) if self.is_signed or self in _SMALL_SIGNED else 0
 
     @property
     def int_max(self) -> int:
-        """The largest value of an integer dtype (i1: 1, true)."""
-        if self.is_signed:
+        """The largest value of an integer dtype (i1: 1, true; the sub-byte ones too)."""
+        if self.is_signed or self in _SMALL_SIGNED:
             return (1 << (self.bits - 1)) - 1
-        return (1 << self.bits) - 1 if self.is_unsigned else 1
+        return (1 << self.bits) - 1 if self.is_unsigned or self.is_small_int else 1
 
     @classmethod
     def parse(cls, text: str) -> DType | None:
@@ -119,6 +129,8 @@ _SIGNED = (DType.I64, DType.I32, DType.I16, DType.I8)
 _UNSIGNED = (DType.U64, DType.U32, DType.U16, DType.U8)
 _INTS = _SIGNED + _UNSIGNED
 _FLOAT8 = (DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E5M2FNUZ)
+_SMALL_SIGNED = (DType.I4, DType.I2)
+_SMALL_INTS = (DType.I4, DType.U4, DType.I2, DType.U2)
 _BITS = {
     DType.F64: 64,
     DType.F32: 32,
@@ -137,6 +149,10 @@ _BITS = {
     DType.F8E4M3FNUZ: 8,
     DType.F8E5M2: 8,
     DType.F8E5M2FNUZ: 8,
+    DType.I4: 4,
+    DType.U4: 4,
+    DType.I2: 2,
+    DType.U2: 2,
 }
 _NUMPY = {
     DType.F64: np.dtype(np.float64),
@@ -156,6 +172,10 @@ _NUMPY = {
     DType.F8E4M3FNUZ: np.dtype(ml_dtypes.float8_e4m3fnuz),
     DType.F8E5M2: np.dtype(ml_dtypes.float8_e5m2),
     DType.F8E5M2FNUZ: np.dtype(ml_dtypes.float8_e5m2fnuz),
+    DType.I4: np.dtype(ml_dtypes.int4),  # one value per byte (unpacked)
+    DType.U4: np.dtype(ml_dtypes.uint4),
+    DType.I2: np.dtype(ml_dtypes.int2),
+    DType.U2: np.dtype(ml_dtypes.uint2),
 }
 # (exponent bits, significand precision including the hidden bit)
 _FLOAT_FORMAT = {
@@ -235,7 +255,8 @@ FLOAT8_FORMATS: dict[DType, Float8Format] = {
 FLOAT_DTYPES: tuple[DType, ...] = _FLOATS
 INT_DTYPES: tuple[DType, ...] = _INTS
 FLOAT8_DTYPES: tuple[DType, ...] = _FLOAT8
-STORAGE_DTYPES: tuple[DType, ...] = _FLOAT8
+SMALL_INT_DTYPES: tuple[DType, ...] = _SMALL_INTS
+STORAGE_DTYPES: tuple[DType, ...] = _FLOAT8 + _SMALL_INTS
 """Storage-only dtypes (IR_SPEC.md section 8)."""
 ALL_DTYPES: tuple[DType, ...] = tuple(d for d in DType if not d.is_storage)
 """The dtypes arithmetic takes (every dtype but the storage-only ones)."""

@@ -147,6 +147,17 @@ def convert_array(x: np.ndarray, src: DType, dst: DType, saturate: bool = True) 
     x = np.asarray(x)
     if src is dst:
         return x.copy()
+    if src.is_small_int:  # its integer value, exactly, in a byte of its signedness
+        wide = DType.I8 if src.int_min < 0 else DType.U8
+        return convert_array(x.astype(wide.np), wide, dst, saturate)
+    if dst.is_small_int:
+        if src.is_float8:
+            x, src = float8_decode(x), DType.F64
+        if src.is_float:
+            return float_to_int(x, dst)  # truncate, saturate to its range, NaN -> 0
+        v = _exact_int(x).astype(np.int64)  # i1 and integers: the value modulo 2^n
+        n = 1 << dst.bits
+        return (((v - dst.int_min) % n) + dst.int_min).astype(dst.np)
     if src.is_float8:
         return convert_array(float8_decode(x), DType.F64, dst, saturate)
     if dst.is_float8:

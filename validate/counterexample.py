@@ -46,8 +46,10 @@ def value_to_numpy(value: z3.ExprRef, dtype: DType) -> Any:
     """A concrete Z3 value as a numpy scalar of `dtype` (reals are rounded to the dtype)."""
     if dtype.is_bool:
         return np.bool_(z3.is_true(value))
-    if dtype.is_int:
+    if dtype.is_int or dtype.is_small_int:
         v = value.as_signed_long() if z3.is_bv_value(value) else 0
+        if dtype.is_small_int:  # its value in its range (as_signed_long reads the top bit)
+            v = (v - dtype.int_min) % (1 << dtype.bits) + dtype.int_min
         return np.array(v, dtype=np.int64).astype(dtype.np)[()]
     if dtype.is_float8:  # the bit pattern (IR_SPEC.md section 8)
         v = value.as_long() if z3.is_bv_value(value) else 0
@@ -183,7 +185,7 @@ def special_inputs(fn: Function, seed: int) -> dict[str, np.ndarray]:
         d = p.type.dtype
         if d.is_bool:
             out[p.name] = rng.integers(0, 2, size=p.type.shape).astype(bool)
-        elif d.is_int:
+        elif d.is_int or d.is_small_int:
             vals = np.array(_int_specials(d), dtype=d.np)
             out[p.name] = rng.choice(vals, size=p.type.shape)
         else:
@@ -202,7 +204,7 @@ def uniform_inputs(fn: Function, k: int) -> dict[str, np.ndarray]:
         d = p.type.dtype
         if d.is_bool:
             out[p.name] = np.full(p.type.shape, bool(k % 2))
-        elif d.is_int:
+        elif d.is_int or d.is_small_int:
             vals = [*_int_specials(d), d.int_max]
             out[p.name] = np.full(p.type.shape, vals[k % len(vals)], dtype=d.np)
         else:

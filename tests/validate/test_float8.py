@@ -443,3 +443,26 @@ def test_the_compiled_pipeline_runs_float8_bit_exact(tmp_path, opt: int) -> None
     pairs = list(zip(got, want, strict=True))
     for g, r in pairs if opt < 3 else [pairs[0], pairs[2]]:
         assert reference.bit_equal(g, r), reference.describe_difference(g, r)
+
+
+def test_constants_converted_to_storage_dtypes_are_not_folded(tmp_path) -> None:
+    """fold-constants leaves `convert(constant)` to a float8 or sub-byte dtype alone (the IR has
+    no literal of those dtypes, so the folded constant would not verify); the compiled
+    program still computes the converted values."""
+    import gdv
+
+    src = tmp_path / "k.gdv"
+    src.write_text(
+        "func @main(%x: f8e4m3fn[3]) -> (f8e4m3fn[2,3], i4[3]) {\n"
+        "  %k = constant() {value = [1.5, -1000.0, 3.3]} : f32[3]\n"
+        "  %c = convert(%k) : f8e4m3fn[3]\n"
+        "  %j = constant() {value = [1, -2, 9]} : i8[3]\n"
+        "  %q = convert(%j) : i4[3]\n"
+        "  %r = reshape(%x) : f8e4m3fn[1,3]\n  %s = reshape(%c) : f8e4m3fn[1,3]\n"
+        "  %t = concat(%r, %s) {axis = 0} : f8e4m3fn[2,3]\n  return %t, %q\n}\n"
+    )
+    exe = gdv.compile(str(src), jobs=1, cache_dir=str(tmp_path))
+    x = np.array([0.5, -0.0, np.nan], np.float32).astype(DType.F8E4M3FN.np)
+    t, q = exe(x=x)
+    assert codes(t) == [*codes(x), 0x3C, 0xFE, 0x45]  # 1.5, -448 (saturated), 3.25
+    assert q.astype(np.int64).tolist() == [1, -2, -7]  # 9 wraps to -7

@@ -115,7 +115,8 @@ def int_result(op: Op, ctx: Context, exact: Interval, err: Err, specials=frozens
     """An integer result: exact unless it may wrap around, which is reported; with an error
     already present a wrap makes the bound infinite."""
     dtype = op.type.dtype
-    if dtype.is_int and (exact[0] < dtype.int_min or exact[1] > dtype.int_max):
+    wraps = dtype.is_int or dtype.is_small_int
+    if wraps and (exact[0] < dtype.int_min or exact[1] > dtype.int_max):
         ctx.note(
             f"%{op.result} = {op.name}: {dtype} wrap-around possible (values may reach "
             f"[{exact[0]:.6g}, {exact[1]:.6g}])"

@@ -244,7 +244,7 @@ class Values:
         """The Z3 sort of `dtype`'s elements in this theory."""
         if dtype.is_bool:
             return z3.BoolSort()
-        if dtype.is_int or dtype.is_float8:  # float8: its bit pattern (IR_SPEC.md section 8)
+        if dtype.is_int or dtype.is_storage:  # float8: its bit pattern (IR_SPEC.md section 8)
             return z3.BitVecSort(dtype.bits)
         if self.theory == "real":
             return z3.RealSort()
@@ -263,7 +263,7 @@ class Values:
         """A numpy scalar (already of `dtype`) as a Z3 value."""
         if dtype.is_bool:
             return z3.BoolVal(bool(value))
-        if dtype.is_int:
+        if dtype.is_int or dtype.is_small_int:
             return z3.BitVecVal(int(value) % (1 << dtype.bits), dtype.bits)
         if dtype.is_float8:
             return z3.BitVecVal(int(np.asarray(value, dtype=dtype.np).view(np.uint8)), 8)
@@ -520,6 +520,21 @@ class Values:
         pattern) by section 8."""
         if src == dst:
             return x
+        if src.is_small_int:  # its value, exactly, in a byte of its signedness
+            signed = src.int_min < 0
+            wide = DType.I8 if signed else DType.U8
+            extend = z3.SignExt if signed else z3.ZeroExt
+            return self.convert(wide, dst, extend(8 - src.bits, x), saturate)
+        if dst.is_small_int:
+            if src.is_float8:
+                return self.convert(DType.F64, dst, self.convert(src, DType.F64, x))
+            if src.is_bool:
+                return z3.If(x, z3.BitVecVal(1, dst.bits), z3.BitVecVal(0, dst.bits))
+            if src.is_int:  # the value modulo 2^n: the low n bits
+                return z3.Extract(dst.bits - 1, 0, x)
+            if self.theory == "real":
+                return self._real_to_int(x, dst)
+            return self._fp_to_int(src, dst, x)
         if src.is_float8 or dst.is_float8:
             return self._convert_float8(src, dst, x, saturate)
         if dst.is_bool:
@@ -611,7 +626,7 @@ class Values:
         t = z3.fpRoundToIntegral(_RTZ, x)
         bv = z3.BitVecSort(dst.bits)
         # Strictly between the bounds, t is in the target's range: the exact conversion.
-        to_bv = z3.fpToSBV if dst.is_signed else z3.fpToUBV
+        to_bv = z3.fpToSBV if dst.int_min < 0 else z3.fpToUBV
         return z3.If(
             z3.fpIsNaN(x),
             z3.BitVecVal(0, dst.bits),
