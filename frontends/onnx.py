@@ -107,6 +107,10 @@ _ONNX_DTYPES: dict[int, DType] = {
     18: DType.F8E4M3FNUZ,  # FLOAT8E4M3FNUZ
     19: DType.F8E5M2,  # FLOAT8E5M2
     20: DType.F8E5M2FNUZ,  # FLOAT8E5M2FNUZ
+    22: DType.I4,  # INT4 (unpacked: one value per byte, IR_SPEC.md section 8)
+    21: DType.U4,  # UINT4
+    26: DType.I2,  # INT2
+    25: DType.U2,  # UINT2
 }
 _ONNX_OF: dict[DType, int] = {v: k for k, v in _ONNX_DTYPES.items()}
 
@@ -116,10 +120,6 @@ _WHY_NO_DTYPE = {
     "no IR dtype; the e4m3/e5m2 float8 formats do",
     "FLOAT4E2M1": "4-bit floats are refused, not approximated: no IR dtype holds them yet "
     "(the float8 formats do, issue 19)",
-    **{
-        name: "sub-byte (packed) integers are not supported"
-        for name in ("INT4", "UINT4", "INT2", "UINT2")
-    },
     "STRING": "strings are not numbers",
     "COMPLEX64": "complex numbers are not supported",
     "COMPLEX128": "complex numbers are not supported",
@@ -250,6 +250,10 @@ class GraphEmitter(ABC):
         if t.dtype.is_float8:
             wide = np.asarray(value).astype(t.dtype.np).astype(np.float32)
             return self.emit("convert", [self.const(wide, t.with_dtype(DType.F32))], t)
+        if t.dtype.is_small_int:  # likewise through a byte of its signedness (exact)
+            byte = DType.I8 if t.dtype.int_min < 0 else DType.U8
+            held = np.asarray(value).astype(t.dtype.np).astype(byte.np)
+            return self.emit("convert", [self.const(held, t.with_dtype(byte))], t)
         if isinstance(value, np.ndarray):
             arr = value.astype(t.dtype.np)
             if arr.size and _same_bits(arr):
@@ -1370,12 +1374,36 @@ def _cast(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
     # convert saturates (NaN -> 0). `saturate` (opset 19) matters only for float8 targets:
     # IR_SPEC.md section 8 is ONNX's reference (clip to +-max, inf included, then round).
     x = imp.dyn(ins[0])
+    if target.is_small_int and not imp.type_of(x).dtype.is_small_int:
+        if imp.type_of(x).dtype.is_float or imp.type_of(x).dtype.is_float8:
+            _out(imp, node, _float_to_small_int(imp, x, target))
+            return
     saturate = bool(attrs.get("saturate", 1))
     if target.is_float8 and not saturate and imp.type_of(x).dtype is not target:
         t = imp.type_of(x).with_dtype(target)
         _out(imp, node, imp.emit("convert", [x], t, saturate=False))
         return
     _out(imp, node, convert(imp, x, target))
+
+
+def _float_to_small_int(imp: Importer, x: str, target: DType) -> str:
+    """A float (or float8) cast to a sub-byte integer as ONNX's reference casts it (ml_dtypes):
+    truncated toward zero where that is in the target's range, else 0 (NaN and infinities
+    too). ONNX leaves out-of-range values undefined; its test data expects 0. Built exactly:
+    trunc(x) is in [lo, hi] exactly when lo - 1 < x < hi + 1 (NaN compares false); the IR's
+    saturating convert to i8 or u8 is then trunc(x), and the conversion to the target exact."""
+    if imp.type_of(x).dtype.is_float8:
+        x = convert(imp, x, DType.F32)
+    t = imp.type_of(x)
+    lo = imp.const(float(target.int_min - 1), t)
+    hi = imp.const(float(target.int_max + 1), t)
+    above = imp.emit("cmp", [x, lo], dir="gt")
+    below = imp.emit("cmp", [x, hi], dir="lt")
+    inside = imp.emit("select", [above, below, above])  # above and below
+    byte = DType.I8 if target.int_min < 0 else DType.U8
+    whole = convert(imp, x, byte)
+    zero = imp.const(0, t.with_dtype(byte))
+    return convert(imp, imp.emit("select", [inside, whole, zero]), target)
 
 
 @handler("Constant")
@@ -1816,6 +1844,8 @@ def _dequantize_linear(imp: Importer, node: Any, ins: list[str], attrs: dict[str
     if t.dtype.is_float8:
         _dequantize_float8(imp, node, ins, attrs, x)
         return
+    if t.dtype.is_small_int:
+        raise imp.unsupported(f"input {t}: sub-byte integers are not dequantized yet")
     if not t.dtype.is_int or t.dtype.bits > 32:
         raise imp.unsupported(f"input {t} (integers of up to 32 bits)")
     axis = attrs.get("axis", 1)

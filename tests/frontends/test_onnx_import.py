@@ -648,6 +648,45 @@ def test_bool_reduce_max_and_min_are_any_and_all() -> None:
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("name", ["INT4", "UINT4", "INT2", "UINT2"])
+@pytest.mark.parametrize("src", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.FLOAT8E4M3FN])
+def test_sub_byte_integer_casts_match_onnx_reference(name: str, src: int) -> None:
+    """Cast and CastLike from floats to INT4/UINT4/INT2/UINT2 as ONNX's reference casts
+    (truncated where in range, else 0, NaN and infinities too), from integers (wrapping) and
+    back to floats and INT8, with a sub-byte initializer and Constant, bit for bit."""
+    code = getattr(TensorProto, name)
+    small = helper.tensor_dtype_to_np_dtype(code)
+    f = helper.tensor_dtype_to_np_dtype(src)
+    x = np.array(
+        [-9.5, -9, -8.9, -8, -2.5, -2, -1.5, -0.5, -0.0, 0.7, 1.5, 3, 3.99, 4, 7.9, 8, 15.9, 16]
+        + [np.nan, np.inf, -np.inf, 100],
+        np.float32,
+    ).astype(f)
+    i = np.resize(np.array([17, -1, 200, 8, -9, 7, 15, 16, -3, 2, 0, 1], np.int32), x.size)
+    k = np.resize(np.array([1, -1, 3, 0], np.int32), x.size).astype(small)
+    nodes = [
+        helper.make_node("Cast", ["x"], ["a"], to=code),
+        helper.make_node("CastLike", ["i", "like"], ["b"]),
+        helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(k, "k")),
+        helper.make_node("Concat", ["a", "b", "k", "w"], ["c"], axis=0),
+        helper.make_node("Cast", ["c"], ["y"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["c"], ["z"], to=TensorProto.INT8),
+    ]
+    w = np.resize(np.array([0, 1, -2, 3], np.int32), x.size).astype(small)
+    m = model(
+        nodes,
+        [("x", src, [x.size]), ("i", TensorProto.INT32, [x.size])],
+        [("c", code, None), ("y", F, None), ("z", TensorProto.INT8, None)],
+        {"like": np.zeros(1, small), "w": w},
+        opset=25,
+    )
+    got = gdv_run(m, {"x": x, "i": i})
+    want = _onnx_eval(m, {"x": x, "i": i})
+    for g, r in zip(got, want, strict=True):
+        assert g.dtype == r.dtype
+        np.testing.assert_array_equal(g.astype(np.float64), r.astype(np.float64))
+
+
 @pytest.mark.parametrize("name", ["FLOAT8E8M0", "FLOAT4E2M1"])
 def test_narrow_floats_without_an_ir_dtype_are_refused_by_name(name: str) -> None:
     code = getattr(TensorProto, name)
