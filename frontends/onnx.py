@@ -107,6 +107,7 @@ _ONNX_DTYPES: dict[int, DType] = {
     18: DType.F8E4M3FNUZ,  # FLOAT8E4M3FNUZ
     19: DType.F8E5M2,  # FLOAT8E5M2
     20: DType.F8E5M2FNUZ,  # FLOAT8E5M2FNUZ
+    23: DType.F4E2M1FN,  # FLOAT4E2M1 (unpacked: one value per byte)
     22: DType.I4,  # INT4 (unpacked: one value per byte, IR_SPEC.md section 8)
     21: DType.U4,  # UINT4
     26: DType.I2,  # INT2
@@ -118,8 +119,6 @@ _ONNX_OF: dict[DType, int] = {v: k for k, v in _ONNX_DTYPES.items()}
 _WHY_NO_DTYPE = {
     "FLOAT8E8M0": "the scale format E8M0 (a power of two, rounded up by Cast's round_mode) has "
     "no IR dtype; the e4m3/e5m2 float8 formats do",
-    "FLOAT4E2M1": "4-bit floats are refused, not approximated: no IR dtype holds them yet "
-    "(the float8 formats do, issue 19)",
     "STRING": "strings are not numbers",
     "COMPLEX64": "complex numbers are not supported",
     "COMPLEX128": "complex numbers are not supported",

@@ -30,6 +30,7 @@ class DType(enum.Enum):
     F8E4M3FNUZ = "f8e4m3fnuz"
     F8E5M2 = "f8e5m2"
     F8E5M2FNUZ = "f8e5m2fnuz"
+    F4E2M1FN = "f4e2m1fn"
     I4 = "i4"
     U4 = "u4"
     I2 = "i2"
@@ -60,8 +61,9 @@ class DType(enum.Enum):
 
     @property
     def is_float8(self) -> bool:
-        """A float8 storage type (f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz, IR_SPEC.md section 8):
-        its values are held and moved, and converted to and from other dtypes; no arithmetic."""
+        """A narrow storage float (f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz, and the 4-bit
+        f4e2m1fn, IR_SPEC.md section 8): its values are held and moved, and converted to and
+        from other dtypes; no arithmetic."""
         return self in _FLOAT8
 
     @property
@@ -128,7 +130,7 @@ _FLOATS = (DType.F64, DType.F32, DType.F16, DType.BF16)
 _SIGNED = (DType.I64, DType.I32, DType.I16, DType.I8)
 _UNSIGNED = (DType.U64, DType.U32, DType.U16, DType.U8)
 _INTS = _SIGNED + _UNSIGNED
-_FLOAT8 = (DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E5M2FNUZ)
+_FLOAT8 = (DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E5M2FNUZ, DType.F4E2M1FN)
 _SMALL_SIGNED = (DType.I4, DType.I2)
 _SMALL_INTS = (DType.I4, DType.U4, DType.I2, DType.U2)
 _BITS = {
@@ -149,6 +151,7 @@ _BITS = {
     DType.F8E4M3FNUZ: 8,
     DType.F8E5M2: 8,
     DType.F8E5M2FNUZ: 8,
+    DType.F4E2M1FN: 4,
     DType.I4: 4,
     DType.U4: 4,
     DType.I2: 2,
@@ -172,6 +175,7 @@ _NUMPY = {
     DType.F8E4M3FNUZ: np.dtype(ml_dtypes.float8_e4m3fnuz),
     DType.F8E5M2: np.dtype(ml_dtypes.float8_e5m2),
     DType.F8E5M2FNUZ: np.dtype(ml_dtypes.float8_e5m2fnuz),
+    DType.F4E2M1FN: np.dtype(ml_dtypes.float4_e2m1fn),  # one value per byte (unpacked)
     DType.I4: np.dtype(ml_dtypes.int4),  # one value per byte (unpacked)
     DType.U4: np.dtype(ml_dtypes.uint4),
     DType.I2: np.dtype(ml_dtypes.int2),
@@ -202,10 +206,21 @@ class Float8Format:
     mantissa_bits: int
     bias: int
     max_code: int
-    nan_code: int
+    nan_code: int | None
+    """None: the format has no NaN (f4e2m1fn); a NaN converts to +0 there."""
     has_inf: bool
     unsigned_zero: bool
     """fnuz: no -0 (0x80 is NaN), so a negative result that rounds to zero is +0."""
+    width: int = 8
+    """Bits of a code: 8, or 4 for f4e2m1fn (held in the low bits of a byte)."""
+
+    @property
+    def sign_bit(self) -> int:
+        return 1 << (self.width - 1)
+
+    @property
+    def codes(self) -> int:
+        return 1 << self.width
 
     @property
     def precision(self) -> int:
@@ -217,18 +232,20 @@ class Float8Format:
         return 1 - self.bias
 
     def is_nan_code(self, code: int) -> bool:
-        code &= 0xFF
+        code &= self.codes - 1
+        if self.nan_code is None:
+            return False
         if self.unsigned_zero:
-            return code == 0x80
-        mag = code & 0x7F
+            return code == self.sign_bit
+        mag = code & (self.sign_bit - 1)
         return mag > self.max_code + (1 if self.has_inf else 0)
 
     def is_inf_code(self, code: int) -> bool:
-        return self.has_inf and (code & 0x7F) == self.max_code + 1
+        return self.has_inf and (code & (self.sign_bit - 1)) == self.max_code + 1
 
     def value(self, code: int) -> Fraction:
         """The exact value of a finite code (its magnitude with the sign applied; -0 is 0)."""
-        code &= 0xFF
+        code &= self.codes - 1
         assert not self.is_nan_code(code) and not self.is_inf_code(code), hex(code)
         e = (code >> self.mantissa_bits) & ((1 << self.exponent_bits) - 1)
         m = code & ((1 << self.mantissa_bits) - 1)
@@ -238,7 +255,7 @@ class Float8Format:
             v = Fraction((1 << self.mantissa_bits) + m) * Fraction(2) ** (
                 e - self.bias - self.mantissa_bits
             )
-        return -v if code & 0x80 else v
+        return -v if code & self.sign_bit else v
 
     @property
     def max(self) -> Fraction:
@@ -250,6 +267,7 @@ FLOAT8_FORMATS: dict[DType, Float8Format] = {
     DType.F8E4M3FNUZ: Float8Format(4, 3, 8, 0x7F, 0x80, False, True),
     DType.F8E5M2: Float8Format(5, 2, 15, 0x7B, 0x7E, True, False),
     DType.F8E5M2FNUZ: Float8Format(5, 2, 16, 0x7F, 0x80, False, True),
+    DType.F4E2M1FN: Float8Format(2, 1, 1, 0x7, None, False, False, width=4),
 }
 
 FLOAT_DTYPES: tuple[DType, ...] = _FLOATS

@@ -137,7 +137,13 @@ def float8_encode(x: np.ndarray, dtype: DType, saturate: bool = True) -> np.ndar
     with np.errstate(all="ignore"):
         out = wide.astype(dtype.np)  # ml_dtypes: one rounding from the double, nearest-even
     bits = out.view(np.uint8).copy()
-    bits[np.isnan(out.astype(np.float32))] = fmt.nan_code  # NaN in, or overflow to NaN
+    if fmt.nan_code is None:  # no NaN (f4e2m1fn): +0, and beyond max +-max whatever saturate
+        bits[np.isnan(wide)] = 0
+        top = float(fmt.max)
+        bits[wide > top] = fmt.max_code
+        bits[wide < -top] = fmt.max_code | fmt.sign_bit
+    else:
+        bits[np.isnan(out.astype(np.float32))] = fmt.nan_code  # NaN in, or overflow to NaN
     return bits.view(dtype.np)
 
 

@@ -40,6 +40,7 @@ CTYPE = {
     DType.F8E4M3FNUZ: "uint8_t",  # operated on; `convert` decodes and encodes it
     DType.F8E5M2: "uint8_t",  # (backends/c/float8.py)
     DType.F8E5M2FNUZ: "uint8_t",
+    DType.F4E2M1FN: "uint8_t",  # its 4-bit code in the low bits, as ml_dtypes holds it
     DType.I4: "uint8_t",  # the sub-byte integers, one per byte as ml_dtypes holds them: the
     DType.U4: "uint8_t",  # value's low n bits (two's complement for i4, i2), the others 0;
     DType.I2: "uint8_t",  # `convert` reads and writes them (backends/c/elementwise.py)
@@ -79,6 +80,7 @@ SUFFIX = {
     DType.F8E4M3FNUZ: "f8e4m3fnuz",
     DType.F8E5M2: "f8e5m2",
     DType.F8E5M2FNUZ: "f8e5m2fnuz",
+    DType.F4E2M1FN: "f4e2m1fn",
     DType.I4: "i4",
     DType.U4: "u4",
     DType.I2: "i2",

@@ -91,9 +91,11 @@ def _head(t: z3.ExprRef) -> str:
 def float8_is_nan(dtype: DType, b: z3.BitVecRef) -> z3.BoolRef:
     """The bit pattern `b` is a NaN code of the float8 `dtype`."""
     fmt = dtype.float8
+    if fmt.nan_code is None:
+        return z3.BoolVal(False)
     if fmt.unsigned_zero:
-        return b == 0x80
-    mag = z3.Extract(6, 0, b)
+        return b == fmt.sign_bit
+    mag = z3.Extract(fmt.width - 2, 0, b)
     return z3.UGT(mag, fmt.max_code + (1 if fmt.has_inf else 0))
 
 
@@ -105,8 +107,9 @@ def float8_decode(dtype: DType, b: z3.BitVecRef, sort: z3.FPSortRef) -> z3.FPRef
     fmt = dtype.float8
     mb, eb = fmt.mantissa_bits, fmt.exponent_bits
     f32 = z3.FPSort(8, 24)
-    sign = z3.Extract(7, 7, b)
-    e = z3.Extract(6, mb, b)
+    w = fmt.width
+    sign = z3.Extract(w - 1, w - 1, b)
+    e = z3.Extract(w - 2, mb, b)
     m = z3.Extract(mb - 1, 0, b)
     exp32 = z3.ZeroExt(8 - eb, e) + z3.BitVecVal(127 - fmt.bias, 8)
     normal = z3.fpFP(sign, exp32, z3.Concat(m, z3.BitVecVal(0, 23 - mb)))
@@ -116,7 +119,7 @@ def float8_decode(dtype: DType, b: z3.BitVecRef, sort: z3.FPSortRef) -> z3.FPRef
     value = z3.If(e == 0, tiny, normal)
     if fmt.has_inf:
         inf = z3.If(sign == 1, z3.fpMinusInfinity(f32), z3.fpPlusInfinity(f32))
-        value = z3.If(z3.Extract(6, 0, b) == fmt.max_code + 1, inf, value)
+        value = z3.If(z3.Extract(w - 2, 0, b) == fmt.max_code + 1, inf, value)
     value = z3.If(float8_is_nan(dtype, b), z3.fpNaN(f32), value)
     return z3.fpFPToFP(_RNE, value, sort)
 
@@ -130,35 +133,57 @@ def float8_encode(dtype: DType, v: z3.FPRef, saturate: bool) -> z3.BitVecRef:
     magnitude beyond max (inf too) is max's code; otherwise a rounded magnitude beyond max is
     inf (f8e5m2) or NaN."""
     fmt = dtype.float8
-    mb, p = fmt.mantissa_bits, fmt.precision
+    mb, p, n = fmt.mantissa_bits, fmt.precision, fmt.width
     w = v.sort()
-    narrow = z3.FPSort(11, p)
     a = z3.fpAbs(v)
+    if p < 3:  # f4e2m1fn: Z3 has no 2-bit significand; no NaN, no infinity, so it clips
+        return _encode_by_midpoints(dtype, v, a)
+    narrow = z3.FPSort(11, p)
     tiny = z3.fpLT(a, z3.FPVal(float(2.0**fmt.emin), w))
     scaled = z3.fpMul(_RNE, a, z3.FPVal(float(2.0 ** (mb - fmt.emin)), w))  # exact, < 2^mb
-    sub_code = z3.fpToUBV(_RTZ, z3.fpRoundToIntegral(_RNE, scaled), z3.BitVecSort(8))
+    sub_code = z3.fpToUBV(_RTZ, z3.fpRoundToIntegral(_RNE, scaled), z3.BitVecSort(n))
     r = z3.fpFPToFP(_RNE, a, narrow)
     bits = z3.fpToIEEEBV(r)  # sign | 11 exponent bits | p - 1 mantissa bits
     exp11 = z3.Extract(10 + mb, mb, bits)
-    field = z3.Extract(7, 0, z3.ZeroExt(5, exp11) - z3.BitVecVal(1023 - fmt.bias, 16))
-    normal_code = (field << mb) | z3.ZeroExt(8 - mb, z3.Extract(mb - 1, 0, bits))
+    field = z3.Extract(n - 1, 0, z3.ZeroExt(5, exp11) - z3.BitVecVal(1023 - fmt.bias, 16))
+    normal_code = (field << mb) | z3.ZeroExt(n - mb, z3.Extract(mb - 1, 0, bits))
     mag = z3.If(tiny, sub_code, normal_code)
     top = float(fmt.max)
-    max_code = z3.BitVecVal(fmt.max_code, 8)
+    max_code = z3.BitVecVal(fmt.max_code, n)
+    if fmt.nan_code is None:  # no NaN and no infinity: beyond max is max either way
+        saturate = True
     if saturate:
         mag = z3.If(z3.fpGT(a, z3.FPVal(top, w)), max_code, mag)
         over = z3.BoolVal(False)
     else:
         over = z3.And(z3.Not(tiny), z3.fpGT(r, z3.FPVal(top, narrow)))
         if fmt.has_inf:
-            mag = z3.If(over, z3.BitVecVal(fmt.max_code + 1, 8), mag)
+            mag = z3.If(over, z3.BitVecVal(fmt.max_code + 1, n), mag)
             over = z3.BoolVal(False)
     negative = z3.fpIsNegative(v)
     if fmt.unsigned_zero:
         negative = z3.And(negative, mag != 0)  # no -0: a negative that rounds to 0 is +0
-    code = z3.If(negative, mag | 0x80, mag)
-    nan = z3.BitVecVal(fmt.nan_code, 8)
+    code = z3.If(negative, mag | fmt.sign_bit, mag)
+    nan = z3.BitVecVal(0 if fmt.nan_code is None else fmt.nan_code, n)  # no NaN: +0
     return z3.If(z3.Or(z3.fpIsNaN(v), over), nan, code)
+
+
+def _encode_by_midpoints(dtype: DType, v: z3.FPRef, a: z3.FPRef) -> z3.BitVecRef:
+    """The code of |v| rounded to nearest-even, as the number of midpoints between neighbouring
+    codes that it rounds above (beyond a midpoint, or on it when the upper code is even), |v|
+    clipped to max first; the sign as `float8_encode` gives it, NaN -> +0. For formats with
+    few codes and no NaN (f4e2m1fn)."""
+    fmt = dtype.float8
+    n, w = fmt.width, v.sort()
+    assert fmt.nan_code is None and not fmt.has_inf and not fmt.unsigned_zero, dtype
+    values = [fmt.value(c) for c in range(fmt.max_code + 1)]
+    mag = z3.BitVecVal(0, n)
+    for k in range(fmt.max_code):
+        mid = z3.FPVal(float((values[k] + values[k + 1]) / 2), w)  # exact: few bits
+        up = z3.fpGEQ(a, mid) if (k + 1) % 2 == 0 else z3.fpGT(a, mid)
+        mag = mag + z3.If(up, z3.BitVecVal(1, n), z3.BitVecVal(0, n))
+    code = z3.If(z3.fpIsNegative(v), mag | fmt.sign_bit, mag)
+    return z3.If(z3.fpIsNaN(v), z3.BitVecVal(0, n), code)
 
 
 INPUT_PREFIX = "in."
@@ -266,7 +291,8 @@ class Values:
         if dtype.is_int or dtype.is_small_int:
             return z3.BitVecVal(int(value) % (1 << dtype.bits), dtype.bits)
         if dtype.is_float8:
-            return z3.BitVecVal(int(np.asarray(value, dtype=dtype.np).view(np.uint8)), 8)
+            code = int(np.asarray(value, dtype=dtype.np).view(np.uint8))
+            return z3.BitVecVal(code % dtype.float8.codes, dtype.bits)
         v = np.asarray(value, dtype=dtype.np)
         if self.theory == "real":
             f = float(v)
@@ -583,7 +609,7 @@ class Values:
         claim resting on them is not proved there)."""
         if self.theory == "real":
             if src.is_float8:
-                x = self.func(f"real.from.{src}", z3.BitVecSort(8), z3.RealSort())(x)
+                x = self.func(f"real.from.{src}", z3.BitVecSort(src.bits), z3.RealSort())(x)
                 src = DType.F64
             elif src.is_bool:
                 x = z3.If(x, z3.RealVal(1), z3.RealVal(0))
@@ -593,7 +619,8 @@ class Values:
                 src = DType.F64
             if dst.is_float8:
                 tag = "sat" if saturate else "nosat"
-                return self.func(f"real.to.{dst}.{tag}", z3.RealSort(), z3.BitVecSort(8))(x)
+                bv = z3.BitVecSort(dst.bits)
+                return self.func(f"real.to.{dst}.{tag}", z3.RealSort(), bv)(x)
             return self.convert(src, dst, x)
         wide = fp_sort(DType.F64)
         if src.is_float8:
@@ -607,7 +634,7 @@ class Values:
             f"enc.{dst}.{tag}",
             DType.F64,
             [v],
-            z3.BitVecSort(8),
+            z3.BitVecSort(dst.bits),
             lambda w: float8_encode(dst, w, saturate),
         )
 

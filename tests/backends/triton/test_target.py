@@ -133,7 +133,7 @@ def test_fallback_runs_a_refused_op_on_the_reference_and_is_recorded() -> None:
 @pytest.mark.parametrize(
     "dtype",
     ["i16", "u8", "u16", "u32", "u64", "f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz"]
-    + ["i4", "u4", "i2", "u2"],
+    + ["f4e2m1fn", "i4", "u4", "i2", "u2"],
 )
 def test_the_new_integer_dtypes_are_refused_by_name(dtype: str) -> None:
     """i16, the unsigned dtypes (gdv 0.6), the float8 and sub-byte integer dtypes are refused at
@@ -172,7 +172,7 @@ def test_descriptor_marks_table_values_and_lists_refusals() -> None:
     assert set(d["unsupported_dtypes"]) == {
         *("i16", "u8", "u16", "u32", "u64"),
         *("f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz"),
-        *("i4", "u4", "i2", "u2"),
+        *("f4e2m1fn", "i4", "u4", "i2", "u2"),
     }
     assert "conv2d" in d["unsupported_ops"]
     assert "f32 only" in d["execution"]["transcendentals"]
