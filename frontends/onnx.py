@@ -106,27 +106,24 @@ _ONNX_DTYPES: dict[int, DType] = {
     4: DType.U16,  # UINT16
     2: DType.U8,  # UINT8
     9: DType.I1,  # BOOL
+    17: DType.F8E4M3FN,  # FLOAT8E4M3FN (storage only, IR_SPEC.md section 8)
+    18: DType.F8E4M3FNUZ,  # FLOAT8E4M3FNUZ
+    19: DType.F8E5M2,  # FLOAT8E5M2
+    20: DType.F8E5M2FNUZ,  # FLOAT8E5M2FNUZ
+    23: DType.F4E2M1FN,  # FLOAT4E2M1 (unpacked: one value per byte)
+    22: DType.I4,  # INT4 (unpacked: one value per byte, IR_SPEC.md section 8)
+    21: DType.U4,  # UINT4
+    26: DType.I2,  # INT2
+    25: DType.U2,  # UINT2
 }
 _ONNX_OF: dict[DType, int] = {v: k for k, v in _ONNX_DTYPES.items()}
 _NARROW = (DType.F16, DType.BF16)
 """The float types `narrow_in_f32` computes in f32."""
 
 
-_NARROW_FLOAT_WHY = (
-    "{bits}-bit floats are refused, not approximated: their rounding, their saturation "
-    "(Cast's `saturate`) and the missing infinities of the fn/fnuz formats have no IR meaning "
-    "yet (issue 19)"
-)
 _WHY_NO_DTYPE = {
-    **{
-        name: _NARROW_FLOAT_WHY.format(bits=8)
-        for name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0")
-    },
-    "FLOAT4E2M1": _NARROW_FLOAT_WHY.format(bits=4),
-    **{
-        name: "sub-byte (packed) integers are not supported"
-        for name in ("INT4", "UINT4", "INT2", "UINT2")
-    },
+    "FLOAT8E8M0": "the scale format E8M0 (a power of two, rounded up by Cast's round_mode) has "
+    "no IR dtype; the e4m3/e5m2 float8 formats do",
     "STRING": "strings are not numbers",
     "COMPLEX64": "complex numbers are not supported",
     "COMPLEX128": "complex numbers are not supported",
@@ -236,6 +233,12 @@ class GraphEmitter(ABC):
         spec = REGISTRY[name]
         types = [self.st.types[o] for o in operands]
         written = type_ if type_ is not None else types[0]
+        storage = [t.dtype for t in [*types, written] if t.dtype.is_storage]
+        if storage and not spec.storage_legal:
+            raise self.unsupported(
+                f"{name} on {storage[0]}: a float8 value is storage only (converted and moved, "
+                "IR_SPEC.md section 8); arithmetic on it is refused"
+            )
         try:
             t = spec.infer(types, attrs, written)
         except OpTypeError as e:
@@ -249,7 +252,16 @@ class GraphEmitter(ABC):
         return self.st.types[name]
 
     def const(self, value: Any, t: TensorType) -> str:
-        """A constant of type `t`: a scalar splat or an array of t's shape."""
+        """A constant of type `t`: a scalar splat or an array of t's shape. A float8 constant
+        is an f32 constant of its exact values converted back (the same values: the IR has no
+        float8 literal, IR_SPEC.md section 8)."""
+        if t.dtype.is_float8:
+            wide = np.asarray(value).astype(t.dtype.np).astype(np.float32)
+            return self.emit("convert", [self.const(wide, t.with_dtype(DType.F32))], t)
+        if t.dtype.is_small_int:  # likewise through a byte of its signedness (exact)
+            byte = DType.I8 if t.dtype.int_min < 0 else DType.U8
+            held = np.asarray(value).astype(t.dtype.np).astype(byte.np)
+            return self.emit("convert", [self.const(held, t.with_dtype(byte))], t)
         if isinstance(value, np.ndarray):
             arr = value.astype(t.dtype.np)
             if arr.size and _same_bits(arr):
@@ -1412,14 +1424,44 @@ def _cast(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
             raise imp.unsupported(f"casting to {_no_ir_dtype(code)}")
     else:
         target = imp.val(ins[1]).type.dtype
-    # `saturate` matters only for float8 targets, refused above. A float to integer cast of an
-    # out-of-range value or NaN is undefined in ONNX; the IR's convert saturates (NaN -> 0).
+    # A float to integer cast of an out-of-range value or NaN is undefined in ONNX; the IR's
+    # convert saturates (NaN -> 0). `saturate` (opset 19) matters only for float8 targets:
+    # IR_SPEC.md section 8 is ONNX's reference (clip to +-max, inf included, then round).
+    x = imp.dyn(ins[0])
+    if target.is_small_int and not imp.type_of(x).dtype.is_small_int:
+        if imp.type_of(x).dtype.is_float or imp.type_of(x).dtype.is_float8:
+            _out(imp, node, _float_to_small_int(imp, x, target))
+            return
+    saturate = bool(attrs.get("saturate", 1))
+    if target.is_float8 and not saturate and imp.type_of(x).dtype is not target:
+        t = imp.type_of(x).with_dtype(target)
+        _out(imp, node, imp.emit("convert", [x], t, saturate=False))
+        return
     if imp.narrow_in_f32 and target in _NARROW:
         # rounded to the narrow type as the Cast says, then held in f32 like every narrow value
-        narrow = convert(imp, imp.dyn(ins[0]), target)
-        _out(imp, node, convert(imp, narrow, DType.F32))
+        _out(imp, node, convert(imp, convert(imp, x, target), DType.F32))
         return
-    _out(imp, node, convert(imp, imp.dyn(ins[0]), target))
+    _out(imp, node, convert(imp, x, target))
+
+
+def _float_to_small_int(imp: Importer, x: str, target: DType) -> str:
+    """A float (or float8) cast to a sub-byte integer as ONNX's reference casts it (ml_dtypes):
+    truncated toward zero where that is in the target's range, else 0 (NaN and infinities
+    too). ONNX leaves out-of-range values undefined; its test data expects 0. Built exactly:
+    trunc(x) is in [lo, hi] exactly when lo - 1 < x < hi + 1 (NaN compares false); the IR's
+    saturating convert to i8 or u8 is then trunc(x), and the conversion to the target exact."""
+    if imp.type_of(x).dtype.is_float8:
+        x = convert(imp, x, DType.F32)
+    t = imp.type_of(x)
+    lo = imp.const(float(target.int_min - 1), t)
+    hi = imp.const(float(target.int_max + 1), t)
+    above = imp.emit("cmp", [x, lo], dir="gt")
+    below = imp.emit("cmp", [x, hi], dir="lt")
+    inside = imp.emit("select", [above, below, above])  # above and below
+    byte = DType.I8 if target.int_min < 0 else DType.U8
+    whole = convert(imp, x, byte)
+    zero = imp.const(0, t.with_dtype(byte))
+    return convert(imp, imp.emit("select", [inside, whole, zero]), target)
 
 
 @handler("Constant")
@@ -1857,9 +1899,14 @@ def _dequantize_linear(imp: Importer, node: Any, ins: list[str], attrs: dict[str
     converted to f32, subtracted and multiplied in f32 for 8- and 16-bit integers; for i32 the
     difference and product in f64 (numpy promotes f32 - i32 to f64), rounded to f32 once. The
     result has the scale's dtype (`output_dtype` when given); f16/bf16 scales multiply in f32
-    and round once. Float8/float4 inputs have no IR dtype (refused at the input)."""
+    and round once. A float8 x is `_dequantize_float8`."""
     x = imp.dyn(ins[0])
     t = imp.type_of(x)
+    if t.dtype.is_float8:
+        _dequantize_float8(imp, node, ins, attrs, x)
+        return
+    if t.dtype.is_small_int:
+        raise imp.unsupported(f"input {t}: sub-byte integers are not dequantized yet")
     if not t.dtype.is_int or t.dtype.bits > 32:
         raise imp.unsupported(f"input {t} (integers of up to 32 bits)")
     axis = attrs.get("axis", 1)
@@ -1884,6 +1931,38 @@ def _dequantize_linear(imp: Importer, node: Any, ins: list[str], attrs: dict[str
     else:
         wide = DType.F32
     y = imp.emit("mul", [convert(imp, dx, wide), convert(imp, scale, wide)])
+    _out(imp, node, convert(imp, y, out_dtype))
+
+
+def _dequantize_float8(
+    imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any], x: str
+) -> None:
+    """DequantizeLinear of a float8 x, as ONNX's reference computes it: y = f32(x) * scale (x's
+    value exactly, IR_SPEC.md section 8), in f32 (f64 for an f64 scale), then the result dtype.
+    ONNX requires a float8 zero point to be 0 (its bits all clear); any other is refused."""
+    t = imp.type_of(x)
+    axis = attrs.get("axis", 1)
+    block = int(attrs.get("block_size", 0))
+    if len(ins) > 2 and ins[2]:
+        zp = np.asarray(imp.static(ins[2], "a float8 zero point"))
+        if np.any(np.ascontiguousarray(zp).view(np.uint8) != 0):
+            raise imp.unsupported("a float8 zero point other than 0 (ONNX requires 0)")
+    scale = _quant_param(imp, ins[1], t, axis, block)
+    st = imp.type_of(scale)
+    if not st.dtype.is_float:
+        raise imp.unsupported(f"a {st.dtype} scale")
+    out_dtype = st.dtype
+    if attrs.get("output_dtype"):
+        code = attrs["output_dtype"]
+        if _ONNX_DTYPES.get(code) is None:
+            raise imp.unsupported(f"output_dtype {_no_ir_dtype(code)}")
+        out_dtype = _ONNX_DTYPES[code]
+    wide = DType.F64 if st.dtype is DType.F64 else DType.F32
+    y = imp.emit("mul", [convert(imp, x, wide), convert(imp, scale, wide)])
+    if out_dtype.is_float8:  # the reference's astype: no saturation
+        t_out = imp.type_of(y).with_dtype(out_dtype)
+        _out(imp, node, imp.emit("convert", [y], t_out, saturate=False))
+        return
     _out(imp, node, convert(imp, y, out_dtype))
 
 

@@ -56,6 +56,7 @@ from gdv.frontends.onnx import (
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.dtypes import DType
+from gdv.ir.dtypes import from_numpy as from_np_dtype
 from gdv.ir.types import TensorType
 from gdv.ir.verifier import verify
 
@@ -92,6 +93,11 @@ def _dtype_table() -> dict[Any, DType]:
         torch.uint16: DType.U16,
         torch.uint8: DType.U8,
         torch.bool: DType.I1,
+        # float8 (IR_SPEC.md section 8), storage only: `.to()` converts, arithmetic is refused
+        torch.float8_e4m3fn: DType.F8E4M3FN,
+        torch.float8_e4m3fnuz: DType.F8E4M3FNUZ,
+        torch.float8_e5m2: DType.F8E5M2,
+        torch.float8_e5m2fnuz: DType.F8E5M2FNUZ,
     }
 
 
@@ -111,6 +117,9 @@ def to_numpy(t: Any) -> np.ndarray:
     t = t.detach().cpu().contiguous()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(DType.BF16.np).copy()
+    d = _DTYPES.get(t.dtype)
+    if d is not None and d.is_float8:  # numpy has no float8: the bytes, as ml_dtypes reads them
+        return t.view(torch.uint8).numpy().view(d.np).copy()
     return t.numpy().copy()
 
 
@@ -119,6 +128,9 @@ def from_numpy(a: np.ndarray) -> Any:
     a = np.asarray(a, order="C")  # keeps rank 0 (np.ascontiguousarray does not)
     if a.dtype == DType.BF16.np:
         return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    d = from_np_dtype(a.dtype)
+    if d is not None and d.is_float8:
+        return torch.from_numpy(a.view(np.uint8).copy()).view(_TORCH_OF[d])
     return torch.from_numpy(a.copy())
 
 
@@ -967,7 +979,15 @@ def _to_copy(imp: Importer, node: Any, a: dict[str, Any]) -> None:
     # float -> int truncates toward zero (out of range is undefined in torch; IR saturates).
     out = _out_type(imp, node)
     src = a.get("self")
-    imp.set(node, convert(imp, imp.dyn(src), out.dtype))
+    x = imp.dyn(src)
+    if out.dtype.is_float8 and imp.type_of(x).dtype is not out.dtype:
+        # torch rounds to nearest-even; it saturates into float8_e4m3fn (inf too) and
+        # overflows into the others (to inf in e5m2, NaN in the fnuz formats)
+        sat = out.dtype is DType.F8E4M3FN
+        t = imp.type_of(x).with_dtype(out.dtype)
+        imp.set(node, imp.emit("convert", [x], t, **({} if sat else {"saturate": False})))
+        return
+    imp.set(node, convert(imp, x, out.dtype))
 
 
 @handler("aten.full.default", "aten.scalar_tensor.default", "aten.full_like.default")

@@ -118,9 +118,58 @@ def int_to_int(x: np.ndarray, dtype: DType) -> np.ndarray:
     return _exact_int(x).astype(dtype.np)
 
 
-def convert_array(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
-    """The `convert` op's meaning on an array of `src` values."""
+def float8_decode(x: np.ndarray) -> np.ndarray:
+    """float8 values (an ml_dtypes float8 array) as float64, exactly (NaN stays NaN)."""
+    return np.asarray(x).astype(np.float64)
+
+
+def float8_encode(x: np.ndarray, dtype: DType, saturate: bool = True) -> np.ndarray:
+    """Float values (any float dtype, or float64) rounded once to nearest-even in the float8
+    `dtype` (IR_SPEC.md section 8). saturate: finite values and infinities beyond the largest
+    finite value become +-max (ONNX's reference clips first); otherwise a value whose rounding
+    exceeds max becomes inf (f8e5m2) or NaN (the others), inf stays inf in f8e5m2 and is NaN
+    elsewhere. Every NaN becomes the format's `nan_code`; fnuz formats have no -0."""
+    fmt = dtype.float8
+    wide = np.asarray(x).astype(np.float64)  # exact from every float dtype
+    if saturate:
+        top = float(fmt.max)
+        wide = np.clip(wide, -top, top)  # NaN stays NaN
+    with np.errstate(all="ignore"):
+        out = wide.astype(dtype.np)  # ml_dtypes: one rounding from the double, nearest-even
+    bits = out.view(np.uint8).copy()
+    if fmt.nan_code is None:  # no NaN (f4e2m1fn): +0, and beyond max +-max whatever saturate
+        bits[np.isnan(wide)] = 0
+        top = float(fmt.max)
+        bits[wide > top] = fmt.max_code
+        bits[wide < -top] = fmt.max_code | fmt.sign_bit
+    else:
+        bits[np.isnan(out.astype(np.float32))] = fmt.nan_code  # NaN in, or overflow to NaN
+    return bits.view(dtype.np)
+
+
+def convert_array(x: np.ndarray, src: DType, dst: DType, saturate: bool = True) -> np.ndarray:
+    """The `convert` op's meaning on an array of `src` values (`saturate`: float8 targets only,
+    IR_SPEC.md section 8)."""
     x = np.asarray(x)
+    if src is dst:
+        return x.copy()
+    if src.is_small_int:  # its integer value, exactly, in a byte of its signedness
+        wide = DType.I8 if src.int_min < 0 else DType.U8
+        return convert_array(x.astype(wide.np), wide, dst, saturate)
+    if dst.is_small_int:
+        if src.is_float8:
+            x, src = float8_decode(x), DType.F64
+        if src.is_float:
+            return float_to_int(x, dst)  # truncate, saturate to its range, NaN -> 0
+        v = _exact_int(x).astype(np.int64)  # i1 and integers: the value modulo 2^n
+        n = 1 << dst.bits
+        return (((v - dst.int_min) % n) + dst.int_min).astype(dst.np)
+    if src.is_float8:
+        return convert_array(float8_decode(x), DType.F64, dst, saturate)
+    if dst.is_float8:
+        if src.is_bool or src.is_int:
+            x = int_to_float(x, DType.F64)  # beyond 2^53 the value overflows every float8
+        return float8_encode(x, dst, saturate)
     if dst is DType.I1:
         return x != 0  # NaN != 0 is true
     if src.is_float and dst.is_float:

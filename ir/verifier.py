@@ -145,6 +145,7 @@ def verify_op(op: Op, operand_types: list[TensorType], stage: str, where) -> Non
     for a in spec.attrs:
         if a.required and a.name not in attrs:
             raise IRError(f"{op.name} needs attribute '{a.name}'", name_loc)
+    _check_storage(op, spec, operand_types, name_loc)
     try:
         inferred = spec.infer(operand_types, attrs, op.type)
     except OpTypeError as e:
@@ -161,6 +162,23 @@ def verify_op(op: Op, operand_types: list[TensorType], stage: str, where) -> Non
             f"({', '.join(map(str, operand_types))}) gives {inferred}",
             where(op.type_loc or op.loc),
         )
+
+
+def _check_storage(op: Op, spec, operand_types: list[TensorType], loc: Loc) -> None:
+    """Storage-only dtypes (float8, IR_SPEC.md section 8) reach only `convert` and data
+    movement; a kernel on them maps and never folds."""
+    found = [t.dtype for t in [*operand_types, op.type] if t.dtype.is_storage]
+    if not found:
+        return
+    folds = op.name == "kernel" and bool(op.attrs.get("reduce")) and op.type.dtype.is_storage
+    if spec.storage_legal and not folds:
+        return
+    d = found[0]
+    raise IRError(
+        f"{op.name} on {d}: {d} is a storage-only dtype (convert and data movement, IR_SPEC.md "
+        f"section 8); arithmetic on it is refused, convert it to a float first",
+        loc,
+    )
 
 
 def _check_type(t: TensorType, loc: Loc) -> None:

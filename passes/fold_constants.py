@@ -49,6 +49,8 @@ def _fold(site: Site) -> Rewrite | None:
     op = site.op
     if op.name in ("constant", "iota") or op.name in TRANSCENDENTAL or not op.operands:
         return None
+    if op.type.dtype.is_storage:  # the IR has no float8 or sub-byte literal (IR_SPEC.md sec. 8)
+        return None
     producers = [site.producer(i) for i in range(len(op.operands))]
     if any(p is None or p.name != "constant" for p in producers):
         return None

@@ -46,9 +46,14 @@ def value_to_numpy(value: z3.ExprRef, dtype: DType) -> Any:
     """A concrete Z3 value as a numpy scalar of `dtype` (reals are rounded to the dtype)."""
     if dtype.is_bool:
         return np.bool_(z3.is_true(value))
-    if dtype.is_int:
+    if dtype.is_int or dtype.is_small_int:
         v = value.as_signed_long() if z3.is_bv_value(value) else 0
+        if dtype.is_small_int:  # its value in its range (as_signed_long reads the top bit)
+            v = (v - dtype.int_min) % (1 << dtype.bits) + dtype.int_min
         return np.array(v, dtype=np.int64).astype(dtype.np)[()]
+    if dtype.is_float8:  # the bit pattern (IR_SPEC.md section 8)
+        v = value.as_long() if z3.is_bv_value(value) else 0
+        return np.array(v, dtype=np.uint8).view(dtype.np)[()]
     if z3.is_rational_value(value):
         return literal_to_array(Fraction(value.as_fraction()), dtype)[()]
     if z3.is_algebraic_value(value):
@@ -106,8 +111,8 @@ def decode_input(model: z3.ModelRef, f: z3.FuncDeclRef, type_: TensorType) -> np
 def same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per element: the same bits, or both NaN (IR_SPEC.md section 5)."""
     a, b = np.asarray(a), np.asarray(b)
-    if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
-        u = _UINT[a.dtype.itemsize]
+    if a.dtype.kind == "f" or a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8"):
+        u = _UINT[a.dtype.itemsize] if a.dtype.itemsize > 1 else np.uint8
         wa, wb = a.astype(np.float64), b.astype(np.float64)
         return (a.view(u) == b.view(u)) | (np.isnan(wa) & np.isnan(wb))
     return a == b
@@ -180,7 +185,7 @@ def special_inputs(fn: Function, seed: int) -> dict[str, np.ndarray]:
         d = p.type.dtype
         if d.is_bool:
             out[p.name] = rng.integers(0, 2, size=p.type.shape).astype(bool)
-        elif d.is_int:
+        elif d.is_int or d.is_small_int:
             vals = np.array(_int_specials(d), dtype=d.np)
             out[p.name] = rng.choice(vals, size=p.type.shape)
         else:
@@ -199,7 +204,7 @@ def uniform_inputs(fn: Function, k: int) -> dict[str, np.ndarray]:
         d = p.type.dtype
         if d.is_bool:
             out[p.name] = np.full(p.type.shape, bool(k % 2))
-        elif d.is_int:
+        elif d.is_int or d.is_small_int:
             vals = [*_int_specials(d), d.int_max]
             out[p.name] = np.full(p.type.shape, vals[k % len(vals)], dtype=d.np)
         else:

@@ -224,7 +224,7 @@ def build_query(
     lemma_list = lemmas.instantiate(ctx, [va, vb]) if theory == "real" else []
     found |= set(values.uninterpreted)
     # SMT `=`: all NaNs are one value and +0.0 != -0.0 (IR_SPEC.md section 5).
-    differ = z3.Not(va == vb)
+    differ = z3.Not(values.same(ta.dtype, va, vb))
     assertions = [*bounds, *(f for _, f in lemma_list), differ]
     if va.eq(vb):
         return Query(assertions, index, found, lemma_list, funcs, trivial=True)

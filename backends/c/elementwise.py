@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import os
 
-from gdv.backends.c import narrow
+from gdv.backends.c import float8, narrow
 from gdv.backends.c.emit import (
     CTYPE,
     NARROW,
@@ -68,7 +68,7 @@ from gdv.backends.c.registry import Unsupported, lowering
 from gdv.backends.c.vmath import FAST, FASTF, REQUIRES
 from gdv.backends.c.vmath import HELPERS as VMATH
 from gdv.ir.core import Op
-from gdv.ir.dtypes import INT_DTYPES, DType
+from gdv.ir.dtypes import INT_DTYPES, SMALL_INT_DTYPES, DType
 from gdv.ir.numerics import literal_to_array
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops import OpSpec
@@ -216,11 +216,12 @@ for _d in (DType.F32, DType.F64):
 for _d in NARROW:
     for _k in ("max", "min"):
         HELPERS[f"gdv_{_k}_{SUFFIX[_d]}"] = _narrow_extreme(_k, _d)
-for _d in INT_DTYPES:
+for _d in (*INT_DTYPES, *SMALL_INT_DTYPES):
     HELPERS[f"gdv_f2{SUFFIX[_d]}"] = _float_to_int(_d)
 for _d in (_d for _d in DType if _d.is_int and is_signed(_d)):
     HELPERS[f"gdv_floor_rem_{SUFFIX[_d]}"] = _floor_rem(_d)
 HELPERS.update(VMATH)
+HELPERS.update(float8.HELPERS)
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -235,6 +236,17 @@ def _via_double(expr: str, dtype: DType) -> str:
 def convert_helpers(src: DType, dst: DType) -> set[str]:
     """The helpers `convert_expr(_, src, dst)` calls."""
     out = set()
+    if src.is_small_int:
+        return convert_helpers(DType.I8 if src.int_min < 0 else DType.U8, dst)
+    if dst.is_small_int:
+        if src.is_float8:
+            return {float8.helper(src), f"gdv_f2{SUFFIX[dst]}"}
+        return {f"gdv_f2{SUFFIX[dst]}", *convert_helpers(src, DType.F64)} if src.is_float else out
+    if src.is_float8 or dst.is_float8:
+        wide_src = DType.F64 if src.is_float8 else src
+        wide_dst = DType.F64 if dst.is_float8 else dst
+        out |= {float8.helper(d) for d in (src, dst) if d.is_float8}
+        return out | (convert_helpers(wide_src, wide_dst) if wide_src != wide_dst else set())
     if src in NARROW or dst in NARROW:
         out.add(NARROW_HELPER)
     if src.is_float and dst.is_int:
@@ -242,11 +254,33 @@ def convert_helpers(src: DType, dst: DType) -> set[str]:
     return out
 
 
-def convert_expr(x: str, src: DType, dst: DType) -> str:
+def convert_expr(x: str, src: DType, dst: DType, saturate: bool = True) -> str:
     """C for `convert` of the C expression `x` from `src` to `dst` (stored values, both sides);
-    the helpers it needs are `convert_helpers(src, dst)`."""
+    the helpers it needs are `convert_helpers(src, dst)`. float8 goes through double: decoded
+    exactly, encoded once from the exact value (an integer beyond 2^53 rounds on its way to
+    double, but it overflows every float8 either way)."""
     if src is dst:
         return f"({x})"
+    if src.is_small_int:  # its low n bits, read with its signedness, as an i8 or u8
+        mask, sign = (1 << src.bits) - 1, 1 << (src.bits - 1)
+        low = f"((uint8_t)({x}) & {mask}u)"
+        if src.int_min < 0:
+            return convert_expr(f"((int8_t)((int)({low} ^ {sign}u) - {sign}))", DType.I8, dst)
+        return convert_expr(low, DType.U8, dst, saturate)
+    if dst.is_small_int:  # the value's low n bits (of its two's complement), the others 0
+        mask = (1 << dst.bits) - 1
+        if src.is_float8:
+            value = f"gdv_f2{SUFFIX[dst]}({float8.decode(x, src)})"
+        elif src.is_float:
+            value = f"gdv_f2{SUFFIX[dst]}((double){load(x, src)})"
+        else:  # integers and i1: the value modulo 2^n
+            value = f"({x})"
+        return f"((uint8_t)((uint8_t)({value}) & {mask}u))"
+    if src.is_float8:
+        return convert_expr(float8.decode(x, src), DType.F64, dst, saturate)
+    if dst.is_float8:
+        wide = x if src is DType.F64 else convert_expr(x, src, DType.F64)
+        return float8.encode(wide, dst, saturate)
     if dst is DType.I1:
         return f"((uint8_t)({load(x, src)} != 0))"  # NaN != 0; -0.0 == 0
     if src.is_float and not dst.is_float:
@@ -382,7 +416,7 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
     if name == "convert":
         src = arg_dtypes[0]
         prog.helpers.update(convert_helpers(src, dtype))
-        return convert_expr(args[0], src, dtype)
+        return convert_expr(args[0], src, dtype, op.attrs.get("saturate", True))
     if name == "select":
         return f"(({args[0]}) ? ({args[1]}) : ({args[2]}))"
     if name == "cmp":

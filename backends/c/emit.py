@@ -36,6 +36,15 @@ CTYPE = {
     DType.U16: "uint16_t",
     DType.U8: "uint8_t",
     DType.I1: "uint8_t",  # numpy's bool: one byte holding 0 or 1
+    DType.F8E4M3FN: "uint8_t",  # float8: the bit pattern (ml_dtypes' bytes), moved, never
+    DType.F8E4M3FNUZ: "uint8_t",  # operated on; `convert` decodes and encodes it
+    DType.F8E5M2: "uint8_t",  # (backends/c/float8.py)
+    DType.F8E5M2FNUZ: "uint8_t",
+    DType.F4E2M1FN: "uint8_t",  # its 4-bit code in the low bits, as ml_dtypes holds it
+    DType.I4: "uint8_t",  # the sub-byte integers, one per byte as ml_dtypes holds them: the
+    DType.U4: "uint8_t",  # value's low n bits (two's complement for i4, i2), the others 0;
+    DType.I2: "uint8_t",  # `convert` reads and writes them (backends/c/elementwise.py)
+    DType.U2: "uint8_t",
 }
 """The C type holding each dtype: buffers, loaded operands, body temporaries, accumulators.
 
@@ -67,6 +76,15 @@ SUFFIX = {
     DType.U16: "u16",
     DType.U8: "u8",
     DType.I1: "i1",
+    DType.F8E4M3FN: "f8e4m3fn",
+    DType.F8E4M3FNUZ: "f8e4m3fnuz",
+    DType.F8E5M2: "f8e5m2",
+    DType.F8E5M2FNUZ: "f8e5m2fnuz",
+    DType.F4E2M1FN: "f4e2m1fn",
+    DType.I4: "i4",
+    DType.U4: "u4",
+    DType.I2: "i2",
+    DType.U2: "u2",
 }
 """A dtype's tag in generated helper names (from this table only, never from the program)."""
 

@@ -6,14 +6,14 @@ import numpy as np
 
 from gdv.ir.dtypes import from_numpy
 
-_UINT_OF_SIZE = {8: np.uint64, 4: np.uint32, 2: np.uint16}
+_UINT_OF_SIZE = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 
 
 def same_bits_mask(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per element of two arrays of one dtype and shape: identical bits, or both NaN."""
     a, b = np.asarray(a), np.asarray(b)
     dtype = from_numpy(a.dtype)
-    if dtype is not None and dtype.is_float:
+    if dtype is not None and (dtype.is_float or dtype.is_float8):
         u = _UINT_OF_SIZE[a.dtype.itemsize]
         wa, wb = a.astype(np.float64), b.astype(np.float64)
         return (a.view(u) == b.view(u)) | (np.isnan(wa) & np.isnan(wb))

@@ -240,7 +240,7 @@ def _convert(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
     assert src is not None, x.dtype
     # In ideal mode both float sides are f64, so float -> float is the identity while
     # float -> int still truncates and saturates.
-    return convert_array(x, src, ctx.storage(op.type.dtype))
+    return convert_array(x, src, ctx.storage(op.type.dtype), op.attrs.get("saturate", True))
 
 
 # --- generators -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from gdv.backends.reference.memory import check_params_memory
 from gdv.ir.core import Function, Module, Param
 from gdv.ir.diagnostics import IRError
 from gdv.ir.dtypes import DType
-from gdv.ir.numerics import float_to_float
+from gdv.ir.numerics import convert_array, float_to_float
 
 DEFAULT_FLOAT_RANGE = (-1.0, 1.0)
 INT_WINDOW = 4
@@ -38,6 +38,17 @@ def _floats(p: Param, rng: np.random.Generator) -> np.ndarray:
     hi = min(max(hi, -half_max), half_max)
     wide = rng.uniform(lo, hi, p.type.shape) if lo < hi else np.full(p.type.shape, lo)
     return float_to_float(wide, p.type.dtype)
+
+
+def _float8s(p: Param, rng: np.random.Generator) -> np.ndarray:
+    """float8 values: uniform in the declared range (default [-1, 1]) within +-max/2, rounded
+    to the dtype."""
+    lo, hi = _declared_range(p) or DEFAULT_FLOAT_RANGE
+    half_max = float(p.type.dtype.float8.max) / 2
+    lo = min(max(lo, -half_max), half_max)
+    hi = min(max(hi, -half_max), half_max)
+    wide = rng.uniform(lo, hi, p.type.shape) if lo < hi else np.full(p.type.shape, lo)
+    return convert_array(wide, DType.F64, p.type.dtype)
 
 
 def _half_max(dtype: DType) -> float:
@@ -86,6 +97,8 @@ def random_inputs(
     for p in function.params:
         if p.type.dtype.is_float:
             out[p.name] = _floats(p, rng)
+        elif p.type.dtype.is_float8:
+            out[p.name] = _float8s(p, rng)
         else:
             out[p.name] = _ints(p, rng)  # i1: int_min 0, int_max 1
     return out

@@ -44,7 +44,7 @@ class Context:
 
     def storage(self, dtype: DType) -> DType:
         """The dtype a value of program dtype `dtype` is held in under this mode."""
-        if self.ideal and dtype.is_float:
+        if self.ideal and (dtype.is_float or dtype.is_float8):  # float8: no rounding either
             return DType.F64
         return dtype
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from gdv.ir.core import Function, Module, Op
 from gdv.ir.diagnostics import IRError, Loc
-from gdv.ir.dtypes import DType
+from gdv.ir.dtypes import FLOAT8_DTYPES, SMALL_INT_DTYPES, DType
 from gdv.ir.types import TensorType
 
 TL = {
@@ -64,6 +64,20 @@ UNSUPPORTED_DTYPES: dict[DType, str] = {
 }
 """Dtypes the target refuses, with the reason: the integer dtypes added in gdv 0.6 (issue
 19), which the C target and the reference run."""
+UNSUPPORTED_DTYPES.update(
+    {
+        d: f"the Triton target holds no float8 dtype: {d}'s exact decoding and encoding "
+        "with saturation (IR_SPEC.md section 8) are written and checked for the C target only"
+        for d in FLOAT8_DTYPES
+    }
+)
+UNSUPPORTED_DTYPES.update(
+    {
+        d: f"the Triton target holds no sub-byte integer: {d} (IR_SPEC.md section 8) is "
+        "written and checked for the C target only"
+        for d in SMALL_INT_DTYPES
+    }
+)
 
 
 def compute(dtype: DType) -> DType:

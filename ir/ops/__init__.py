@@ -193,6 +193,9 @@ class OpSpec:
     """For a reduction: the fold it combines with and its identity."""
     int_legal: bool = False
     """Accepts integer operands (for generators: makes integer results)."""
+    storage_legal: bool = False
+    """Accepts the storage-only dtypes (float8, IR_SPEC.md section 8): conversion and data
+    movement, which read and write their elements without arithmetic."""
     commutative: bool = False
     """`op(a, b)` and `op(b, a)` are equal for every a and b as IR_SPEC.md section 5 compares
     values (the same bits, all NaNs one value, +0.0 and -0.0 distinct)."""

@@ -13,6 +13,7 @@ from gdv.ir.ops import (
     AttrSpec,
     OpSpec,
     OpTypeError,
+    kind_bool,
     kind_choice,
     kind_int,
     kind_number_or_nested,
@@ -290,6 +291,11 @@ register(
 def _infer_convert(
     types: list[TensorType], attrs: dict[str, Any], written: TensorType
 ) -> TensorType:
+    if "saturate" in attrs and not written.dtype.is_float8:
+        raise OpTypeError(
+            f"saturate applies to a float8 result only, the result dtype is {written.dtype}",
+            attr="saturate",
+        )
     return types[0].with_dtype(written.dtype)
 
 
@@ -299,13 +305,17 @@ register(
         "elementwise",
         1,
         1,
-        (),
+        (AttrSpec("saturate", kind_bool, required=False),),
         _infer_convert,
         "to the written dtype: float->float rounds to nearest-even; float->int truncates toward "
         "zero and saturates, NaN -> 0; int->float rounds to nearest-even; int->int wraps "
-        "(two's complement); to i1: x != 0; from i1: false -> 0, true -> 1.",
+        "(two's complement); to i1: x != 0; from i1: false -> 0, true -> 1. float8 "
+        "(IR_SPEC.md section 8): from float8 as its exact value; to float8 rounds once to "
+        "nearest-even, `saturate` (default true, float8 results only) sends values beyond "
+        "+-max (infinities too) to +-max, otherwise they overflow to inf (f8e5m2) or NaN.",
         body_legal=True,
         int_legal=True,
+        storage_legal=True,
     )
 )
 

@@ -317,6 +317,7 @@ KERNEL = register(
         "meaning.",
         stage="loop",
         int_legal=True,
+        storage_legal=True,
     )
 )
 

@@ -46,6 +46,7 @@ register(
         _infer_broadcast,
         "result[i] = x[j] where j[k] = i[dims[k]] if x.shape[k] == result.shape[dims[k]] else 0",
         int_legal=True,
+        storage_legal=True,
     )
 )
 
@@ -73,6 +74,7 @@ register(
         _infer_reshape,
         "same elements in the same row-major order, another shape",
         int_legal=True,
+        storage_legal=True,
     )
 )
 
@@ -99,6 +101,7 @@ register(
         _infer_transpose,
         "result dim i is operand dim perm[i]: result[i] = x[j] with j[perm[k]] = i[k]",
         int_legal=True,
+        storage_legal=True,
     )
 )
 
@@ -136,6 +139,7 @@ register(
         _infer_slice,
         "result[i] = x[start + i * stride]; result dim d has ceil((limit-start)/stride) entries",
         int_legal=True,
+        storage_legal=True,
     )
 )
 
@@ -175,6 +179,7 @@ register(
         _infer_concat,
         "operands joined along `axis`, in operand order",
         int_legal=True,
+        storage_legal=True,
     )
 )
 

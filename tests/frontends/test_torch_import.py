@@ -224,6 +224,44 @@ def test_uint8_and_int16_wrap_and_compare_like_torch() -> None:
     assert "u8[2,4]" in print_module(m)
 
 
+F8 = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"]
+
+
+@pytest.mark.parametrize("name", F8)
+def test_float8_conversions_match_torch_bit_for_bit(name: str) -> None:
+    """torch's float8 dtypes: `.to()` rounds to nearest-even, saturating into e4m3fn (inf
+    too) and overflowing elsewhere (NaN codes compared as one value); from float8 exactly;
+    a float8 input moved by transpose and reshape."""
+    d = getattr(torch, name)
+    codes = torch.arange(256, dtype=torch.uint8).view(d).to(torch.float32)
+    finite = codes[torch.isfinite(codes)].sort().values
+    mids = (finite[1:] + finite[:-1]) / 2
+    top = float(finite.max())
+    edges = [top * 1.03, top * 1.07, -top * 3, float("inf"), -float("inf"), float("nan"), -0.0]
+    x = torch.cat([codes, mids, torch.tensor(edges, dtype=torch.float32)])
+    w = torch.arange(256, dtype=torch.uint8).view(d).reshape(16, 16)
+    got, want, m = run_both(
+        Fn(lambda a, b: (a.to(d), b.t().reshape(8, 32), b.to(torch.float16))), x, w
+    )
+    for g, r in zip(got, want, strict=True):
+        assert g.dtype == r.dtype
+        gw, rw = g.astype(np.float64), r.astype(np.float64)
+        same = (np.isnan(gw) & np.isnan(rw)) | (
+            np.ascontiguousarray(g).view(np.uint8 if g.itemsize == 1 else np.uint16)
+            == np.ascontiguousarray(r).view(np.uint8 if r.itemsize == 1 else np.uint16)
+        )
+        assert same.all(), (name, np.argwhere(~same).tolist()[:5])
+    assert "f8e" in print_module(m)
+
+
+def test_float8_arithmetic_is_refused_by_name() -> None:
+    """`a == a` on a float8 tensor is a comparison of float8 values: refused ("storage
+    only"), not converted silently."""
+    x = torch.ones(4, dtype=torch.float8_e5m2)
+    with pytest.raises(IRError, match="storage only"):
+        run_both(Fn(lambda a: a == a), x)
+
+
 def test_any_and_all_of_nothing_are_false_and_true() -> None:
     """any over an empty dim is false and all is true, as torch says: folded in u8, whose
     empty max and min are 0 and 255 (i8's empty max, -128, read as a boolean was true)."""

@@ -25,7 +25,9 @@ Notation: a, b exact operands with error bounds ea, eb; A = max|a| over the exac
   magnitudes (`_bitwise_range`).
 - rem, mod: exact, but a jump wherever a / b crosses an integer (an inexact operand:
   infinite); |result| < max |b| with a's sign (rem) or b's (mod); a zero divisor gives a.
-- convert: float->float rounds when narrowing (identity under the `real` reading);
+- convert: float->float rounds when narrowing (identity under the `real` reading); to float8
+  one rounding with u = 2^-(M+1) and half the least subnormal, infinite where |x| may reach
+  max (saturation or overflow); from float8 exact;
   float->int truncates both sides (a jump of 1 once there is any error); int->int may wrap.
 - constant, iota: the rounding of each literal or index to the dtype, computed exactly.
 """
@@ -113,7 +115,8 @@ def int_result(op: Op, ctx: Context, exact: Interval, err: Err, specials=frozens
     """An integer result: exact unless it may wrap around, which is reported; with an error
     already present a wrap makes the bound infinite."""
     dtype = op.type.dtype
-    if dtype.is_int and (exact[0] < dtype.int_min or exact[1] > dtype.int_max):
+    wraps = dtype.is_int or dtype.is_small_int
+    if wraps and (exact[0] < dtype.int_min or exact[1] > dtype.int_max):
         ctx.note(
             f"%{op.result} = {op.name}: {dtype} wrap-around possible (values may reach "
             f"[{exact[0]:.6g}, {exact[1]:.6g}])"
@@ -960,6 +963,21 @@ def _convert(op: Op, args: list[TB], ctx: Context) -> TB:
         if x.lo == x.hi == 0 and not x.specials:
             return make_tb(op.type, (0.0, 0.0), err)
         return make_tb(op.type, (0.0, 1.0), err)
+    if src.is_float8 and dst.is_float:  # exact: every float8 value is one of every float
+        return make_tb(op.type, x.exact, x.err, x.computed, x.specials)
+    if dst.is_float8:  # one rounding (IR_SPEC.md section 8); beyond max: infinite
+        if not x.err.finite:
+            return make_tb(op.type, x.exact, x.err, x.computed, x.specials)
+        own = one_rounding(ctx, dst, mag(*x.exact), mag(*x.computed))
+        return finish(
+            op,
+            ctx,
+            x.exact,
+            x.err + combine(own),
+            mag(*x.computed),
+            rounded(x.computed, ctx.u(dst), ctx.eta(dst)),
+            x.specials,
+        )
     if src.is_float and dst.is_float:
         if exact_conversion(ctx, src, dst) or not x.err.finite:
             return make_tb(op.type, x.exact, x.err, x.computed, x.specials)
@@ -973,7 +991,7 @@ def _convert(op: Op, args: list[TB], ctx: Context) -> TB:
             rounded(x.computed, ctx.u(dst), ctx.eta(dst)),
             x.specials,
         )
-    if src.is_float:  # float -> int: truncate and saturate, NaN -> 0, on both sides
+    if src.is_float or src.is_float8:  # float -> int: truncate, saturate, NaN -> 0, both sides
 
         def trunc(i: Interval) -> Interval:
             if is_empty(*i):

@@ -34,7 +34,7 @@ import ml_dtypes
 import numpy as np
 import sympy
 
-from gdv.ir.dtypes import DType
+from gdv.ir.dtypes import FLOAT8_DTYPES, DType
 from gdv.ir.types import TensorType
 
 UNIT_ROUNDOFF: dict[DType, float] = {
@@ -44,6 +44,8 @@ UNIT_ROUNDOFF: dict[DType, float] = {
     DType.BF16: 2.0**-8,
 }
 """u = 2^-p, p the significand precision with the hidden bit."""
+for _d in FLOAT8_DTYPES:  # float8 (IR_SPEC.md section 8): only `convert` rounds to it
+    UNIT_ROUNDOFF[_d] = 2.0**-_d.float8.precision
 
 ETA: dict[DType, float] = {
     DType.F64: 2.0**-1074,  # half of it, 2^-1075, is below float64's range: round up
@@ -53,12 +55,15 @@ ETA: dict[DType, float] = {
 }
 """Half the smallest positive subnormal (f64: the whole one): a bound on the absolute error of
 rounding in the subnormal range."""
+for _d in FLOAT8_DTYPES:
+    ETA[_d] = 2.0 ** (_d.float8.emin - _d.float8.mantissa_bits - 1)
 
 MAX_FINITE: dict[DType, float] = {
     DType.F64: float(np.finfo(np.float64).max),
     DType.F32: float(np.finfo(np.float32).max),
     DType.F16: float(np.finfo(np.float16).max),
     DType.BF16: float(ml_dtypes.finfo(ml_dtypes.bfloat16).max),
+    **{_d: float(_d.float8.max) for _d in FLOAT8_DTYPES},
 }
 
 SAFETY = 1.0 + 2.0**-30

@@ -110,7 +110,7 @@ def _param_bound(p: Param, default_range: tuple[float, float] | None, filename: 
         raise IRError(f"parameter %{p.name}: range must be [lo, hi] numbers", loc) from None
     if t.dtype.is_bool:
         r = r or (0.0, 1.0)
-    elif t.dtype.is_int and r is None:
+    elif (t.dtype.is_int or t.dtype.is_small_int) and r is None:
         r = (float(t.dtype.int_min), float(t.dtype.int_max))
     if r is None:
         r = default_range

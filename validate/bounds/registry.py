@@ -67,7 +67,7 @@ class Context:
 
     def fmt(self, dtype: DType) -> DType:
         """The float format a value of program dtype `dtype` is rounded to."""
-        return DType.F64 if self.ideal and dtype.is_float else dtype
+        return DType.F64 if self.ideal and (dtype.is_float or dtype.is_float8) else dtype
 
     def u(self, dtype: DType) -> float:
         d = self.fmt(dtype)

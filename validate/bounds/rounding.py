@@ -41,9 +41,9 @@ def one_rounding(
 
 def overflow_reason(ctx: Context, dtype: DType, m_computed: float, what: str) -> str | None:
     """Why a rounded result of magnitude up to `m_computed` may overflow to infinity, or None."""
-    if not dtype.is_float:
+    if not (dtype.is_float or dtype.is_float8):
         return None
-    limit = MAX_FINITE[ctx.fmt(dtype)]
+    limit = MAX_FINITE[ctx.fmt(dtype)]  # float8: beyond max it saturates or overflows
     if not m_computed < limit:
         return (
             f"{what} may overflow {ctx.fmt(dtype)}: values up to {m_computed:.3g} exceed "

@@ -129,7 +129,10 @@ def select(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
 def convert(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """To the written dtype (values.Values.convert)."""
     (x,) = xs
-    return Tensor(op.type, lambda i: ctx.values.convert(x.dtype, op.type.dtype, (yield x.read(i))))
+    sat = op.attrs.get("saturate", True)
+    return Tensor(
+        op.type, lambda i: ctx.values.convert(x.dtype, op.type.dtype, (yield x.read(i)), sat)
+    )
 
 
 @rule(OPS["iota"])

@@ -88,6 +88,104 @@ def _head(t: z3.ExprRef) -> str:
     return f"app {d.name()} {d.kind()} [{params}] {t.sort().sexpr()}"
 
 
+def float8_is_nan(dtype: DType, b: z3.BitVecRef) -> z3.BoolRef:
+    """The bit pattern `b` is a NaN code of the float8 `dtype`."""
+    fmt = dtype.float8
+    if fmt.nan_code is None:
+        return z3.BoolVal(False)
+    if fmt.unsigned_zero:
+        return b == fmt.sign_bit
+    mag = z3.Extract(fmt.width - 2, 0, b)
+    return z3.UGT(mag, fmt.max_code + (1 if fmt.has_inf else 0))
+
+
+def float8_decode(dtype: DType, b: z3.BitVecRef, sort: z3.FPSortRef) -> z3.FPRef:
+    """The exact value of the float8 bit pattern `b` in `sort` (f32 or wider; NaN codes give
+    NaN, e5m2's infinity codes infinities): a normal code is rebuilt field by field in f32
+    (sign, rebiased exponent, shifted mantissa), a subnormal one is m * 2^(1 - bias - mb),
+    both exact, then widened exactly."""
+    fmt = dtype.float8
+    mb, eb = fmt.mantissa_bits, fmt.exponent_bits
+    f32 = z3.FPSort(8, 24)
+    w = fmt.width
+    sign = z3.Extract(w - 1, w - 1, b)
+    e = z3.Extract(w - 2, mb, b)
+    m = z3.Extract(mb - 1, 0, b)
+    exp32 = z3.ZeroExt(8 - eb, e) + z3.BitVecVal(127 - fmt.bias, 8)
+    normal = z3.fpFP(sign, exp32, z3.Concat(m, z3.BitVecVal(0, 23 - mb)))
+    step = z3.FPVal(float(2.0 ** (1 - fmt.bias - mb)), f32)
+    tiny = z3.fpMul(_RNE, z3.fpUnsignedToFP(_RNE, m, f32), step)  # exact: m < 2^mb
+    tiny = z3.If(sign == 1, z3.fpNeg(tiny), tiny)
+    value = z3.If(e == 0, tiny, normal)
+    if fmt.has_inf:
+        inf = z3.If(sign == 1, z3.fpMinusInfinity(f32), z3.fpPlusInfinity(f32))
+        value = z3.If(z3.Extract(w - 2, 0, b) == fmt.max_code + 1, inf, value)
+    value = z3.If(float8_is_nan(dtype, b), z3.fpNaN(f32), value)
+    return z3.fpFPToFP(_RNE, value, sort)
+
+
+def float8_encode(dtype: DType, v: z3.FPRef, saturate: bool) -> z3.BitVecRef:
+    """The float8 bit pattern of the f64 value `v` rounded once to nearest-even (IR_SPEC.md
+    section 8). Below the least normal 2^emin the magnitude is scaled exactly to units of the
+    least subnormal and rounded to an integer, which is the code itself (2^mb, the least
+    normal's code, when it rounds up); above it, rounding to the format's precision in an
+    11-bit exponent range is exact RNE and its fields, rebiased, are the code. saturate: a
+    magnitude beyond max (inf too) is max's code; otherwise a rounded magnitude beyond max is
+    inf (f8e5m2) or NaN."""
+    fmt = dtype.float8
+    mb, p, n = fmt.mantissa_bits, fmt.precision, fmt.width
+    w = v.sort()
+    a = z3.fpAbs(v)
+    if p < 3:  # f4e2m1fn: Z3 has no 2-bit significand; no NaN, no infinity, so it clips
+        return _encode_by_midpoints(dtype, v, a)
+    narrow = z3.FPSort(11, p)
+    tiny = z3.fpLT(a, z3.FPVal(float(2.0**fmt.emin), w))
+    scaled = z3.fpMul(_RNE, a, z3.FPVal(float(2.0 ** (mb - fmt.emin)), w))  # exact, < 2^mb
+    sub_code = z3.fpToUBV(_RTZ, z3.fpRoundToIntegral(_RNE, scaled), z3.BitVecSort(n))
+    r = z3.fpFPToFP(_RNE, a, narrow)
+    bits = z3.fpToIEEEBV(r)  # sign | 11 exponent bits | p - 1 mantissa bits
+    exp11 = z3.Extract(10 + mb, mb, bits)
+    field = z3.Extract(n - 1, 0, z3.ZeroExt(5, exp11) - z3.BitVecVal(1023 - fmt.bias, 16))
+    normal_code = (field << mb) | z3.ZeroExt(n - mb, z3.Extract(mb - 1, 0, bits))
+    mag = z3.If(tiny, sub_code, normal_code)
+    top = float(fmt.max)
+    max_code = z3.BitVecVal(fmt.max_code, n)
+    if fmt.nan_code is None:  # no NaN and no infinity: beyond max is max either way
+        saturate = True
+    if saturate:
+        mag = z3.If(z3.fpGT(a, z3.FPVal(top, w)), max_code, mag)
+        over = z3.BoolVal(False)
+    else:
+        over = z3.And(z3.Not(tiny), z3.fpGT(r, z3.FPVal(top, narrow)))
+        if fmt.has_inf:
+            mag = z3.If(over, z3.BitVecVal(fmt.max_code + 1, n), mag)
+            over = z3.BoolVal(False)
+    negative = z3.fpIsNegative(v)
+    if fmt.unsigned_zero:
+        negative = z3.And(negative, mag != 0)  # no -0: a negative that rounds to 0 is +0
+    code = z3.If(negative, mag | fmt.sign_bit, mag)
+    nan = z3.BitVecVal(0 if fmt.nan_code is None else fmt.nan_code, n)  # no NaN: +0
+    return z3.If(z3.Or(z3.fpIsNaN(v), over), nan, code)
+
+
+def _encode_by_midpoints(dtype: DType, v: z3.FPRef, a: z3.FPRef) -> z3.BitVecRef:
+    """The code of |v| rounded to nearest-even, as the number of midpoints between neighbouring
+    codes that it rounds above (beyond a midpoint, or on it when the upper code is even), |v|
+    clipped to max first; the sign as `float8_encode` gives it, NaN -> +0. For formats with
+    few codes and no NaN (f4e2m1fn)."""
+    fmt = dtype.float8
+    n, w = fmt.width, v.sort()
+    assert fmt.nan_code is None and not fmt.has_inf and not fmt.unsigned_zero, dtype
+    values = [fmt.value(c) for c in range(fmt.max_code + 1)]
+    mag = z3.BitVecVal(0, n)
+    for k in range(fmt.max_code):
+        mid = z3.FPVal(float((values[k] + values[k + 1]) / 2), w)  # exact: few bits
+        up = z3.fpGEQ(a, mid) if (k + 1) % 2 == 0 else z3.fpGT(a, mid)
+        mag = mag + z3.If(up, z3.BitVecVal(1, n), z3.BitVecVal(0, n))
+    code = z3.If(z3.fpIsNegative(v), mag | fmt.sign_bit, mag)
+    return z3.If(z3.fpIsNaN(v), z3.BitVecVal(0, n), code)
+
+
 INPUT_PREFIX = "in."
 """How `encode.input_function` names the function of an input (`in.NAME`)."""
 
@@ -171,7 +269,7 @@ class Values:
         """The Z3 sort of `dtype`'s elements in this theory."""
         if dtype.is_bool:
             return z3.BoolSort()
-        if dtype.is_int:
+        if dtype.is_int or dtype.is_storage:  # float8: its bit pattern (IR_SPEC.md section 8)
             return z3.BitVecSort(dtype.bits)
         if self.theory == "real":
             return z3.RealSort()
@@ -190,8 +288,11 @@ class Values:
         """A numpy scalar (already of `dtype`) as a Z3 value."""
         if dtype.is_bool:
             return z3.BoolVal(bool(value))
-        if dtype.is_int:
+        if dtype.is_int or dtype.is_small_int:
             return z3.BitVecVal(int(value) % (1 << dtype.bits), dtype.bits)
+        if dtype.is_float8:
+            code = int(np.asarray(value, dtype=dtype.np).view(np.uint8))
+            return z3.BitVecVal(code % dtype.float8.codes, dtype.bits)
         v = np.asarray(value, dtype=dtype.np)
         if self.theory == "real":
             f = float(v)
@@ -440,10 +541,28 @@ class Values:
 
     # --- conversions ---------------------------------------------------------------------
 
-    def convert(self, src: DType, dst: DType, x) -> z3.ExprRef:
-        """IR_SPEC.md section 4, `convert`, and section 5 for the real theory."""
+    def convert(self, src: DType, dst: DType, x, saturate: bool = True) -> z3.ExprRef:
+        """IR_SPEC.md section 4, `convert`, and section 5 for the real theory; float8 (a bit
+        pattern) by section 8."""
         if src == dst:
             return x
+        if src.is_small_int:  # its value, exactly, in a byte of its signedness
+            signed = src.int_min < 0
+            wide = DType.I8 if signed else DType.U8
+            extend = z3.SignExt if signed else z3.ZeroExt
+            return self.convert(wide, dst, extend(8 - src.bits, x), saturate)
+        if dst.is_small_int:
+            if src.is_float8:
+                return self.convert(DType.F64, dst, self.convert(src, DType.F64, x))
+            if src.is_bool:
+                return z3.If(x, z3.BitVecVal(1, dst.bits), z3.BitVecVal(0, dst.bits))
+            if src.is_int:  # the value modulo 2^n: the low n bits
+                return z3.Extract(dst.bits - 1, 0, x)
+            if self.theory == "real":
+                return self._real_to_int(x, dst)
+            return self._fp_to_int(src, dst, x)
+        if src.is_float8 or dst.is_float8:
+            return self._convert_float8(src, dst, x, saturate)
         if dst.is_bool:
             if src.is_float and self.theory == "fp":
                 return z3.Not(self._fpred("iszero", src, x, z3.fpIsZero))  # NaN != 0
@@ -477,6 +596,48 @@ class Values:
             )
         return self._fp_to_int(src, dst, x)
 
+    def same(self, dtype: DType, a, b) -> z3.BoolRef:
+        """a and b are one value (IR_SPEC.md section 5): SMT `=`, and for float8 bit patterns
+        also any two NaN codes."""
+        if dtype.is_float8 and self.theory == "fp" and not self.abstract:
+            return z3.Or(a == b, z3.And(float8_is_nan(dtype, a), float8_is_nan(dtype, b)))
+        return a == b
+
+    def _convert_float8(self, src: DType, dst: DType, x, saturate: bool) -> z3.ExprRef:
+        """float8 conversions: decode the bits to their exact value, encode a value by one
+        rounding with `saturate`'s overflow rule. Over the reals both are uninterpreted (a
+        claim resting on them is not proved there)."""
+        if self.theory == "real":
+            if src.is_float8:
+                x = self.func(f"real.from.{src}", z3.BitVecSort(src.bits), z3.RealSort())(x)
+                src = DType.F64
+            elif src.is_bool:
+                x = z3.If(x, z3.RealVal(1), z3.RealVal(0))
+                src = DType.F64
+            elif src.is_int:
+                x = z3.ToReal(z3.BV2Int(x, is_signed=src.is_signed))
+                src = DType.F64
+            if dst.is_float8:
+                tag = "sat" if saturate else "nosat"
+                bv = z3.BitVecSort(dst.bits)
+                return self.func(f"real.to.{dst}.{tag}", z3.RealSort(), bv)(x)
+            return self.convert(src, dst, x)
+        wide = fp_sort(DType.F64)
+        if src.is_float8:
+            v = self._fp(f"dec.{src}", src, [x], wide, lambda b: float8_decode(src, b, wide))
+            return self.convert(DType.F64, dst, v, saturate)
+        # dst is float8: the source's exact value in f64 (integers beyond 2^53 round, but
+        # every one of them is beyond every float8's range, so no second rounding is seen).
+        v = x if src is DType.F64 else self.convert(src, DType.F64, x)
+        tag = "sat" if saturate else "nosat"
+        return self._fp(
+            f"enc.{dst}.{tag}",
+            DType.F64,
+            [v],
+            z3.BitVecSort(dst.bits),
+            lambda w: float8_encode(dst, w, saturate),
+        )
+
     def _fp_to_int(self, src: DType, dst: DType, x) -> z3.ExprRef:
         """Truncate toward zero, saturate to [int_min, int_max] (unsigned: [0, 2^n - 1], so
         -0.5 and -3.0 give 0), NaN -> 0."""
@@ -492,7 +653,7 @@ class Values:
         t = z3.fpRoundToIntegral(_RTZ, x)
         bv = z3.BitVecSort(dst.bits)
         # Strictly between the bounds, t is in the target's range: the exact conversion.
-        to_bv = z3.fpToSBV if dst.is_signed else z3.fpToUBV
+        to_bv = z3.fpToSBV if dst.int_min < 0 else z3.fpToUBV
         return z3.If(
             z3.fpIsNaN(x),
             z3.BitVecVal(0, dst.bits),

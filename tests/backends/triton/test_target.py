@@ -126,10 +126,15 @@ def test_fallback_runs_a_refused_op_on_the_reference_and_is_recorded() -> None:
     assert reference.bit_equal(got, want)
 
 
-@pytest.mark.parametrize("dtype", ["i16", "u8", "u16", "u32", "u64"])
+@pytest.mark.parametrize(
+    "dtype",
+    ["i16", "u8", "u16", "u32", "u64", "f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz"]
+    + ["f4e2m1fn", "i4", "u4", "i2", "u2"],
+)
 def test_the_new_integer_dtypes_are_refused_by_name(dtype: str) -> None:
-    """i16 and the unsigned dtypes (gdv 0.6) are refused at the parameter, with the reason,
-    and inside a program at the op (which --allow-fallback runs on the reference)."""
+    """i16, the unsigned dtypes (gdv 0.6), the float8 and sub-byte integer dtypes are refused at
+    the parameter, with the reason, and inside a program at the op (which --allow-fallback
+    runs on the reference)."""
     module = parse(f"func @main(%x: {dtype}[4]) -> {dtype}[4] {{\n  return %x\n}}")
     with pytest.raises(IRError, match=f"parameter %x of type {dtype}.4.: the Triton target holds"):
         tt.lower_module(module)
@@ -160,7 +165,11 @@ def test_descriptor_marks_table_values_and_lists_refusals() -> None:
         assert m[key] > 0
     assert m["hbm_bandwidth_gbs"] > 0 and m["peak_gflops"]["f32_fma"] > 0
     assert "kernel" in d["ops"] and "f32" in d["dtypes"]
-    assert set(d["unsupported_dtypes"]) == {"i16", "u8", "u16", "u32", "u64"}
+    assert set(d["unsupported_dtypes"]) == {
+        *("i16", "u8", "u16", "u32", "u64"),
+        *("f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz"),
+        *("f4e2m1fn", "i4", "u4", "i2", "u2"),
+    }
     assert "cumsum" in d["unsupported_ops"] and "conv2d" not in d["unsupported_ops"]
     assert "f32 only" in d["execution"]["transcendentals"]
     assert "fallback" in d and d["fallback"]

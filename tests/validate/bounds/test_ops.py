@@ -309,6 +309,29 @@ CASES: dict[str, tuple] = {
     "float_to_uint_saturates": _case(
         X2, SUM_THEN + "%u = convert(%s) : u8[4,6]\n%y = convert(%u) : {dt}[4,6]", "{dt}[4,6]"
     ),
+    "convert_to_float8": _case(
+        X2,
+        SUM_THEN + "%q = convert(%s) : f8e4m3fn[4,6]\n%y = convert(%q) : {dt}[4,6]",
+        "{dt}[4,6]",
+        ["[-1.0, 1.0]", "[-100.0, 100.0]", "[0.001, 2.0]", "[-1e-3, 1e-3]"],
+        ["[-1.0, 1.0]", "[-100.0, 100.0]", "[-3.0, -0.01]", "[-1e-3, 1e-3]"],
+    ),
+    "convert_to_int4": _case(
+        X2,
+        SUM_THEN + "%q = convert(%s) : i4[4,6]\n%r = convert(%q) : u2[4,6]\n"
+        "%y = convert(%r) : {dt}[4,6]",
+        "{dt}[4,6]",
+        ["[-1.0, 1.0]", "[-100.0, 100.0]", "[0.001, 2.0]", "[-3.0, 3.0]"],
+        ["[-1.0, 1.0]", "[-3.0, -0.01]", "[0.5, 3.0]"],
+    ),
+    "convert_float8_formats": _case(
+        X2,
+        SUM_THEN + "%q = convert(%s) {{saturate = false}} : f8e5m2fnuz[4,6]\n"
+        "%r = convert(%q) : f8e4m3fnuz[4,6]\n%y = convert(%r) : {dt}[4,6]",
+        "{dt}[4,6]",
+        ["[-1.0, 1.0]", "[-100.0, 100.0]", "[0.001, 2.0]", "[-1e-3, 1e-3]"],
+        ["[-1.0, 1.0]", "[-100.0, 100.0]", "[-3.0, -0.01]", "[-1e-3, 1e-3]"],
+    ),
     "kernel_dot_like": _case(
         "%x: {dt}[4,6] {{range = {r1}}}, %w: {dt}[6,5] {{range = {r2}}}",
         '%y = kernel(%x, %w) {{body = "kbody", space = [4, 5, 6], '
@@ -350,6 +373,9 @@ OP_OF_CASE = {
     "int_dot_wraps": "dot",
     "uint_arith_wraps": "mul",
     "float_to_uint_saturates": "convert",
+    "convert_to_float8": "convert",
+    "convert_float8_formats": "convert",
+    "convert_to_int4": "convert",
     "softmax_then_dot": "dot",
     "layer_norm_then_dot": "dot",
     "max_with_masked": "max",
