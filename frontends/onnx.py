@@ -8,7 +8,8 @@ Every ONNX op maps to IR ops with ONNX's own meaning (the order of a function bo
 ONNX spec defines the op by one); an op or attribute combination that cannot be expressed
 exactly is refused with `unsupported ONNX op X (opset N) at node NAME: reason`. If, Loop and
 Scan import where their control flow is static at import (section "control flow"): branches
-inlined, bodies unrolled, each copy in a scope of its own.
+inlined, bodies unrolled, each copy in a scope of its own; RNN, GRU and LSTM have their time
+steps unrolled over the static sequence length (section "recurrent layers").
 
 Names: ONNX names become IR names by `mangle` (reversible, collision-free); a parameter whose
 name changed keeps the original in its `onnx_name` attribute.
