@@ -298,6 +298,23 @@ def test_weights_and_static_sequence_lens_as_initializers() -> None:
         np.testing.assert_allclose(g, r, **CLOSE)
 
 
+@pytest.mark.parametrize("op", sorted(GATES))
+def test_an_absent_bias_is_added_as_zeros_as_the_reference_evaluator_does(op: str) -> None:
+    # X_t W^T = -0.0 and H R^T = -0.0 (H = +0.0, R = -1): -0.0 without a bias, +0.0 once the
+    # absent B's zeros are added; every activation keeps the sign of zero. Exact arithmetic on
+    # zeros: the reference evaluator agrees bit for bit.
+    g = GATES[op]
+    feeds = {"x": np.full((2, 1, 1), -0.0, np.float32), "w": np.ones((1, g, 1), np.float32),
+             "r": -np.ones((1, g, 1), np.float32)}  # fmt: skip
+    outs = ["y", "yh", "yc"][: 3 if op == "LSTM" else 2]
+    m = rnn_model(op, feeds, {}, outs)
+    want = ReferenceEvaluator(m).run(None, feeds)
+    assert_bits(gdv_run(m, feeds), want)
+    assert_bits(gdv_run(m, feeds), spec_rnn(op, feeds, {}, len(outs)))
+    if op == "RNN":  # tanh(-0.0 + -0.0) would be -0.0: the zeros' addition shows
+        assert not np.signbit(want[0]).any() and not np.signbit(want[1]).any()
+
+
 def test_each_step_carries_the_node_and_the_step() -> None:
     rng = np.random.default_rng(7)
     feeds = {"x": rng.standard_normal((2, 1, 2), np.float32),
