@@ -315,6 +315,31 @@ def test_an_absent_bias_is_added_as_zeros_as_the_reference_evaluator_does(op: st
         assert not np.signbit(want[0]).any() and not np.signbit(want[1]).any()
 
 
+@pytest.mark.parametrize("op", sorted(GATES))
+@pytest.mark.parametrize(
+    ("dtype", "code", "atol"),
+    [(np.float64, TensorProto.DOUBLE, 1e-13), (np.float16, TensorProto.FLOAT16, 4e-3)],
+)
+def test_f64_and_f16_layers_are_close_to_the_reference_evaluator(op, dtype, code, atol) -> None:
+    # computed in their own dtype, as ONNX's reference evaluator does (f16: its numpy dot
+    # accumulates otherwise than the IR's f16 left fold, so a few f16 ulps apart)
+    g = GATES[op]
+    rng = np.random.default_rng(13)
+    feeds = {"x": rng.standard_normal((3, 2, 2)).astype(dtype),
+             "w": rng.standard_normal((2, g * 3, 2)).astype(dtype),
+             "r": rng.standard_normal((2, g * 3, 3)).astype(dtype)}  # fmt: skip
+    node = helper.make_node(op, ["x", "w", "r"], ["y", "yh"], hidden_size=3,
+                            direction="bidirectional")  # fmt: skip
+    inputs = [helper.make_tensor_value_info(k, code, v.shape) for k, v in feeds.items()]
+    outputs = [helper.make_tensor_value_info(o, code, None) for o in ("y", "yh")]
+    m = helper.make_model(helper.make_graph([node], "g", inputs, outputs),
+                          opset_imports=[helper.make_opsetid("", 14)])  # fmt: skip
+    m.ir_version = 8
+    for got, want in zip(gdv_run(m, feeds), ReferenceEvaluator(m).run(None, feeds), strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=0, atol=atol)
+
+
 def test_each_step_carries_the_node_and_the_step() -> None:
     rng = np.random.default_rng(7)
     feeds = {"x": rng.standard_normal((2, 1, 2), np.float32),
