@@ -8,7 +8,8 @@ Every ONNX op maps to IR ops with ONNX's own meaning (the order of a function bo
 ONNX spec defines the op by one); an op or attribute combination that cannot be expressed
 exactly is refused with `unsupported ONNX op X (opset N) at node NAME: reason`. If, Loop and
 Scan import where their control flow is static at import (section "control flow"): branches
-inlined, bodies unrolled, each copy in a scope of its own.
+inlined, bodies unrolled, each copy in a scope of its own; RNN, GRU and LSTM have their time
+steps unrolled over the static sequence length (section "recurrent layers").
 
 Names: ONNX names become IR names by `mangle` (reversible, collision-free); a parameter whose
 name changed keeps the original in its `onnx_name` attribute.
@@ -3377,6 +3378,239 @@ def _scan(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
             for k in range(len(per_batch[0]))
         ],
     )
+
+
+# --- recurrent layers -------------------------------------------------------------------------
+#
+# RNN, GRU and LSTM with static shapes: the sequence length is known at import, so each is
+# imported as its time steps unrolled (as Scan is), one direction after the other, with the
+# operations of ONNX's operator spec in the order ONNX's reference evaluator computes them
+# (onnx/reference/ops/op_rnn.py, op_gru.py, op_lstm.py): an absent B, initial_h, initial_c or P
+# is a zero constant that is still added and multiplied as there (x + 0.0 turns -0.0 into +0.0).
+# Gate products are `matmul`s of X_t with W^T and H_{t-1} with R^T (each output one left fold
+# over K, where numpy's BLAS may sum in another order); activations are the IR's own ops.
+
+_RNN_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_RNN_DEFAULT_ACTIVATIONS = {
+    "RNN": ["Tanh"],
+    "GRU": ["Sigmoid", "Tanh"],
+    "LSTM": ["Sigmoid", "Tanh", "Tanh"],
+}
+_RNN_ACTIVATIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu"}
+"""The activations a recurrent layer may name (ONNX's names, any case) and their IR ops; the
+others ONNX lists (Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, Softsign,
+Softplus) are refused by name."""
+
+
+def _rnn_activations(imp: Importer, op: str, attrs: dict[str, Any], dirs: int) -> list[list[str]]:
+    """The IR activation ops of each direction (f for RNN; f, g for GRU; f, g, h for LSTM)."""
+    default = _RNN_DEFAULT_ACTIVATIONS[op]
+    names = attrs.get("activations")
+    if not names:
+        names = default * dirs
+    if len(names) != len(default) * dirs:
+        raise imp.unsupported(
+            f"activations lists {len(names)} functions, expected {len(default) * dirs} "
+            f"({len(default)} per direction)"
+        )
+    for name in names:
+        if name.lower() not in _RNN_ACTIVATIONS:
+            raise imp.unsupported(
+                f"activation '{printable(name)}' is not supported (only Sigmoid, Tanh and Relu "
+                "are IR ops)"
+            )
+    # activation_alpha/beta parametrise only the activations refused above: unused here
+    ops = [_RNN_ACTIVATIONS[n.lower()] for n in names]
+    return [ops[d * len(default) : (d + 1) * len(default)] for d in range(dirs)]
+
+
+def _rnn_input(imp: Importer, ins: list[str], k: int, what: str, shape: Sequence[int],
+               dtype: DType) -> str:  # fmt: skip
+    """Optional input k (`what`) of `shape`, or a zero constant of that shape where absent."""
+    t = TensorType(dtype, tuple(shape))
+    if len(ins) <= k or not ins[k]:
+        return imp.const(0, t)
+    x = imp.dyn(ins[k])
+    if imp.type_of(x) != t:
+        raise imp.unsupported(f"{what} is {imp.type_of(x)}, expected {t}")
+    return x
+
+
+def _rnn_sequence_lens(imp: Importer, ins: list[str], n: int, batch: int) -> None:
+    """sequence_lens is accepted only when it is known at import and every length is `n`: a
+    shorter sequence (padded) would make the steps depend on the data."""
+    if len(ins) <= 4 or not ins[4]:
+        return
+    v = imp.val(ins[4])
+    arr = v.static if v.static is not None else v.known
+    if arr is None:
+        arr = _evaluate(imp, v)
+    if arr is None:
+        raise imp.unsupported(
+            "sequence_lens is not a constant at import (it depends on the data): lengths that "
+            "vary with the data have no IR op"
+        )
+    if v.static is None and v.known is not None:
+        imp.specialised.add(ins[4])
+    lens = np.asarray(arr).reshape(-1)
+    if lens.shape != (batch,) or (lens != n).any():
+        raise imp.unsupported(
+            f"sequence_lens {printable(str(lens.tolist()), 60)} is not the sequence length {n} "
+            f"for each of the {batch} sequences: shorter (padded) sequences are data-dependent "
+            "and not supported"
+        )
+
+
+@handler("RNN", "GRU", "LSTM")
+def _recurrent(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    op = node.op_type
+    gates = _RNN_GATES[op]
+    direction = attrs.get("direction", "forward")
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise imp.unsupported(f"direction '{printable(direction)}' is not one of forward, "
+                              "reverse, bidirectional")  # fmt: skip
+    dirs = 2 if direction == "bidirectional" else 1
+    layout = attrs.get("layout", 0)
+    if layout not in (0, 1):
+        raise imp.unsupported(f"layout {layout} is not 0 or 1")
+    x = imp.dyn(ins[0])
+    tx = _require_float(imp, x)
+    if tx.rank != 3:
+        raise imp.unsupported(f"X is {tx}, expected rank 3")
+    if layout:
+        x = imp.emit("transpose", [x], perm=[1, 0, 2])
+    n_steps, batch, n_in = imp.type_of(x).shape
+    dt = tx.dtype
+    w, r = imp.dyn(ins[1]), imp.dyn(ins[2])
+    hidden = imp.type_of(r).shape[-1] if imp.type_of(r).rank == 3 else -1
+    if attrs.get("hidden_size", hidden) != hidden:
+        raise imp.unsupported(f"hidden_size {attrs['hidden_size']} differs from R's {hidden}")
+    for name, v, shape in (("W", w, (dirs, gates * hidden, n_in)),
+                           ("R", r, (dirs, gates * hidden, hidden))):  # fmt: skip
+        if imp.type_of(v) != TensorType(dt, shape):
+            raise imp.unsupported(f"{name} is {imp.type_of(v)}, expected {TensorType(dt, shape)}")
+    if n_steps == 0:
+        raise imp.unsupported("a sequence of length 0: Y_h has no last step")
+    _rnn_sequence_lens(imp, ins, n_steps, batch)
+    acts = _rnn_activations(imp, op, attrs, dirs)
+    clip = attrs.get("clip")
+    linear = bool(attrs.get("linear_before_reset", 0))
+    input_forget = bool(attrs.get("input_forget", 0))
+    b = _rnn_input(imp, ins, 3, "B", (dirs, 2 * gates * hidden), dt)
+    state_shape = (batch, dirs, hidden) if layout else (dirs, batch, hidden)
+    h0 = _rnn_input(imp, ins, 5, "initial_h", state_shape, dt)
+    c0 = _rnn_input(imp, ins, 6, "initial_c", state_shape, dt) if op == "LSTM" else None
+    p = _rnn_input(imp, ins, 7, "P", (dirs, 3 * hidden), dt) if op == "LSTM" else None
+    if layout:
+        h0 = imp.emit("transpose", [h0], perm=[1, 0, 2])
+        if c0 is not None:
+            c0 = imp.emit("transpose", [c0], perm=[1, 0, 2])
+    _claim_unrolled(imp, dirs * n_steps, f"the {op} ({dirs} x {n_steps} steps)")
+    rows = TensorType(dt, (batch, hidden))
+
+    def take(v: str, d: int) -> str:  # direction d of a [dirs, ...] value, the axis dropped
+        t = imp.type_of(v)
+        return reshape(imp, _slice1(imp, v, 0, d, d + 1, 1), t.shape[1:])
+
+    def cols(v: str, k: int, n: int = 1) -> str:  # gates k .. k+n-1 of [..., gates * hidden]
+        t = imp.type_of(v)
+        return _slice1(imp, v, t.rank - 1, k * hidden, (k + n) * hidden, 1)
+
+    def row(v: str) -> str:  # a [g * hidden] bias broadcast over the batch
+        t = imp.type_of(v)
+        return bcast(imp, v, (batch, t.shape[0]))
+
+    def act(kind: str, v: str) -> str:
+        if clip is not None:  # ONNX: clip bounds the input of every activation
+            v = imp.emit("max", [v, imp.const(-clip, rows)])
+            v = imp.emit("min", [v, imp.const(clip, rows)])
+        return imp.emit(kind, [v])
+
+    def add(a: str, c: str) -> str:
+        return imp.emit("add", [a, c])
+
+    def mul(a: str, c: str) -> str:
+        return imp.emit("mul", [a, c])
+
+    one = imp.const(1, rows)
+    saved_origin = imp.origin
+    ys: list[list[str]] = []  # per direction, H of each step in time order
+    finals_h: list[str] = []
+    finals_c: list[str] = []
+    for d in range(dirs):
+        names = ("forward", "reverse") if dirs == 2 else (direction,)
+        imp.origin = f"onnx:{printable(imp.node_label, 200)}/{names[d]} ({op})"
+        wt = imp.emit("transpose", [take(w, d)], perm=[1, 0])  # [in, gates * hidden]
+        rt = imp.emit("transpose", [take(r, d)], perm=[1, 0])  # [hidden, gates * hidden]
+        bd = take(b, d)
+        wb, rb = _slice1(imp, bd, 0, 0, gates * hidden, 1), cols(bd, gates, gates)
+        h, c = take(h0, d), (take(c0, d) if c0 is not None else None)
+        f, g, hh = (acts[d] + [None, None])[:3]
+        if op in ("RNN", "LSTM"):
+            bsum = row(add(wb, rb))
+        elif op == "GRU":
+            bsum = row(add(cols(wb, 0, 2), cols(rb, 0, 2)))
+            rt_zr, rt_h = cols(rt, 0, 2), cols(rt, 2)
+            wb_h, rb_h = row(cols(wb, 2)), row(cols(rb, 2))
+        if op == "LSTM":
+            pd = take(p, d)
+            p_i, p_o, p_f = (row(_slice1(imp, pd, 0, k * hidden, (k + 1) * hidden, 1))
+                             for k in range(3))  # fmt: skip
+        out: list[str] = [""] * n_steps
+        for s in range(n_steps):
+            t = n_steps - 1 - s if names[d] == "reverse" else s
+            imp.origin = f"onnx:{printable(imp.node_label, 200)}/{names[d]}/step{s} ({op})"
+            xt = reshape(imp, _slice1(imp, x, 0, t, t + 1, 1), (batch, n_in))
+            xw = imp.emit("matmul", [xt, wt])
+            if op == "RNN":  # H = f(X W^T + H R^T + (Wb + Rb))
+                h = act(f, add(add(xw, imp.emit("matmul", [h, rt])), bsum))
+            elif op == "GRU":
+                zr = add(add(cols(xw, 0, 2), imp.emit("matmul", [h, rt_zr])), bsum)
+                z, rr = act(f, cols(zr, 0)), act(f, cols(zr, 1))
+                if linear:  # g(X Wh^T + r (.) (H Rh^T + Rbh) + Wbh)
+                    hr = add(imp.emit("matmul", [h, rt_h]), rb_h)
+                    cand = act(g, add(add(cols(xw, 2), mul(rr, hr)), wb_h))
+                else:  # g(X Wh^T + (r (.) H) Rh^T + Wbh + Rbh)
+                    rh = imp.emit("matmul", [mul(rr, h), rt_h])
+                    cand = act(g, add(add(add(cols(xw, 2), rh), wb_h), rb_h))
+                h = add(mul(imp.emit("sub", [one, z]), cand), mul(z, h))  # (1 - z) h~ + z H
+            else:  # LSTM, gates in the order i, o, f, c; peepholes i, o, f
+                iofc = add(add(xw, imp.emit("matmul", [h, rt])), bsum)
+                i = act(f, add(cols(iofc, 0), mul(p_i, c)))
+                if input_forget:  # the forget gate coupled to the input gate
+                    fg = imp.emit("sub", [one, i])
+                else:
+                    fg = act(f, add(cols(iofc, 2), mul(p_f, c)))
+                cc = act(g, cols(iofc, 3))
+                c = add(mul(fg, c), mul(i, cc))
+                o = act(f, add(cols(iofc, 1), mul(p_o, c)))
+                h = mul(o, act(hh, c))
+            out[t] = h
+        ys.append(out)
+        finals_h.append(h)
+        if c is not None:
+            finals_c.append(c)
+    imp.origin = saved_origin
+
+    def stacked(vals: list[str], shape: Sequence[int]) -> str:
+        parts = [reshape(imp, v, shape) for v in vals]
+        return parts[0] if len(parts) == 1 else imp.emit("concat", parts, axis=0)
+
+    if len(node.output) > 0 and node.output[0]:
+        steps = [stacked([ys[d][t] for d in range(dirs)], (1, batch, hidden))
+                 for t in range(n_steps)]  # fmt: skip
+        y = stacked(steps, (1, dirs, batch, hidden))  # [steps, dirs, batch, hidden]
+        if layout:
+            y = imp.emit("transpose", [y], perm=[2, 0, 1, 3])
+        imp.set(node.output[0], y)
+    for k, finals in ((1, finals_h), (2, finals_c)):
+        if len(node.output) > k and node.output[k]:
+            if not finals:
+                raise imp.unsupported(f"{op} has no output {k}")
+            y = stacked(finals, (1, batch, hidden))  # [dirs, batch, hidden]
+            if layout:
+                y = imp.emit("transpose", [y], perm=[1, 0, 2])
+            imp.set(node.output[k], y)
 
 
 # --- public API -------------------------------------------------------------------------------
