@@ -292,7 +292,12 @@ class Values:
     def div(self, dtype: DType, a, b) -> z3.ExprRef:
         """a / b, rounded to nearest-even; over the reals, a / 0 has no value (docs/IR_SPEC.md
         section 7): it is `real.div0(a)`, an uninterpreted function, so a claim is proved only
-        if it holds whatever x / 0 would be, and a claim that rests on it is `unknown`."""
+        if it holds whatever x / 0 would be, and a claim that rests on it is `unknown`.
+        Integers (IR_SPEC.md section 4): bvsdiv / bvudiv, which truncate toward zero and wrap
+        INT_MIN / -1 to INT_MIN, with a zero divisor giving 0 (where SMT-LIB gives -1 or 1)."""
+        if dtype.is_int:
+            q = (a / b) if dtype.is_signed else z3.UDiv(a, b)  # z3py: / on bit-vectors is bvsdiv
+            return z3.If(b == 0, z3.BitVecVal(0, dtype.bits), q)
         if self.theory == "real":
             # Not a made-up value such as 0, which proved div(x, 0.0) == 0.0 (issue 14).
             div0 = self.func("real.div0", z3.RealSort(), z3.RealSort())
