@@ -940,7 +940,14 @@ def _round(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> N
     d > 0.5 -> r + 1; d == 0.5 -> r + (r - 2 * floor(r / 2)) (r's parity); else r. A zero
     result takes x's sign (x * 0.0); |x| >= 2^(p-1), infinities and NaN are x itself."""
     x = imp.dyn(ins[0])
-    t = _require_float(imp, x)
+    _require_float(imp, x)
+    _out(imp, node, round_half_even(imp, x))
+
+
+def round_half_even(imp: GraphEmitter, x: str) -> str:
+    """x rounded to an integral value, ties to even (numpy's rint), in x's float dtype, exactly:
+    the steps of `_round` (ONNX Round)."""
+    t = imp.type_of(x)
 
     def c(v: float) -> str:
         return imp.const(v, t)
@@ -960,7 +967,7 @@ def _round(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> N
     small = imp.emit(
         "cmp", [imp.emit("abs", [x]), c(2.0 ** (t.dtype.significand_bits - 1))], dir="lt"
     )
-    _out(imp, node, imp.emit("select", [small, res, x]))
+    return imp.emit("select", [small, res, x])
 
 
 @handler("Reciprocal")
@@ -1093,18 +1100,12 @@ def _binary(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> 
 
 
 def _int_quotient(imp: Importer, a: str, b: str) -> str:
-    """a / b truncated toward zero, for integers of at most 32 bits (i8 i16 i32 u8 u16 u32):
-    convert(f64(a) / f64(b)). Exact: both operands are exact in f64, and a quotient that is
-    not an integer lies at least 1/|b| from the nearest one, more than the f64 spacing there
-    (|a/b| * 2^-52 <= 2^-20 / |b|), so rounding never reaches it and truncation gives the
-    integer quotient. (i64 and u64 would not be exact.) A zero divisor gives what the IR's
-    convert makes of +-inf and NaN: the dtype's largest value for a positive dividend, its
-    smallest for a negative one, 0 for 0 (ONNX leaves integer division by zero undefined)."""
-    t = imp.type_of(a)
-    if not t.dtype.is_int or t.dtype.bits > 32:
-        raise imp.unsupported(f"{t.dtype} division (exact only for integers of up to 32 bits)")
-    q = imp.emit("div", [convert(imp, a, DType.F64), convert(imp, b, DType.F64)])
-    return convert(imp, q, t.dtype)
+    """ONNX Div on integers: the IR's integer `div` (truncated toward zero, in the dtype's own
+    integers, so exact at 64 bits too), as ONNX's reference computes it (numpy's floor_divide,
+    moved up by one where a remainder is left and the signs differ). A zero divisor gives 0,
+    as the reference's numpy does (ONNX leaves it undefined); INT_MIN / -1 wraps to INT_MIN,
+    as numpy's does."""
+    return imp.emit("div", [a, b])
 
 
 @handler("Mod")
@@ -1822,6 +1823,187 @@ def _dequantize_linear(imp: Importer, node: Any, ins: list[str], attrs: dict[str
         wide = DType.F32
     y = imp.emit("mul", [convert(imp, dx, wide), convert(imp, scale, wide)])
     _out(imp, node, convert(imp, y, out_dtype))
+
+
+_QUANT_RANGE = {DType.U8: (0, 255), DType.I8: (-128, 127), DType.U16: (0, 65535)}
+_QUANT_RANGE[DType.I16] = (-32768, 32767)
+"""The integer outputs of QuantizeLinear (the float8 and 4-bit ones have no IR dtype)."""
+
+
+def _float_promote(imp: Importer, a: DType, b: DType) -> DType:
+    """numpy's result dtype of an operation on arrays of float dtypes a and b."""
+    if a is b:
+        return a
+    wide = max(a, b, key=lambda d: d.bits)
+    if wide.bits < 32:
+        raise imp.unsupported(f"operands of {a} and {b}")
+    return wide
+
+
+def _saturate_int(imp: Importer, r: str, zp: str | None, out: DType) -> str:
+    """clip(i32(r) + zero point, out's range) as out, for r integral (a float): as ONNX's
+    reference computes it where its int32 cast is defined (|r| < 2^31); beyond, and for +-inf,
+    the saturation ONNX's spec states (the clamp to +-2^20 first keeps the i32 sum exact and
+    changes no clipped result: |zero point| < 2^16); NaN counts as 0 (the reference's cast of
+    NaN is undefined)."""
+    t = imp.type_of(r)
+    if t.dtype.bits < 32:
+        r = convert(imp, r, DType.F32)  # exact
+        t = imp.type_of(r)
+    lim = float(2**20)
+    r = imp.emit("max", [imp.emit("min", [r, imp.const(lim, t)]), imp.const(-lim, t)])
+    v = convert(imp, r, DType.I32)
+    it = imp.type_of(v)
+    if zp is not None:
+        v = imp.emit("add", [v, convert(imp, zp, DType.I32)])
+    lo, hi = _QUANT_RANGE[out]
+    v = imp.emit("max", [imp.emit("min", [v, imp.const(hi, it)]), imp.const(lo, it)])
+    return convert(imp, v, out)
+
+
+@handler("QuantizeLinear")
+def _quantize_linear(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """y = saturate(rint(x / scale) + zero_point), in ONNX's reference's arithmetic: x / scale
+    in numpy's dtype of the two (or `precision`'s), correctly rounded; rint (half to even)
+    there; to i32, the zero point added in i32, clipped to the output's range (the zero point's
+    dtype, else `output_dtype`, else u8): `_saturate_int`. Per tensor, per axis and blocked
+    as `_quant_param` spreads the parameters. Outputs u8, i8, u16, i16."""
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if not t.dtype.is_float:
+        raise imp.unsupported(f"input {t} (floats)")
+    axis = attrs.get("axis", 1)
+    block = int(attrs.get("block_size", 0))
+    scale = _quant_param(imp, ins[1], t, axis, block)
+    sd = imp.type_of(scale).dtype
+    if not sd.is_float:
+        raise imp.unsupported(f"a {sd} scale")
+    out = None
+    if attrs.get("output_dtype"):
+        code = attrs["output_dtype"]
+        if _ONNX_DTYPES.get(code) is None:
+            raise imp.unsupported(f"output_dtype {_no_ir_dtype(code)}")
+        out = _ONNX_DTYPES[code]
+    zp = None
+    if len(ins) > 2 and ins[2]:
+        zp = _quant_param(imp, ins[2], t, axis, block)
+        zd = imp.type_of(zp).dtype
+        if out is not None and zd is not out:
+            raise imp.unsupported(f"a {zd} zero point with output_dtype {out}")
+        out = zd
+    out = out or DType.U8
+    if out not in _QUANT_RANGE:
+        raise imp.unsupported(f"output {out} (u8, i8, u16, i16)")
+    if attrs.get("precision"):
+        wide = _ONNX_DTYPES.get(attrs["precision"])
+        if wide is None or not wide.is_float:
+            raise imp.unsupported(f"precision {_dtype_name(attrs['precision'])}")
+    else:
+        wide = _float_promote(imp, t.dtype, sd)
+    q = imp.emit("div", [convert(imp, x, wide), convert(imp, scale, wide)])
+    _out(imp, node, _saturate_int(imp, round_half_even(imp, q), zp, out))
+
+
+@handler("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(
+    imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]
+) -> None:
+    """ONNX's reference, step by step in f32: hi = max(0, max(x)), lo = min(0, min(x));
+    scale = (hi - lo, or 1 where hi == lo) / 255; zp = rint(clip(0 - lo / scale, 0, 255)) (a
+    NaN there gives 255, as the reference's Python min(255, nan) does); y = clip(rint(x /
+    scale) + zp, 0, 255) as u8 (the reference's special case for hi == lo, which ONNX's
+    function body lacks, is why this is not expanded)."""
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype is not DType.F32:
+        raise imp.unsupported(f"input {t} (f32)")
+    s = TensorType(DType.F32, ())
+
+    def c(v: float, tt: TensorType = s) -> str:
+        return imp.const(v, tt)
+
+    axes = list(range(t.rank))
+    hi = imp.emit("max", [imp.emit("reduce_max", [x], s, axes=axes), c(0.0)])
+    lo = imp.emit("min", [imp.emit("reduce_min", [x], s, axes=axes), c(0.0)])
+    same = imp.emit("cmp", [hi, lo], dir="eq")
+    width = imp.emit("select", [same, c(1.0), imp.emit("sub", [hi, lo])])
+    scale = imp.emit("div", [width, c(255.0)])
+    izp = imp.emit("sub", [c(0.0), imp.emit("div", [lo, scale])])
+    zp = imp.emit("max", [imp.emit("min", [izp, c(255.0)]), c(0.0)])
+    zp = imp.emit("select", [imp.emit("cmp", [izp, izp], dir="ne"), c(255.0), zp])
+    zp = round_half_even(imp, zp)
+    q = round_half_even(imp, imp.emit("div", [x, imp.emit("broadcast", [scale], t, dims=[])]))
+    q = imp.emit("add", [q, imp.emit("broadcast", [zp], t, dims=[])])
+    q = imp.emit("max", [imp.emit("min", [q, c(255.0, t)]), c(0.0, t)])
+    _out(imp, node, convert(imp, q, DType.U8))
+    _out(imp, node, scale, 1)
+    _out(imp, node, convert(imp, zp, DType.U8), 2)
+
+
+def _int32_operand(imp: Importer, x: str, zp_name: str | None) -> str:
+    """x as i32 less its zero point (one value; i32 arithmetic), as ONNX's reference's
+    `X.astype(np.int32) - zero_point`."""
+    t = imp.type_of(x)
+    if not t.dtype.is_int or t.dtype.bits > 16:
+        raise imp.unsupported(f"operand {t} (8- and 16-bit integers)")
+    v = convert(imp, x, DType.I32)
+    if zp_name:
+        zp = imp.dyn(zp_name)
+        zt = imp.type_of(zp)
+        if zt.num_elements != 1:
+            raise imp.unsupported(f"a zero point {zt} (only one value per tensor)")
+        if zt.dtype is not t.dtype:
+            raise imp.unsupported(f"a zero point of {zt.dtype} for operand {t}")
+        z = imp.emit("broadcast", [reshape(imp, convert(imp, zp, DType.I32), [])],
+                     imp.type_of(v), dims=[])  # fmt: skip
+        v = imp.emit("sub", [v, z])
+    return v
+
+
+@handler("MatMulInteger")
+def _matmul_integer(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """(A - a_zero_point) @ (B - b_zero_point) in i32 (wrapping, as numpy's int32 matmul)."""
+    a = _int32_operand(imp, imp.dyn(ins[0]), ins[2] if len(ins) > 2 else None)
+    b = _int32_operand(imp, imp.dyn(ins[1]), ins[3] if len(ins) > 3 else None)
+    _out(imp, node, _matmul(imp, a, b))
+
+
+def _scalar_of(imp: Importer, name: str, what: str) -> str:
+    v = imp.dyn(name)
+    if imp.type_of(v).num_elements != 1:
+        raise imp.unsupported(f"a {what} {imp.type_of(v)} (only one value per tensor)")
+    return reshape(imp, v, [])
+
+
+@handler("QLinearMatMul")
+def _qlinear_matmul(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """ONNX's reference: C = (a - a_zp) @ (b - b_zp) in i32; D = C * (a_scale * b_scale /
+    y_scale), the factor in the scales' dtype, the product in f64 (numpy promotes i32 times a
+    float to f64); D + y_zp in f64; rint; clipped to the output's range (y_zp's dtype) and
+    converted. One scale and zero point per tensor."""
+    a = _int32_operand(imp, imp.dyn(ins[0]), ins[2])
+    b = _int32_operand(imp, imp.dyn(ins[3]), ins[5])
+    c = _matmul(imp, a, b)
+    scales = [_scalar_of(imp, ins[k], "scale") for k in (1, 4, 6)]
+    sd = imp.type_of(scales[0]).dtype
+    if not sd.is_float or any(imp.type_of(s).dtype is not sd for s in scales):
+        raise imp.unsupported("scales of differing or integer dtypes")
+    f = imp.emit("div", [imp.emit("mul", scales[:2]), scales[2]])
+    ct = imp.type_of(c).with_dtype(DType.F64)
+    f = imp.emit("broadcast", [convert(imp, f, DType.F64)], ct, dims=[])
+    d = imp.emit("mul", [convert(imp, c, DType.F64), f])
+    out = imp.type_of(imp.dyn(ins[0])).dtype
+    if len(ins) > 7 and ins[7]:
+        yz = _scalar_of(imp, ins[7], "zero point")
+        out = imp.type_of(yz).dtype
+        yzb = imp.emit("broadcast", [convert(imp, yz, DType.F64)], ct, dims=[])
+        d = imp.emit("add", [d, yzb])
+    if out not in _QUANT_RANGE:
+        raise imp.unsupported(f"output {out} (u8, i8, u16, i16)")
+    r = round_half_even(imp, d)
+    lo, hi = _QUANT_RANGE[out]
+    r = imp.emit("max", [imp.emit("min", [r, imp.const(hi, ct)]), imp.const(lo, ct)])
+    _out(imp, node, convert(imp, r, out))
 
 
 RESIZE_MAX_AXIS = 4096
@@ -2591,8 +2773,14 @@ def _conv_pads(
 @handler("Conv")
 def _conv(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     x, w = imp.dyn(ins[0]), imp.dyn(ins[1])
-    tx, tw = imp.type_of(x), imp.type_of(w)
     _require_float(imp, x)
+    bias = imp.dyn(ins[2]) if len(ins) > 2 and ins[2] else None
+    _out(imp, node, _convolve(imp, x, w, bias, attrs))
+
+
+def _convolve(imp: Importer, x: str, w: str, bias: str | None, attrs: dict[str, Any]) -> str:
+    """ONNX Conv of x by w (plus a bias per output channel), 1-D or 2-D, as IR conv2d."""
+    tx, tw = imp.type_of(x), imp.type_of(w)
     nsp = tx.rank - 2
     if nsp not in (1, 2):
         raise imp.unsupported(f"{nsp}-D convolution (only 1-D and 2-D)")
@@ -2611,11 +2799,81 @@ def _conv(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
         groups=attrs.get("group", 1),
     )  # fmt: skip
     ty = imp.type_of(y)
-    if len(ins) > 2 and ins[2]:
-        y = imp.emit("add", [y, imp.emit("broadcast", [imp.dyn(ins[2])], ty, dims=[1])])
+    if bias is not None:
+        y = imp.emit("add", [y, imp.emit("broadcast", [bias], ty, dims=[1])])
     if nsp == 1:
         y = reshape(imp, y, [ty.shape[0], ty.shape[1], ty.shape[3]])
-    _out(imp, node, y)
+    return y
+
+
+def _int32_weight(imp: Importer, w: str, zp_name: str | None) -> str:
+    """w as i32 less its zero point: one value, or one per output channel (dim 0), as ONNX's
+    reference's `W.astype(np.int32) - w_zero_point` (expanded along the other dims)."""
+    if zp_name and imp.type_of(imp.dyn(zp_name)).num_elements > 1:
+        t = imp.type_of(w)
+        zp = imp.dyn(zp_name)
+        zt = imp.type_of(zp)
+        if zt.rank != 1 or zt.shape[0] != t.shape[0] or zt.dtype is not t.dtype:
+            raise imp.unsupported(f"a weight zero point {zt} for weights {t}")
+        v = _int32_operand(imp, w, None)
+        z = imp.emit("broadcast", [convert(imp, zp, DType.I32)], imp.type_of(v), dims=[0])
+        return imp.emit("sub", [v, z])
+    return _int32_operand(imp, w, zp_name)
+
+
+@handler("ConvInteger")
+def _conv_integer(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """(x - x_zero_point) convolved with (w - w_zero_point) in i32 (wrapping, as numpy's int32
+    arithmetic; padding adds zeros to the shifted x, as the reference pads it)."""
+    x = _int32_operand(imp, imp.dyn(ins[0]), ins[2] if len(ins) > 2 else None)
+    w = _int32_weight(imp, imp.dyn(ins[1]), ins[3] if len(ins) > 3 else None)
+    _out(imp, node, _convolve(imp, x, w, None, attrs))
+
+
+@handler("QLinearConv")
+def _qlinear_conv(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """ONNX's reference: R = conv(x - x_zp, w - w_zp) + B in i32; R * (x_scale * w_scale /
+    y_scale) (the factor in f32 per tensor or per output channel; the product in f64, as numpy
+    promotes i32 times f32); + y_zp in f64; clipped to [-128, 127] for an i8 output, else
+    [0, 255]; rounded half to even; converted to y_zp's dtype (x's without one)."""
+    x = _int32_operand(imp, imp.dyn(ins[0]), ins[2])
+    w = _int32_weight(imp, imp.dyn(ins[3]), ins[5])
+    bias = None
+    if len(ins) > 8 and ins[8]:
+        bias = imp.dyn(ins[8])
+        if imp.type_of(bias).dtype is not DType.I32:
+            raise imp.unsupported(f"a bias of {imp.type_of(bias).dtype} (i32)")
+    r = _convolve(imp, x, w, bias, attrs)
+    rt = imp.type_of(r).with_dtype(DType.F64)
+    xs, ys = _scalar_of(imp, ins[1], "scale"), _scalar_of(imp, ins[6], "scale")
+    ws = imp.dyn(ins[4])
+    wt = imp.type_of(ws)
+    sd = imp.type_of(xs).dtype
+    if not sd.is_float or {imp.type_of(ys).dtype, wt.dtype} != {sd}:
+        raise imp.unsupported("scales of differing or integer dtypes")
+    if wt.num_elements == 1:
+        f = imp.emit("div", [imp.emit("mul", [xs, reshape(imp, ws, [])]), ys])
+        f = imp.emit("broadcast", [convert(imp, f, DType.F64)], rt, dims=[])
+    else:
+        if wt.rank != 1 or wt.shape[0] != rt.shape[1]:
+            raise imp.unsupported(f"a weight scale {wt} for output {rt}")
+        per = wt.with_dtype(sd)
+        f = imp.emit("div", [
+            imp.emit("mul", [imp.emit("broadcast", [xs], per, dims=[]), ws]),
+            imp.emit("broadcast", [ys], per, dims=[]),
+        ])  # fmt: skip
+        f = imp.emit("broadcast", [convert(imp, f, DType.F64)], rt, dims=[1])
+    d = imp.emit("mul", [convert(imp, r, DType.F64), f])
+    out = imp.type_of(imp.dyn(ins[0])).dtype
+    if len(ins) > 7 and ins[7]:
+        yz = _scalar_of(imp, ins[7], "zero point")
+        out = imp.type_of(yz).dtype
+        d = imp.emit("add", [d, imp.emit("broadcast", [convert(imp, yz, DType.F64)], rt, dims=[])])
+    if out not in (DType.I8, DType.U8):
+        raise imp.unsupported(f"output {out} (u8, i8)")
+    lo, hi = (-128, 127) if out is DType.I8 else (0, 255)
+    d = imp.emit("max", [imp.emit("min", [d, imp.const(hi, rt)]), imp.const(lo, rt)])
+    _out(imp, node, convert(imp, round_half_even(imp, d), out))
 
 
 @handler("ConvTranspose")
