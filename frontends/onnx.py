@@ -2232,6 +2232,65 @@ def _scatter_by_map(imp: Importer, data: str, updates: str, targets: np.ndarray)
     return imp.emit("take", [both, idx], axis=0)
 
 
+def _scatter_reduce(
+    imp: Importer, data: str, updates: str, targets: np.ndarray, how: str, python: bool
+) -> str:
+    """data with each update folded into its static flat target position (`targets`, one per
+    element of `updates`, row-major), in update order, as ONNX's reference loops over them:
+    acc = data[p]; acc = f(acc, u) for each update u of p in turn (duplicates included). Round
+    j applies every position's j-th update at once: take the update, `select` where there is
+    one. f: `add`, `mul`; `max`/`min` as the reference computes them, numpy's np.maximum /
+    np.minimum for ScatterND (a NaN on either side wins; equal values give the update, the
+    accumulator for f16, as numpy does with -0.0 and +0.0) and Python's max / min for
+    ScatterElements (`python`: the update only where it compares greater (less), so a NaN
+    accumulator stays and a NaN update is skipped)."""
+    t, ut = imp.type_of(data), imp.type_of(updates)
+    n, m = t.num_elements, ut.num_elements
+    flat = targets.reshape(-1)
+    acc = reshape(imp, data, [n])
+    if m == 0:
+        return data
+    ft = TensorType(t.dtype, (n,))
+    us = reshape(imp, updates, [m])
+    seen = np.zeros(n, dtype=np.int64)
+    rounds: list[tuple[np.ndarray, np.ndarray]] = []
+    for k, p in enumerate(flat):
+        j = seen[p]
+        seen[p] += 1
+        if j == len(rounds):
+            rounds.append((np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)))
+        rounds[j][0][p] = k
+        rounds[j][1][p] = True
+    for which, has in rounds:
+        u = imp.emit("take", [us, imp.const(which, TensorType(DType.I64, (n,)))], ft, axis=0)
+        if how in ("add", "mul"):
+            new = imp.emit(how, [acc, u])
+        elif python:
+            new = imp.emit(
+                "select", [imp.emit("cmp", [u, acc], dir="gt" if how == "max" else "lt"), u, acc]
+            )
+        elif not t.dtype.is_float:
+            new = imp.emit(how, [acc, u])
+        else:
+            strict = (
+                {"max": "gt", "min": "lt"}
+                if t.dtype is not DType.F16
+                else {"max": "ge", "min": "le"}
+            )
+            keep = imp.emit("cmp", [acc, u], dir=strict[how])
+            keep = imp.emit("bitwise_or", [keep, imp.emit("cmp", [acc, acc], dir="ne")])
+            new = imp.emit("select", [keep, acc, u])
+        acc = imp.emit("select", [imp.const(has, TensorType(DType.I1, (n,))), new, acc])
+    return reshape(imp, acc, list(t.shape))
+
+
+def _scatter_reduction(imp: Importer, attrs: dict[str, Any]) -> str:
+    how = attrs.get("reduction", "none")
+    if how not in ("none", "add", "mul", "max", "min"):
+        raise imp.unsupported(f"reduction '{printable(how)}'")
+    return how
+
+
 def _static_indices(imp: Importer, name: str, sizes: Sequence[int]) -> np.ndarray:
     """Static indices, wrapped, each within its size (refused otherwise)."""
     idx = np.asarray(imp.static(name, "indices")).astype(np.int64)
@@ -2243,8 +2302,7 @@ def _static_indices(imp: Importer, name: str, sizes: Sequence[int]) -> np.ndarra
 
 @handler("ScatterElements", "Scatter")
 def _scatter_elements(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
-    if attrs.get("reduction", "none") != "none":
-        raise imp.unsupported(f"reduction '{printable(attrs['reduction'])}'")
+    how = _scatter_reduction(imp, attrs)
     data, updates = imp.dyn(ins[0]), imp.dyn(ins[2])
     t, ut = imp.type_of(data), imp.type_of(updates)
     axis = _norm_axis(imp, attrs.get("axis", 0), t.rank)
@@ -2256,13 +2314,15 @@ def _scatter_elements(imp: Importer, node: Any, ins: list[str], attrs: dict[str,
     coords = list(np.indices(idx.shape, dtype=np.int64))
     coords[axis] = idx
     targets = np.ravel_multi_index(tuple(coords), t.shape) if idx.size else idx
+    if how != "none":
+        _out(imp, node, _scatter_reduce(imp, data, updates, np.asarray(targets), how, True))
+        return
     _out(imp, node, _scatter_by_map(imp, data, updates, np.asarray(targets)))
 
 
 @handler("ScatterND")
 def _scatter_nd(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
-    if attrs.get("reduction", "none") != "none":
-        raise imp.unsupported(f"reduction '{printable(attrs['reduction'])}'")
+    how = _scatter_reduction(imp, attrs)
     data, updates = imp.dyn(ins[0]), imp.dyn(ins[2])
     t, ut = imp.type_of(data), imp.type_of(updates)
     raw = np.asarray(imp.static(ins[1], "indices"))
@@ -2276,6 +2336,9 @@ def _scatter_nd(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any])
     block = math.prod(rest)
     starts = np.ravel_multi_index(tuple(np.moveaxis(idx, -1, 0)), t.shape[:r]) * block
     targets = starts.reshape(-1, 1) + np.arange(block, dtype=np.int64)[None, :]
+    if how != "none":
+        _out(imp, node, _scatter_reduce(imp, data, updates, targets, how, False))
+        return
     _out(imp, node, _scatter_by_map(imp, data, updates, targets))
 
 
