@@ -25,7 +25,7 @@ import numpy as np
 
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
-from gdv.ir.dtypes import DType
+from gdv.ir.dtypes import DType, from_numpy
 from gdv.ir.ops import REGISTRY, OpTypeError
 from gdv.ir.ops.elementwise import is_signed
 from gdv.ir.types import TensorType
@@ -1144,9 +1144,12 @@ def _float_mod(imp: Importer, a: str, b: str) -> str:
 def _pow(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     a, b = operands_bcast(imp, ins[:2])
     t = imp.type_of(a)
-    if not t.dtype.is_float:
-        raise imp.unsupported(f"a {t.dtype} base is not supported (IR pow takes floats)")
     bt = imp.type_of(b)
+    if t.dtype.is_bool or bt.dtype.is_bool:
+        raise imp.unsupported("a boolean operand")
+    if not t.dtype.is_float or (bt.dtype.is_int and not imp.is_static(ins[1])):
+        _out(imp, node, _numpy_power(imp, a, b))
+        return
     if bt.dtype != t.dtype:
         if bt.dtype.is_int and imp.is_static(ins[1]):
             e = imp.static(ins[1], "the exponent")
@@ -1167,6 +1170,47 @@ def _pow(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> Non
         _out(imp, node, _power_by_products(imp, a, power))
         return
     _out(imp, node, imp.emit("pow", [a, b]))
+
+
+def _numpy_power(imp: Importer, a: str, b: str) -> str:
+    """np.power(a, b).astype(a's dtype), ONNX's reference: in numpy's common dtype of the two.
+    A float one: both operands converted to it (exactly, or for 64-bit integers rounded to
+    nearest-even as numpy converts them), IR `pow` there, converted to a's dtype (a float->int
+    conversion truncates and saturates). An integer one: the exact power modulo 2^n by
+    squaring and multiplying over the exponent's bits (numpy's integer power, which wraps), a
+    negative exponent giving the truncated 1 / a^-b: 1 for a = 1, +-1 for a = -1, 0 otherwise
+    (numpy raises there; ONNX leaves it undefined)."""
+    t, bt = imp.type_of(a), imp.type_of(b)
+    try:
+        common = from_numpy(np.result_type(t.dtype.np, bt.dtype.np))
+    except TypeError:
+        common = None
+    if common is None:
+        raise imp.unsupported(f"a {t.dtype} base with a {bt.dtype} exponent")
+    if common.is_float:
+        y = imp.emit("pow", [convert(imp, a, common), convert(imp, b, common)])
+        return convert(imp, y, t.dtype)
+    x, e = convert(imp, a, common), convert(imp, b, common)
+    ct = imp.type_of(x)
+
+    def c(v: int) -> str:
+        return imp.const(v, ct)
+
+    result, square, one = c(1), x, c(1)
+    for k in range(common.bits):
+        bit = imp.emit("bitwise_and", [imp.emit("shift_right", [e, c(k)]), one])
+        on = imp.emit("cmp", [bit, one], dir="eq")
+        result = imp.emit("select", [on, imp.emit("mul", [result, square]), result])
+        if k + 1 < common.bits:
+            square = imp.emit("mul", [square, square])
+    if common.is_signed:
+        neg = imp.emit("cmp", [e, c(0)], dir="lt")
+        odd = imp.emit("cmp", [imp.emit("bitwise_and", [e, one]), one], dir="eq")
+        minus = imp.emit("select", [odd, c(-1), one])
+        inv = imp.emit("select", [imp.emit("cmp", [x, c(-1)], dir="eq"), minus, c(0)])
+        inv = imp.emit("select", [imp.emit("cmp", [x, one], dir="eq"), one, inv])
+        result = imp.emit("select", [neg, inv, result])
+    return convert(imp, result, t.dtype)
 
 
 def _small_power(imp: Importer, exponent: str, base: TensorType) -> int | None:
