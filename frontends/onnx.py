@@ -2422,10 +2422,55 @@ def _instance_norm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, An
     _out(imp, node, imp.emit("add", [y, imp.emit("broadcast", [imp.dyn(ins[2])], t, dims=[1])]))
 
 
+@handler("ReverseSequence")
+def _reverse_sequence(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """y[.., b, .., t, ..] = x[.., b, .., L_b - 1 - t, ..] for t < L_b, else x itself, with
+    L_b = sequence_lens[b] clamped to [0, T] (ONNX asks 1 <= L_b <= T; a longer one reverses
+    the whole axis, as the reference's numpy slices do): a take along the time axis at
+    positions computed in i64."""
+    x, lens = imp.dyn(ins[0]), imp.dyn(ins[1])
+    t = imp.type_of(x)
+    if t.rank < 2:
+        raise imp.unsupported(f"input {t} (rank 2 at least)")
+    b_axis = _norm_axis(imp, attrs.get("batch_axis", 1), t.rank)
+    t_axis = _norm_axis(imp, attrs.get("time_axis", 0), t.rank)
+    lt = imp.type_of(lens)
+    if not lt.dtype.is_int or lt.shape != (t.shape[b_axis],) or b_axis == t_axis:
+        raise imp.unsupported(f"sequence_lens {lt} for input {t}")
+    it = t.with_dtype(DType.I64)
+    n = t.shape[t_axis]
+    lens = convert(imp, lens, DType.I64)
+    lt64 = imp.type_of(lens)
+    lens = imp.emit("max", [imp.emit("min", [lens, imp.const(n, lt64)]), imp.const(0, lt64)])
+    big_l = imp.emit("broadcast", [lens], it, dims=[b_axis])
+    pos = imp.emit("iota", [], it, axis=t_axis)
+    back = imp.emit("sub", [imp.emit("sub", [big_l, imp.const(1, it)]), pos])
+    inside = imp.emit("cmp", [pos, big_l], dir="lt")
+    idx = imp.emit("select", [inside, back, pos])
+    _out(imp, node, take_along(imp, x, idx, t_axis))
+
+
+@handler("Shrink")
+def _shrink(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """x < -lambd: x + bias; x > lambd: x - bias; else 0, as ONNX's reference (numpy): lambd
+    and bias rounded to x's float dtype, each sum rounded once; a NaN compares false (0)."""
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x, " (integer Shrink computes in f64 and casts back, unchecked)")
+    lambd, bias = float(attrs.get("lambd", 0.5)), float(attrs.get("bias", 0.0))
+    lo = imp.emit("cmp", [x, imp.const(-lambd, t)], dir="lt")
+    hi = imp.emit("cmp", [x, imp.const(lambd, t)], dir="gt")
+    b = imp.const(bias, t)
+    inner = imp.emit("select", [hi, imp.emit("sub", [x, b]), imp.const(0.0, t)])
+    _out(imp, node, imp.emit("select", [lo, imp.emit("add", [x, b]), inner]))
+
+
 @handler("Trilu")
 def _trilu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     x = imp.dyn(ins[0])
     t = imp.type_of(x)
+    if t.num_elements == 0:  # nothing to mask (an empty mask has no IR constant)
+        _out(imp, node, x)
+        return
     k = int(imp.static(ins[1], "k")) if len(ins) > 1 and ins[1] else 0
     n, m = t.shape[-2], t.shape[-1]
     i, j = np.arange(n)[:, None], np.arange(m)[None, :]

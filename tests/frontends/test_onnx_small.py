@@ -1,0 +1,92 @@
+"""ONNX Shrink, ReverseSequence and Trilu on empty tensors (issue 19): bit for bit against ONNX's
+reference evaluator on hypothesis-drawn values (NaN, infinities, signed zeros, lengths from 0
+to the whole axis), and on the C target."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+from gdv.backends import c, reference
+from gdv.frontends.onnx import Unsupported, import_model
+from gdv.validate.counterexample import same_bits
+
+SPECIAL = [0.0, -0.0, 0.5, -0.5, 1.5, -1.5, np.nan, np.inf, -np.inf, 0.49999997]
+
+
+def _check(op: str, feeds: dict[str, np.ndarray], on_c: bool = False, opset: int = 18,
+           inits: dict[str, np.ndarray] | None = None, **attrs) -> None:  # fmt: skip
+    inits = inits or {}
+    g = helper.make_graph(
+        [helper.make_node(op, [*feeds, *inits], ["y"], **attrs)],
+        "g",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            for n, a in feeds.items()
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+        [
+            helper.make_tensor(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape,
+                               a.ravel().tolist())
+            for n, a in inits.items()
+        ],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    module, weights = import_model(m)
+    runs = [reference.run(module, dict(weights, **feeds))[0]]
+    if on_c:
+        runs.append(c.run(module, dict(weights, **feeds))[0])
+    for got in runs:
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert same_bits(got, want).all(), (feeds, got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@given(data=st.data())
+def test_shrink_is_the_reference(dtype, data) -> None:
+    vals = data.draw(st.lists(st.sampled_from(SPECIAL) | st.floats(-3, 3), min_size=1,
+                              max_size=12))  # fmt: skip
+    x = np.array(vals, np.float64).astype(dtype)
+    lambd = data.draw(st.sampled_from([0.5, 0.0, 1.5, 0.1]))
+    bias = data.draw(st.sampled_from([0.0, 0.5, 1.5, 0.1, -0.3]))
+    _check("Shrink", {"x": x}, lambd=lambd, bias=bias)
+
+
+def test_shrink_on_c_and_integers_refused() -> None:
+    x = np.array(SPECIAL, np.float32)
+    _check("Shrink", {"x": x}, on_c=True, lambd=0.5, bias=1.5)
+    g = helper.make_graph(
+        [helper.make_node("Shrink", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, None)],
+    )  # fmt: skip
+    with pytest.raises(Unsupported, match="i8 operands are not supported"):
+        import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
+
+
+@given(data=st.data())
+def test_reverse_sequence_is_the_reference(data) -> None:
+    time_axis = data.draw(st.sampled_from([0, 1]))
+    t, b = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 4))
+    shape = (t, b, 2) if time_axis == 0 else (b, t, 2)
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    lens = np.array(data.draw(st.lists(st.integers(0, t), min_size=b, max_size=b)), np.int64)
+    _check("ReverseSequence", {"x": x, "lens": lens}, time_axis=time_axis,
+           batch_axis=1 - time_axis)  # fmt: skip
+
+
+def test_reverse_sequence_on_c() -> None:
+    x = np.arange(24, dtype=np.int32).reshape(4, 3, 2)
+    _check("ReverseSequence", {"x": x, "lens": np.array([4, 1, 2], np.int64)}, on_c=True)
+
+
+@pytest.mark.parametrize("shape", [(3, 0, 5), (0, 5), (2, 0)])
+def test_trilu_of_an_empty_tensor_is_itself(shape) -> None:
+    x = np.zeros(shape, np.float32)
+    _check("Trilu", {"x": x}, upper=0)
+    _check("Trilu", {"x": x}, upper=1)
