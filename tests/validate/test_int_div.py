@@ -153,3 +153,25 @@ def test_division_identity_is_proved_for_every_value(dtype: DType) -> None:
     s = z3.Solver()  # the rule is not vacuous: SMT-LIB's own x / 0 differs from it
     s.add(b == 0, q != (a / b if dtype.is_signed else z3.UDiv(a, b)))
     assert s.check() == z3.sat
+
+
+@given(
+    a=st.tuples(st.integers(-1000, 1000), st.integers(-1000, 1000)).map(sorted),
+    b=st.tuples(st.integers(-9, 9), st.integers(-9, 9)).map(sorted),
+    data=st.data(),
+)
+def test_bound_interval_holds_every_quotient(a, b, data) -> None:
+    """The bound rule's interval for integer div holds every quotient of operands in the
+    declared ranges (signs, a zero divisor and -1 included), and the error is 0."""
+    from gdv.validate.bounds.program import analyze
+
+    t = "i32[8]"
+    m = parse(f"func @main(%x: {t} {{range = [{a[0]}, {a[1]}]}}, %w: {t} {{range = [{b[0]}, "
+              f"{b[1]}]}}) -> {t} {{\n  %y = div(%x, %w) : {t}\n  return %y\n}}")  # fmt: skip
+    out = analyze(m).outputs[0]
+    assert out.abs == 0
+    xs = np.array(data.draw(st.lists(st.integers(*a), min_size=8, max_size=8)), np.int32)
+    ws = np.array(data.draw(st.lists(st.integers(*b), min_size=8, max_size=8)), np.int32)
+    q = reference.run(m, {"x": xs, "w": ws})[0]
+    lo, hi = out.interval
+    assert np.all((lo <= q) & (q <= hi)), (out.interval, xs, ws, q)
