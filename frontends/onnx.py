@@ -2846,22 +2846,69 @@ def _gemm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
     _out(imp, node, y)
 
 
+def _einsum_without_ellipsis(imp: Importer, eq: str, ranks: list[int]) -> str:
+    """`eq` with each `...` spelled as letters the equation does not use (numpy's rule: an
+    operand's ellipsis dims are the last ones of the longest; the output's, where it has none
+    written, come first in the implicit output)."""
+    if "..." not in eq:
+        return eq
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise imp.unsupported("only one or two operands")
+    counts = [r - (len(t) - 3) if "..." in t else 0 for t, r in zip(terms, ranks, strict=True)]
+    if min(counts) < 0:
+        raise imp.unsupported(f"equation '{printable(eq)}' for operands of ranks {ranks}")
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in eq]
+    ell = "".join(free[: max(counts)])
+    terms = [t.replace("...", ell[len(ell) - n :]) for t, n in zip(terms, counts, strict=True)]
+    if arrow:
+        out = out.replace("...", ell)
+    else:
+        letters = "".join(terms)
+        out = ell + "".join(
+            sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell)
+        )
+    return ",".join(terms) + "->" + out
+
+
+def _einsum_diagonals(imp: Importer, x: str, term: str) -> tuple[str, str]:
+    """x's diagonal along each index that `term` repeats (data movement: a take from the two
+    axes flattened at positions i * (n + 1)), the index kept once, last."""
+    while len(set(term)) != len(term):
+        c = next(c for c in term if term.count(c) > 1)
+        i, j = term.index(c), term.index(c, term.index(c) + 1)
+        t = imp.type_of(x)
+        rest = [d for d in range(t.rank) if d not in (i, j)]
+        x = imp.emit("transpose", [x], perm=[*rest, i, j])
+        n = t.shape[i]
+        x = reshape(imp, x, [*(t.shape[d] for d in rest), n * n])
+        pos = np.arange(n, dtype=np.int64) * (n + 1)
+        x = imp.emit("take", [x, imp.const(pos, TensorType(DType.I64, (n,)))], axis=len(rest))
+        term = "".join(term[d] for d in rest) + c
+    return x, term
+
+
 @handler("Einsum")
 def _einsum(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     eq = attrs["equation"].replace(" ", "")
-    if "..." in eq:
-        raise imp.unsupported(f"equation '{printable(eq)}' (no ellipsis)")
+    xs = [imp.dyn(i) for i in ins]
+    eq = _einsum_without_ellipsis(imp, eq, [imp.type_of(x).rank for x in xs])
     if "->" not in eq:  # implicit output: the letters used once, in alphabetical order
         letters = eq.replace(",", "")
         eq = eq + "->" + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
     lhs, out = eq.split("->")
     terms = lhs.split(",")
-    xs = [imp.dyn(i) for i in ins]
     if len(terms) != len(xs) or len(xs) not in (1, 2):
         raise imp.unsupported("only one or two operands")
-    for term in terms:
-        if len(set(term)) != len(term):
-            raise imp.unsupported("a repeated index in one operand (a diagonal)")
+    sizes: dict[str, int] = {}
+    for k, term in enumerate(terms):
+        if len(term) != imp.type_of(xs[k]).rank:
+            raise imp.unsupported(f"term '{printable(term)}' for operand {imp.type_of(xs[k])}")
+        for c, n in zip(term, imp.type_of(xs[k]).shape, strict=True):
+            if sizes.setdefault(c, n) != n:
+                raise imp.unsupported(f"index '{printable(c)}' has sizes {sizes[c]} and {n}")
+        xs[k], terms[k] = _einsum_diagonals(imp, xs[k], term)
     # Sum away indices that appear in one operand only and not in the output.
     for k, term in enumerate(terms):
         others = "".join(terms[:k] + terms[k + 1 :]) + out
