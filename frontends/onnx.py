@@ -3163,16 +3163,67 @@ def _conv_transpose(imp: Importer, node: Any, ins: list[str], attrs: dict[str, A
     _out(imp, node, y)
 
 
+def _pool_indices(
+    imp: Importer, t: TensorType, wins: list[tuple[tuple[int, ...], str]], outs: list[int],
+    strides: Sequence[int], dilations: Sequence[int], pads: list[list[int]],
+    attrs: dict[str, Any],
+) -> str:  # fmt: skip
+    """MaxPool's Indices as ONNX's reference finds them: over a window's positions inside the
+    input, in row-major order, the first one, replaced by each later one strictly greater
+    than the value kept so far (so the first of equal maxima; a NaN never replaces a value and
+    a leading NaN is kept); the flat index into x (row-major, or column-major over (h, w) with
+    storage_order = 1), -1 for a window with no position inside the input."""
+    spatial = t.shape[2:]
+    nc = t.shape[0] * t.shape[1]
+    step = math.prod(spatial)
+    out_shape = (t.shape[0], t.shape[1], *outs)
+    it = TensorType(DType.I64, out_shape)
+    bt = TensorType(DType.I1, out_shape)
+    chan = (np.arange(nc, dtype=np.int64) * step).reshape(t.shape[0], t.shape[1])
+    grids = np.meshgrid(*[np.arange(o) for o in outs], indexing="ij")
+    seen = np.zeros(tuple(outs), dtype=bool)
+    cur_idx = imp.const(-1, it)
+    cur_val = None
+    for offs, win in wins:
+        pos = [g * st - lo + kk * d for g, st, (lo, _), kk, d in
+               zip(grids, strides, pads, offs, dilations, strict=True)]  # fmt: skip
+        valid = np.ones(tuple(outs), dtype=bool)
+        for p, s in zip(pos, spatial, strict=True):
+            valid &= (p >= 0) & (p < s)
+        if attrs.get("storage_order", 0):
+            flat = pos[0] + pos[1] * spatial[0]
+        else:
+            flat = np.ravel_multi_index(
+                tuple(np.clip(p, 0, s - 1) for p, s in zip(pos, spatial, strict=True)), spatial
+            )
+        idx = chan.reshape(*chan.shape, *([1] * len(outs))) + flat[None, None]
+        first = valid & ~seen
+        seen |= valid
+        if not valid.any():
+            continue
+        first_c = imp.const(np.broadcast_to(first, out_shape).copy(), bt)
+        if cur_val is None:
+            take = first_c
+        else:
+            gt = imp.emit("cmp", [win, cur_val], dir="gt")
+            valid_c = imp.const(np.broadcast_to(valid, out_shape).copy(), bt)
+            take = imp.emit("bitwise_or", [first_c, imp.emit("bitwise_and", [valid_c, gt])])
+        cur_val = win if cur_val is None else imp.emit("select", [take, win, cur_val])
+        cur_idx = imp.emit("select", [take, imp.const(idx, it), cur_idx])
+    return cur_idx
+
+
 @handler("MaxPool", "AveragePool", "LpPool")
 def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     """Windows as strided slices of the padded input, combined elementwise: max (exact in any
     order), or a sum in window order divided by the window's element count (AveragePool), or
     of |x|^p then raised to 1/p (LpPool; x * x and sqrt for p = 2)."""
-    if len([o for o in node.output if o]) > 1:
-        raise imp.unsupported("the Indices output has no IR op (an argmax)")
     x = imp.dyn(ins[0])
     t = imp.type_of(x)
     is_max = node.op_type == "MaxPool"
+    want_indices = len(node.output) > 1 and bool(node.output[1])
+    if want_indices and (t.rank > 4 or (attrs.get("storage_order", 0) and t.rank != 4)):
+        raise imp.unsupported("the Indices output of a 3-D pool, or column-major for 1-D")
     if not t.dtype.is_float and not (is_max and t.dtype.is_int):
         raise imp.unsupported(f"{t.dtype} operands are not supported")
     lp = attrs.get("p", 2) if node.op_type == "LpPool" else None
@@ -3213,6 +3264,7 @@ def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
     highs = [0, 0] + [hi + e for (_, hi), e in zip(pads, extra, strict=True)]
     xp = x if not any(lows + highs) else imp.emit("pad", [x], low=lows, high=highs, value=fill)
     acc = None
+    wins = []
     for offs in np.ndindex(*kernel):
         start = [0, 0] + [kk * d for kk, d in zip(offs, dilations, strict=True)]
         limit = [t.shape[0], t.shape[1]] + [
@@ -3220,8 +3272,11 @@ def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
             for kk, d, o, st in zip(offs, dilations, outs, strides, strict=True)
         ]
         win = imp.emit("slice", [xp], start=start, limit=limit, stride=[1, 1, *strides])
+        wins.append((offs, win))
         acc = win if acc is None else imp.emit("max" if is_max else "add", [acc, win])
     assert acc is not None
+    if want_indices:
+        _out(imp, node, _pool_indices(imp, t, wins, outs, strides, dilations, pads, attrs), 1)
     if lp is not None:
         if lp == 2:
             acc = imp.emit("sqrt", [acc])

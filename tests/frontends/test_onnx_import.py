@@ -262,12 +262,12 @@ def test_unsupported_ops_are_refused_by_name(op: str, attrs: dict, why: str) -> 
 
 def test_unsupported_attribute_combinations_are_refused() -> None:
     cases = [
-        (helper.make_node("MaxPool", ["a"], ["y", "i"], kernel_shape=[2, 2]), F, "Indices"),
+        (helper.make_node("MaxPool", ["a"], ["y", "i"], kernel_shape=[2, 2, 2]), F, "Indices"),
         (helper.make_node("Conv", ["a", "a"], ["y"]), F, "3-D convolution"),
         (helper.make_node("Pad", ["a", "p"], ["y"], mode="bogus"), F, "mode 'bogus'"),
     ]
     for node, dtype, fragment in cases:
-        shape = [1, 1, 2, 2, 2] if node.op_type == "Conv" else [1, 1, 4, 4]
+        shape = [1, 1, 2, 2, 2] if node.op_type in ("Conv", "MaxPool") else [1, 1, 4, 4]
         m = model(
             [node], [("a", dtype, shape)], [("y", dtype, None)],
             {"p": np.zeros(8, dtype=np.int64)},

@@ -131,3 +131,68 @@ def test_einsum_diagonal_on_c_and_size_mismatch_refused() -> None:
     g.node[0].attribute[0].s = b"ii->i"
     with pytest.raises(Unsupported, match="index 'i' has sizes 2 and 3"):
         import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)]))
+
+
+def _maxpool(x: np.ndarray, **attrs) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    g = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)], "g",
+        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
+        [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in "yi"],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)])
+    want = ReferenceEvaluator(m).run(None, {"x": x})
+    module, weights = import_model(m)
+    got = reference.run(module, dict(weights, x=x))
+    return got, want
+
+
+@given(data=st.data())
+def test_maxpool_indices_are_the_reference(data) -> None:
+    """Ties (values drawn from a few), NaN not leading a window, pads, strides, dilations,
+    storage order and ceil mode: the indices bit for bit, the values too where no NaN is.
+    (A stride or dilation of 2 takes the reference's `_max_pool` path, which indexes x as
+    ONNX's spec and the node tests' data do; its path for unit strides and dilations indexes
+    each channel from 0 and reads coordinates off the output shape.)"""
+    shape = (
+        data.draw(st.integers(1, 2)),
+        2,
+        data.draw(st.integers(2, 5)),
+        data.draw(st.integers(5, 6)),
+    )  # fmt: skip  (the widest dilated window fits)
+    n = int(np.prod(shape))
+    nan = data.draw(st.booleans())
+    pool = st.sampled_from([0.0, 1.0, 2.0, -1.0] + ([np.nan] if nan else []))
+    x = np.array(data.draw(st.lists(pool, min_size=n, max_size=n)), np.float32).reshape(shape)
+    k = [data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3))]
+    attrs = {
+        "kernel_shape": k,
+        "strides": [2, data.draw(st.integers(1, 2))],
+        "pads": [data.draw(st.integers(0, k[0] - 1)), data.draw(st.integers(0, k[1] - 1))] * 2,
+        "dilations": [1, data.draw(st.integers(1, 2))],
+        "storage_order": data.draw(st.integers(0, 1)),
+        "ceil_mode": data.draw(st.integers(0, 1)),
+    }
+    (y, i), (wy, wi) = _maxpool(x, **attrs)
+    assert i.dtype == wi.dtype == np.int64 and np.array_equal(i, wi), (x, attrs, i, wi)
+    if not nan:
+        assert same_bits(y, wy).all()
+
+
+def test_maxpool_indices_on_c_and_refusals() -> None:
+    x = np.array([[[[3, 1, 3], [2, 5, 5], [0, 1, 4]]]], np.int32)
+    from onnx import helper as h
+
+    g = h.make_graph(
+        [h.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], pads=[1, 1, 0, 0],
+                     strides=[2, 1])],
+        "g", [h.make_tensor_value_info("x", TensorProto.INT32, x.shape)],
+        [h.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in "yi"],
+    )  # fmt: skip
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 12)])
+    want = ReferenceEvaluator(m).run(None, {"x": x})[1]
+    module, weights = import_model(m)
+    assert np.array_equal(c.run(module, dict(weights, x=x))[1], want)
+    g.input[0].type.tensor_type.shape.dim.add().dim_value = 2
+    g.node[0].attribute[0].ints.append(1)
+    with pytest.raises(Unsupported, match="Indices output of a 3-D pool"):
+        import_model(h.make_model(g, opset_imports=[h.make_opsetid("", 12)]))
