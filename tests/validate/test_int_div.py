@@ -175,3 +175,26 @@ def test_bound_interval_holds_every_quotient(a, b, data) -> None:
     q = reference.run(m, {"x": xs, "w": ws})[0]
     lo, hi = out.interval
     assert np.all((lo <= q) & (q <= hi)), (out.interval, xs, ws, q)
+
+
+def test_translation_validation_proves_and_refutes_i64_division() -> None:
+    """A rewrite that keeps the quotient (through a transpose pair) proves at 64 bits, where
+    the abstract (uninterpreted) divider suffices; swapped operands and div -> rem are refuted
+    with a counterexample that replays."""
+    from gdv.validate.equivalence import check_equivalence
+
+    t, tt = "i64[2,3]", "i64[3,2]"
+
+    def prog(body: str) -> object:
+        return parse(f"func @main(%a: {t}, %b: {t}) -> {t} {{\n{body}\n  return %q\n}}")
+
+    a = prog("  %q = div(%a, %b) : i64[2,3]")
+    b = prog(
+        f"  %x = transpose(%a) {{perm = [1, 0]}} : {tt}\n"
+        f"  %y = transpose(%b) {{perm = [1, 0]}} : {tt}\n"
+        f"  %z = div(%x, %y) : {tt}\n  %q = transpose(%z) {{perm = [1, 0]}} : {t}"
+    )
+    assert check_equivalence(a, b, "fp").verdict == "equivalent"
+    for wrong in ("  %q = div(%b, %a) : i64[2,3]", "  %q = rem(%a, %b) : i64[2,3]"):
+        r = check_equivalence(a, prog(wrong), "fp", timeout=60)
+        assert r.verdict == "not-equivalent", r
