@@ -2450,6 +2450,46 @@ def _reverse_sequence(imp: Importer, node: Any, ins: list[str], attrs: dict[str,
     _out(imp, node, take_along(imp, x, idx, t_axis))
 
 
+@handler("TensorScatter")
+def _tensor_scatter(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """present[.., s, ..] = update[.., s - w_b, ..] where 0 <= s - w_b < L, else past (mode
+    linear), or with j = (s - w_b) mod M (circular): each cache position along `axis` (M of
+    them) reads the update position written there, as ONNX's reference writes them (L update
+    positions from write_indices[b], b the batch index (dim 0); absent: 0). Linear writes
+    outside [0, M) are dropped (ONNX requires them inside)."""
+    past, upd = imp.dyn(ins[0]), imp.dyn(ins[1])
+    t, ut = imp.type_of(past), imp.type_of(upd)
+    mode = attrs.get("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise imp.unsupported(f"mode '{printable(mode)}'")
+    axis = _norm_axis(imp, attrs.get("axis", -2), t.rank)
+    if axis == 0 or ut.dtype != t.dtype or ut.rank != t.rank:
+        raise imp.unsupported(f"update {ut} for cache {t} on axis {axis}")
+    m, n = t.shape[axis], ut.shape[axis]
+    if any(a != b for d, (a, b) in enumerate(zip(t.shape, ut.shape, strict=True)) if d != axis):
+        raise imp.unsupported(f"update {ut} for cache {t} on axis {axis}")
+    if n > m or n == 0:
+        raise imp.unsupported(f"update {ut} longer than cache {t} (or empty) on axis {axis}")
+    it = t.with_dtype(DType.I64)
+    if len(ins) > 2 and ins[2]:
+        w = convert(imp, imp.dyn(ins[2]), DType.I64)
+        if imp.type_of(w).shape != (t.shape[0],):
+            raise imp.unsupported(f"write_indices {imp.type_of(w)} for cache {t}")
+        w = imp.emit("broadcast", [w], it, dims=[0])
+    else:
+        w = imp.const(0, it)
+    j = imp.emit("sub", [imp.emit("iota", [], it, axis=axis), w])
+    if mode == "circular":
+        j = imp.emit("mod", [j, imp.const(m, it)])
+    inside = imp.emit(
+        "bitwise_and",
+        [imp.emit("cmp", [j, imp.const(0, it)], dir="ge"),
+         imp.emit("cmp", [j, imp.const(n, it)], dir="lt")],
+    )  # fmt: skip
+    j = imp.emit("select", [inside, j, imp.const(0, it)])
+    _out(imp, node, imp.emit("select", [inside, take_along(imp, upd, j, axis), past]))
+
+
 @handler("Shrink")
 def _shrink(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     """x < -lambd: x + bias; x > lambd: x - bias; else 0, as ONNX's reference (numpy): lambd

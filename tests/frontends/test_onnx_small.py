@@ -196,3 +196,26 @@ def test_maxpool_indices_on_c_and_refusals() -> None:
     g.node[0].attribute[0].ints.append(1)
     with pytest.raises(Unsupported, match="Indices output of a 3-D pool"):
         import_model(h.make_model(g, opset_imports=[h.make_opsetid("", 12)]))
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@given(data=st.data())
+def test_tensor_scatter_is_the_reference(mode, data) -> None:
+    b, m = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 5))
+    n = data.draw(st.integers(1, m))
+    axis = data.draw(st.sampled_from([-2, 1]))
+    cache_shape, upd_shape = [b, 2, m, 3], [b, 2, n, 3]
+    if axis == 1:
+        cache_shape, upd_shape = [b, m, 3], [b, n, 3]
+    past = np.arange(int(np.prod(cache_shape)), dtype=np.float32).reshape(cache_shape)
+    upd = -1.0 - np.arange(int(np.prod(upd_shape)), dtype=np.float32).reshape(upd_shape)
+    hi = m - n if mode == "linear" else m - 1
+    w = np.array(data.draw(st.lists(st.integers(0, hi), min_size=b, max_size=b)), np.int64)
+    _check("TensorScatter", {"past": past, "upd": upd, "w": w}, opset=24, mode=mode, axis=axis)
+
+
+def test_tensor_scatter_on_c() -> None:
+    past = np.zeros((2, 4, 2), np.int32)
+    upd = np.arange(1, 13, dtype=np.int32).reshape(2, 3, 2)
+    feeds = {"past": past, "upd": upd, "w": np.array([3, 1], np.int64)}
+    _check("TensorScatter", feeds, on_c=True, opset=24, mode="circular", axis=1)
