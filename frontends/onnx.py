@@ -455,6 +455,10 @@ class Importer(GraphEmitter):
         return TensorType(dt, tuple(dims))
 
     def import_node(self, node: Any) -> None:
+        if node.domain == "ai.onnx.ml" and node.op_type in ML_HANDLERS:
+            attrs = {a.name: _attr_value(a, self) for a in node.attribute}
+            ML_HANDLERS[node.op_type](self, node, list(node.input), attrs)
+            return
         if node.domain not in ("", "ai.onnx"):
             raise self.unsupported(f"domain '{printable(node.domain)}' is not supported")
         for attr in node.attribute:
@@ -2448,6 +2452,47 @@ def _reverse_sequence(imp: Importer, node: Any, ins: list[str], attrs: dict[str,
     inside = imp.emit("cmp", [pos, big_l], dir="lt")
     idx = imp.emit("select", [inside, back, pos])
     _out(imp, node, take_along(imp, x, idx, t_axis))
+
+
+def _binarizer(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """ai.onnx.ml Binarizer: (x > threshold) as x's dtype, as ONNX's reference (numpy)
+    compares: a float x against the threshold rounded to x's dtype, an integer x in f64."""
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype.is_bool:
+        raise imp.unsupported(f"{t.dtype} operands are not supported")
+    threshold = float(attrs.get("threshold", 0.0))
+    xc = x if t.dtype.is_float else convert(imp, x, DType.F64)
+    hit = imp.emit("cmp", [xc, imp.const(threshold, imp.type_of(xc))], dir="gt")
+    _out(imp, node, convert(imp, hit, t.dtype))
+
+
+def _array_feature_extractor(
+    imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]
+) -> None:
+    """ai.onnx.ml ArrayFeatureExtractor: data[..., indices] with the indices flattened, a
+    negative index counting from the end (numpy's), shaped as ONNX's reference shapes it (a 1-D
+    data gives one row). An index outside [-n, n) clamps (the IR's take; the reference
+    raises)."""
+    x, idx = imp.dyn(ins[0]), imp.dyn(ins[1])
+    t, it = imp.type_of(x), imp.type_of(idx)
+    if not it.dtype.is_int or t.rank == 0 or t.shape[-1] == 0:
+        raise imp.unsupported(f"indices {it} for data {t}")
+    k = it.num_elements
+    flat = convert(imp, reshape(imp, idx, [k]), DType.I64)
+    ft = imp.type_of(flat)
+    wrapped = imp.emit("add", [flat, imp.const(t.shape[-1], ft)])
+    neg = imp.emit("cmp", [flat, imp.const(0, ft)], dir="lt")
+    flat = imp.emit("select", [neg, wrapped, flat])
+    y = imp.emit("take", [x, flat], axis=t.rank - 1)
+    _out(imp, node, reshape(imp, y, [1, k] if t.rank == 1 else [*t.shape[:-1], k]))
+
+
+ML_HANDLERS: dict[str, Handler] = {
+    "Binarizer": _binarizer,
+    "ArrayFeatureExtractor": _array_feature_extractor,
+}
+"""The ai.onnx.ml ops gdv imports (every other op of that domain is refused by domain)."""
 
 
 @handler("TensorScatter")

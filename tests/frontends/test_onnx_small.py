@@ -219,3 +219,40 @@ def test_tensor_scatter_on_c() -> None:
     upd = np.arange(1, 13, dtype=np.int32).reshape(2, 3, 2)
     feeds = {"past": past, "upd": upd, "w": np.array([3, 1], np.int64)}
     _check("TensorScatter", feeds, on_c=True, opset=24, mode="circular", axis=1)
+
+
+def _ml(op: str, feeds: dict[str, np.ndarray], **attrs) -> tuple[np.ndarray, np.ndarray, object]:
+    g = helper.make_graph(
+        [helper.make_node(op, list(feeds), ["y"], domain="ai.onnx.ml", **attrs)], "g",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for n, a in feeds.items()],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+    )  # fmt: skip
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", 3)]
+    )
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    module, weights = import_model(m)
+    return reference.run(module, dict(weights, **feeds))[0], want, (module, weights)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int32, np.int64])
+@given(data=st.data())
+def test_binarizer_is_the_reference(dtype, data) -> None:
+    kind = np.dtype(dtype).kind
+    vals = st.sampled_from(SPECIAL) | st.floats(-3, 3) if kind == "f" else st.integers(-3, 3)
+    x = np.array(data.draw(st.lists(vals, min_size=1, max_size=10)), np.float64).astype(dtype)
+    threshold = data.draw(st.sampled_from([0.0, 1.0, -0.5, 0.1, 1.5]))
+    got, want, _ = _ml("Binarizer", {"x": x}, threshold=threshold)
+    assert got.dtype == want.dtype and same_bits(got, want).all(), (x, threshold, got, want)
+
+
+@given(data=st.data())
+def test_array_feature_extractor_is_the_reference(data) -> None:
+    shape = data.draw(st.sampled_from([(4,), (3, 4), (2, 2, 4)]))
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    k = data.draw(st.integers(1, 5))
+    idx = np.array(data.draw(st.lists(st.integers(-4, 3), min_size=k, max_size=k)), np.int64)
+    got, want, (module, weights) = _ml("ArrayFeatureExtractor", {"x": x, "i": idx})
+    assert got.shape == want.shape and same_bits(got, want).all()
+    assert np.array_equal(c.run(module, dict(weights, x=x, i=idx))[0], want)
