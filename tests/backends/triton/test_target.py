@@ -322,3 +322,18 @@ def test_a_cuda_graph_needs_a_gpu() -> None:
     tensors = exe.tensors({"x": np.arange(4, dtype=np.float32)})
     with pytest.raises(IRError, match="a CUDA graph needs a GPU"):
         exe.graphed(tensors)
+
+
+def test_integer_div_is_refused_by_name() -> None:
+    """i32 div (issue 19) has no Triton lowering: its zero divisor and INT_MIN / -1 rules are
+    not Triton's `//`; the kernel is refused, naming the op, and falls back to the reference."""
+    module = ts.final(
+        "func @main(%a: i32[4], %b: i32[4]) -> i32[4] {\n  %q = div(%a, %b) : i32[4]\n"
+        "  return %q\n}"
+    )
+    with pytest.raises(IRError, match=r"its body op div .* on integers has no Triton lowering"):
+        tt.lower_module(module)
+    a = np.array([7, -7, 5, -(2**31)], np.int32)
+    b = np.array([2, 2, 0, -1], np.int32)
+    (got,) = tt.Executable(module, allow_fallback=True)({"a": a, "b": b})
+    assert got.tolist() == [3, -3, 0, -(2**31)]
