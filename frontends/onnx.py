@@ -2535,6 +2535,47 @@ def _tensor_scatter(imp: Importer, node: Any, ins: list[str], attrs: dict[str, A
     _out(imp, node, imp.emit("select", [inside, take_along(imp, upd, j, axis), past]))
 
 
+@handler("LRN")
+def _lrn(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """x / (bias + alpha / size * S) ^ beta, S the sum of x^2 over the channels [c - (size-1)
+    // 2, c + ceil((size-1) / 2)] inside [0, C), in increasing channel order (a left fold,
+    numpy's along that axis), as ONNX's reference computes it: the squares and S in x's
+    dtype; alpha, beta and bias are f32 (numpy scalars there), alpha / size an f32 division,
+    so the rest runs in f32 (f64 for an f64 x) and the result is rounded once to x's dtype.
+    The squares are padded with +0.0 on the channel axis, which changes no sum (x^2 is never
+    -0.0); the window is `size` shifted slices added in order."""
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    if t.rank < 3:
+        raise imp.unsupported(f"input {t} (N, C and at least one spatial dim)")
+    size = int(attrs["size"])
+    if size < 1:
+        raise imp.unsupported(f"size {size}")
+    alpha, beta = np.float32(attrs.get("alpha", 1e-4)), np.float32(attrs.get("beta", 0.75))
+    bias = np.float32(attrs.get("bias", 1.0))
+    scale = float(alpha / np.float32(size))  # numpy's float32 scalar divided by an int: f32
+    lo, hi = (size - 1) // 2, math.ceil((size - 1) / 2)
+    sq = imp.emit("mul", [x, x])
+    zeros = [0] * t.rank
+    low, high = list(zeros), list(zeros)
+    low[1], high[1] = lo, hi
+    padded = imp.emit("pad", [sq], low=low, high=high, value=0.0) if size > 1 else sq
+    acc = None
+    for k in range(size):
+        start = list(zeros)
+        start[1] = k
+        limit = list(t.shape)
+        limit[1] = k + t.shape[1]
+        win = imp.emit("slice", [padded], t, start=start, limit=limit, stride=[1] * t.rank)
+        acc = win if acc is None else imp.emit("add", [acc, win])
+    wide = DType.F64 if t.dtype is DType.F64 else DType.F32
+    wt = t.with_dtype(wide)
+    prod = imp.emit("mul", [imp.const(scale, wt), convert(imp, acc, wide)])
+    den = imp.emit("add", [imp.const(float(bias), wt), prod])
+    y = imp.emit("div", [convert(imp, x, wide), imp.emit("pow", [den, imp.const(float(beta), wt)])])
+    _out(imp, node, convert(imp, y, t.dtype))
+
+
 @handler("Shrink")
 def _shrink(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     """x < -lambd: x + bias; x > lambd: x - bias; else 0, as ONNX's reference (numpy): lambd

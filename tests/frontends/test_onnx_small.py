@@ -256,3 +256,25 @@ def test_array_feature_extractor_is_the_reference(data) -> None:
     got, want, (module, weights) = _ml("ArrayFeatureExtractor", {"x": x, "i": idx})
     assert got.shape == want.shape and same_bits(got, want).all()
     assert np.array_equal(c.run(module, dict(weights, x=x, i=idx))[0], want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@given(data=st.data())
+def test_lrn_is_the_reference(dtype, data) -> None:
+    """N = C: ONNX's reference loops its channel index over N (dim 0), so only there does it
+    compute every channel as ONNX's spec (and gdv) do. With beta = 1 (pow(d, 1) = d in every
+    libm) bit for bit, which checks the window sums' order; other betas within pow's ulps."""
+    c = data.draw(st.integers(1, 4))
+    n = int(np.prod((c, c, 2, 3)))
+    vals = data.draw(st.lists(st.sampled_from([0.0, -0.0, 1.0, -2.0]) | st.floats(-3, 3),
+                              min_size=n, max_size=n))  # fmt: skip
+    x = np.array(vals, np.float64).astype(dtype).reshape(c, c, 2, 3)
+    size = data.draw(st.integers(1, 5))
+    beta = data.draw(st.sampled_from([1.0, 0.75, 0.5]))
+    attrs = {"size": size, "alpha": 1e-2, "beta": beta, "bias": 1.5}
+    _check("LRN", {"x": x}, exact=beta == 1.0, **attrs)
+
+
+def test_lrn_on_c() -> None:
+    x = np.linspace(-3, 3, 2 * 2 * 3 * 2, dtype=np.float32).reshape(2, 2, 3, 2)
+    _check("LRN", {"x": x}, on_c=True, size=3, alpha=1e-2, beta=1.0, bias=2.0)
