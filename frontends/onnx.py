@@ -29,7 +29,7 @@ import numpy as np
 
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
-from gdv.ir.dtypes import DType
+from gdv.ir.dtypes import DType, from_numpy
 from gdv.ir.ops import REGISTRY, OpTypeError
 from gdv.ir.ops.elementwise import is_signed
 from gdv.ir.types import TensorType
@@ -511,6 +511,10 @@ class Importer(GraphEmitter):
         return TensorType(dt, tuple(dims))
 
     def import_node(self, node: Any) -> None:
+        if node.domain == "ai.onnx.ml" and node.op_type in ML_HANDLERS:
+            attrs = {a.name: _attr_value(a, self) for a in node.attribute}
+            ML_HANDLERS[node.op_type](self, node, list(node.input), attrs)
+            return
         if node.domain not in ("", "ai.onnx"):
             raise self.unsupported(f"domain '{printable(node.domain)}' is not supported")
         for attr in node.attribute:
@@ -1008,7 +1012,14 @@ def _round(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> N
     d > 0.5 -> r + 1; d == 0.5 -> r + (r - 2 * floor(r / 2)) (r's parity); else r. A zero
     result takes x's sign (x * 0.0); |x| >= 2^(p-1), infinities and NaN are x itself."""
     x = imp.dyn(ins[0])
-    t = _require_float(imp, x)
+    _require_float(imp, x)
+    _out(imp, node, round_half_even(imp, x))
+
+
+def round_half_even(imp: GraphEmitter, x: str) -> str:
+    """x rounded to an integral value, ties to even (numpy's rint), in x's float dtype, exactly:
+    the steps of `_round` (ONNX Round)."""
+    t = imp.type_of(x)
 
     def c(v: float) -> str:
         return imp.const(v, t)
@@ -1028,7 +1039,7 @@ def _round(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> N
     small = imp.emit(
         "cmp", [imp.emit("abs", [x]), c(2.0 ** (t.dtype.significand_bits - 1))], dir="lt"
     )
-    _out(imp, node, imp.emit("select", [small, res, x]))
+    return imp.emit("select", [small, res, x])
 
 
 @handler("Reciprocal")
@@ -1161,18 +1172,12 @@ def _binary(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> 
 
 
 def _int_quotient(imp: Importer, a: str, b: str) -> str:
-    """a / b truncated toward zero, for integers of at most 32 bits (i8 i16 i32 u8 u16 u32):
-    convert(f64(a) / f64(b)). Exact: both operands are exact in f64, and a quotient that is
-    not an integer lies at least 1/|b| from the nearest one, more than the f64 spacing there
-    (|a/b| * 2^-52 <= 2^-20 / |b|), so rounding never reaches it and truncation gives the
-    integer quotient. (i64 and u64 would not be exact.) A zero divisor gives what the IR's
-    convert makes of +-inf and NaN: the dtype's largest value for a positive dividend, its
-    smallest for a negative one, 0 for 0 (ONNX leaves integer division by zero undefined)."""
-    t = imp.type_of(a)
-    if not t.dtype.is_int or t.dtype.bits > 32:
-        raise imp.unsupported(f"{t.dtype} division (exact only for integers of up to 32 bits)")
-    q = imp.emit("div", [convert(imp, a, DType.F64), convert(imp, b, DType.F64)])
-    return convert(imp, q, t.dtype)
+    """ONNX Div on integers: the IR's integer `div` (truncated toward zero, in the dtype's own
+    integers, so exact at 64 bits too), as ONNX's reference computes it (numpy's floor_divide,
+    moved up by one where a remainder is left and the signs differ). A zero divisor gives 0,
+    as the reference's numpy does (ONNX leaves it undefined); INT_MIN / -1 wraps to INT_MIN,
+    as numpy's does."""
+    return imp.emit("div", [a, b])
 
 
 @handler("Mod")
@@ -1211,9 +1216,12 @@ def _float_mod(imp: Importer, a: str, b: str) -> str:
 def _pow(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     a, b = operands_bcast(imp, ins[:2])
     t = imp.type_of(a)
-    if not t.dtype.is_float:
-        raise imp.unsupported(f"a {t.dtype} base is not supported (IR pow takes floats)")
     bt = imp.type_of(b)
+    if t.dtype.is_bool or bt.dtype.is_bool:
+        raise imp.unsupported("a boolean operand")
+    if not t.dtype.is_float or (bt.dtype.is_int and not imp.is_static(ins[1])):
+        _out(imp, node, _numpy_power(imp, a, b))
+        return
     if bt.dtype != t.dtype:
         if bt.dtype.is_int and imp.is_static(ins[1]):
             e = imp.static(ins[1], "the exponent")
@@ -1234,6 +1242,47 @@ def _pow(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> Non
         _out(imp, node, _power_by_products(imp, a, power))
         return
     _out(imp, node, imp.emit("pow", [a, b]))
+
+
+def _numpy_power(imp: Importer, a: str, b: str) -> str:
+    """np.power(a, b).astype(a's dtype), ONNX's reference: in numpy's common dtype of the two.
+    A float one: both operands converted to it (exactly, or for 64-bit integers rounded to
+    nearest-even as numpy converts them), IR `pow` there, converted to a's dtype (a float->int
+    conversion truncates and saturates). An integer one: the exact power modulo 2^n by
+    squaring and multiplying over the exponent's bits (numpy's integer power, which wraps), a
+    negative exponent giving the truncated 1 / a^-b: 1 for a = 1, +-1 for a = -1, 0 otherwise
+    (numpy raises there; ONNX leaves it undefined)."""
+    t, bt = imp.type_of(a), imp.type_of(b)
+    try:
+        common = from_numpy(np.result_type(t.dtype.np, bt.dtype.np))
+    except TypeError:
+        common = None
+    if common is None:
+        raise imp.unsupported(f"a {t.dtype} base with a {bt.dtype} exponent")
+    if common.is_float:
+        y = imp.emit("pow", [convert(imp, a, common), convert(imp, b, common)])
+        return convert(imp, y, t.dtype)
+    x, e = convert(imp, a, common), convert(imp, b, common)
+    ct = imp.type_of(x)
+
+    def c(v: int) -> str:
+        return imp.const(v, ct)
+
+    result, square, one = c(1), x, c(1)
+    for k in range(common.bits):
+        bit = imp.emit("bitwise_and", [imp.emit("shift_right", [e, c(k)]), one])
+        on = imp.emit("cmp", [bit, one], dir="eq")
+        result = imp.emit("select", [on, imp.emit("mul", [result, square]), result])
+        if k + 1 < common.bits:
+            square = imp.emit("mul", [square, square])
+    if common.is_signed:
+        neg = imp.emit("cmp", [e, c(0)], dir="lt")
+        odd = imp.emit("cmp", [imp.emit("bitwise_and", [e, one]), one], dir="eq")
+        minus = imp.emit("select", [odd, c(-1), one])
+        inv = imp.emit("select", [imp.emit("cmp", [x, c(-1)], dir="eq"), minus, c(0)])
+        inv = imp.emit("select", [imp.emit("cmp", [x, one], dir="eq"), one, inv])
+        result = imp.emit("select", [neg, inv, result])
+    return convert(imp, result, t.dtype)
 
 
 def _small_power(imp: Importer, exponent: str, base: TensorType) -> int | None:
@@ -1967,6 +2016,187 @@ def _dequantize_float8(
     _out(imp, node, convert(imp, y, out_dtype))
 
 
+_QUANT_RANGE = {DType.U8: (0, 255), DType.I8: (-128, 127), DType.U16: (0, 65535)}
+_QUANT_RANGE[DType.I16] = (-32768, 32767)
+"""The integer outputs of QuantizeLinear (the float8 and 4-bit ones have no IR dtype)."""
+
+
+def _float_promote(imp: Importer, a: DType, b: DType) -> DType:
+    """numpy's result dtype of an operation on arrays of float dtypes a and b."""
+    if a is b:
+        return a
+    wide = max(a, b, key=lambda d: d.bits)
+    if wide.bits < 32:
+        raise imp.unsupported(f"operands of {a} and {b}")
+    return wide
+
+
+def _saturate_int(imp: Importer, r: str, zp: str | None, out: DType) -> str:
+    """clip(i32(r) + zero point, out's range) as out, for r integral (a float): as ONNX's
+    reference computes it where its int32 cast is defined (|r| < 2^31); beyond, and for +-inf,
+    the saturation ONNX's spec states (the clamp to +-2^20 first keeps the i32 sum exact and
+    changes no clipped result: |zero point| < 2^16); NaN counts as 0 (the reference's cast of
+    NaN is undefined)."""
+    t = imp.type_of(r)
+    if t.dtype.bits < 32:
+        r = convert(imp, r, DType.F32)  # exact
+        t = imp.type_of(r)
+    lim = float(2**20)
+    r = imp.emit("max", [imp.emit("min", [r, imp.const(lim, t)]), imp.const(-lim, t)])
+    v = convert(imp, r, DType.I32)
+    it = imp.type_of(v)
+    if zp is not None:
+        v = imp.emit("add", [v, convert(imp, zp, DType.I32)])
+    lo, hi = _QUANT_RANGE[out]
+    v = imp.emit("max", [imp.emit("min", [v, imp.const(hi, it)]), imp.const(lo, it)])
+    return convert(imp, v, out)
+
+
+@handler("QuantizeLinear")
+def _quantize_linear(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """y = saturate(rint(x / scale) + zero_point), in ONNX's reference's arithmetic: x / scale
+    in numpy's dtype of the two (or `precision`'s), correctly rounded; rint (half to even)
+    there; to i32, the zero point added in i32, clipped to the output's range (the zero point's
+    dtype, else `output_dtype`, else u8): `_saturate_int`. Per tensor, per axis and blocked
+    as `_quant_param` spreads the parameters. Outputs u8, i8, u16, i16."""
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if not t.dtype.is_float:
+        raise imp.unsupported(f"input {t} (floats)")
+    axis = attrs.get("axis", 1)
+    block = int(attrs.get("block_size", 0))
+    scale = _quant_param(imp, ins[1], t, axis, block)
+    sd = imp.type_of(scale).dtype
+    if not sd.is_float:
+        raise imp.unsupported(f"a {sd} scale")
+    out = None
+    if attrs.get("output_dtype"):
+        code = attrs["output_dtype"]
+        if _ONNX_DTYPES.get(code) is None:
+            raise imp.unsupported(f"output_dtype {_no_ir_dtype(code)}")
+        out = _ONNX_DTYPES[code]
+    zp = None
+    if len(ins) > 2 and ins[2]:
+        zp = _quant_param(imp, ins[2], t, axis, block)
+        zd = imp.type_of(zp).dtype
+        if out is not None and zd is not out:
+            raise imp.unsupported(f"a {zd} zero point with output_dtype {out}")
+        out = zd
+    out = out or DType.U8
+    if out not in _QUANT_RANGE:
+        raise imp.unsupported(f"output {out} (u8, i8, u16, i16)")
+    if attrs.get("precision"):
+        wide = _ONNX_DTYPES.get(attrs["precision"])
+        if wide is None or not wide.is_float:
+            raise imp.unsupported(f"precision {_dtype_name(attrs['precision'])}")
+    else:
+        wide = _float_promote(imp, t.dtype, sd)
+    q = imp.emit("div", [convert(imp, x, wide), convert(imp, scale, wide)])
+    _out(imp, node, _saturate_int(imp, round_half_even(imp, q), zp, out))
+
+
+@handler("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(
+    imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]
+) -> None:
+    """ONNX's reference, step by step in f32: hi = max(0, max(x)), lo = min(0, min(x));
+    scale = (hi - lo, or 1 where hi == lo) / 255; zp = rint(clip(0 - lo / scale, 0, 255)) (a
+    NaN there gives 255, as the reference's Python min(255, nan) does); y = clip(rint(x /
+    scale) + zp, 0, 255) as u8 (the reference's special case for hi == lo, which ONNX's
+    function body lacks, is why this is not expanded)."""
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype is not DType.F32:
+        raise imp.unsupported(f"input {t} (f32)")
+    s = TensorType(DType.F32, ())
+
+    def c(v: float, tt: TensorType = s) -> str:
+        return imp.const(v, tt)
+
+    axes = list(range(t.rank))
+    hi = imp.emit("max", [imp.emit("reduce_max", [x], s, axes=axes), c(0.0)])
+    lo = imp.emit("min", [imp.emit("reduce_min", [x], s, axes=axes), c(0.0)])
+    same = imp.emit("cmp", [hi, lo], dir="eq")
+    width = imp.emit("select", [same, c(1.0), imp.emit("sub", [hi, lo])])
+    scale = imp.emit("div", [width, c(255.0)])
+    izp = imp.emit("sub", [c(0.0), imp.emit("div", [lo, scale])])
+    zp = imp.emit("max", [imp.emit("min", [izp, c(255.0)]), c(0.0)])
+    zp = imp.emit("select", [imp.emit("cmp", [izp, izp], dir="ne"), c(255.0), zp])
+    zp = round_half_even(imp, zp)
+    q = round_half_even(imp, imp.emit("div", [x, imp.emit("broadcast", [scale], t, dims=[])]))
+    q = imp.emit("add", [q, imp.emit("broadcast", [zp], t, dims=[])])
+    q = imp.emit("max", [imp.emit("min", [q, c(255.0, t)]), c(0.0, t)])
+    _out(imp, node, convert(imp, q, DType.U8))
+    _out(imp, node, scale, 1)
+    _out(imp, node, convert(imp, zp, DType.U8), 2)
+
+
+def _int32_operand(imp: Importer, x: str, zp_name: str | None) -> str:
+    """x as i32 less its zero point (one value; i32 arithmetic), as ONNX's reference's
+    `X.astype(np.int32) - zero_point`."""
+    t = imp.type_of(x)
+    if not t.dtype.is_int or t.dtype.bits > 16:
+        raise imp.unsupported(f"operand {t} (8- and 16-bit integers)")
+    v = convert(imp, x, DType.I32)
+    if zp_name:
+        zp = imp.dyn(zp_name)
+        zt = imp.type_of(zp)
+        if zt.num_elements != 1:
+            raise imp.unsupported(f"a zero point {zt} (only one value per tensor)")
+        if zt.dtype is not t.dtype:
+            raise imp.unsupported(f"a zero point of {zt.dtype} for operand {t}")
+        z = imp.emit("broadcast", [reshape(imp, convert(imp, zp, DType.I32), [])],
+                     imp.type_of(v), dims=[])  # fmt: skip
+        v = imp.emit("sub", [v, z])
+    return v
+
+
+@handler("MatMulInteger")
+def _matmul_integer(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """(A - a_zero_point) @ (B - b_zero_point) in i32 (wrapping, as numpy's int32 matmul)."""
+    a = _int32_operand(imp, imp.dyn(ins[0]), ins[2] if len(ins) > 2 else None)
+    b = _int32_operand(imp, imp.dyn(ins[1]), ins[3] if len(ins) > 3 else None)
+    _out(imp, node, _matmul(imp, a, b))
+
+
+def _scalar_of(imp: Importer, name: str, what: str) -> str:
+    v = imp.dyn(name)
+    if imp.type_of(v).num_elements != 1:
+        raise imp.unsupported(f"a {what} {imp.type_of(v)} (only one value per tensor)")
+    return reshape(imp, v, [])
+
+
+@handler("QLinearMatMul")
+def _qlinear_matmul(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """ONNX's reference: C = (a - a_zp) @ (b - b_zp) in i32; D = C * (a_scale * b_scale /
+    y_scale), the factor in the scales' dtype, the product in f64 (numpy promotes i32 times a
+    float to f64); D + y_zp in f64; rint; clipped to the output's range (y_zp's dtype) and
+    converted. One scale and zero point per tensor."""
+    a = _int32_operand(imp, imp.dyn(ins[0]), ins[2])
+    b = _int32_operand(imp, imp.dyn(ins[3]), ins[5])
+    c = _matmul(imp, a, b)
+    scales = [_scalar_of(imp, ins[k], "scale") for k in (1, 4, 6)]
+    sd = imp.type_of(scales[0]).dtype
+    if not sd.is_float or any(imp.type_of(s).dtype is not sd for s in scales):
+        raise imp.unsupported("scales of differing or integer dtypes")
+    f = imp.emit("div", [imp.emit("mul", scales[:2]), scales[2]])
+    ct = imp.type_of(c).with_dtype(DType.F64)
+    f = imp.emit("broadcast", [convert(imp, f, DType.F64)], ct, dims=[])
+    d = imp.emit("mul", [convert(imp, c, DType.F64), f])
+    out = imp.type_of(imp.dyn(ins[0])).dtype
+    if len(ins) > 7 and ins[7]:
+        yz = _scalar_of(imp, ins[7], "zero point")
+        out = imp.type_of(yz).dtype
+        yzb = imp.emit("broadcast", [convert(imp, yz, DType.F64)], ct, dims=[])
+        d = imp.emit("add", [d, yzb])
+    if out not in _QUANT_RANGE:
+        raise imp.unsupported(f"output {out} (u8, i8, u16, i16)")
+    r = round_half_even(imp, d)
+    lo, hi = _QUANT_RANGE[out]
+    r = imp.emit("max", [imp.emit("min", [r, imp.const(hi, ct)]), imp.const(lo, ct)])
+    _out(imp, node, convert(imp, r, out))
+
+
 RESIZE_MAX_AXIS = 4096
 """The longest axis `_resize_interpolated` resizes (ONNX's reference evaluator runs once per
 input position of each resized axis to read off the weights)."""
@@ -2193,6 +2423,65 @@ def _scatter_by_map(imp: Importer, data: str, updates: str, targets: np.ndarray)
     return imp.emit("take", [both, idx], axis=0)
 
 
+def _scatter_reduce(
+    imp: Importer, data: str, updates: str, targets: np.ndarray, how: str, python: bool
+) -> str:
+    """data with each update folded into its static flat target position (`targets`, one per
+    element of `updates`, row-major), in update order, as ONNX's reference loops over them:
+    acc = data[p]; acc = f(acc, u) for each update u of p in turn (duplicates included). Round
+    j applies every position's j-th update at once: take the update, `select` where there is
+    one. f: `add`, `mul`; `max`/`min` as the reference computes them, numpy's np.maximum /
+    np.minimum for ScatterND (a NaN on either side wins; equal values give the update, the
+    accumulator for f16, as numpy does with -0.0 and +0.0) and Python's max / min for
+    ScatterElements (`python`: the update only where it compares greater (less), so a NaN
+    accumulator stays and a NaN update is skipped)."""
+    t, ut = imp.type_of(data), imp.type_of(updates)
+    n, m = t.num_elements, ut.num_elements
+    flat = targets.reshape(-1)
+    acc = reshape(imp, data, [n])
+    if m == 0:
+        return data
+    ft = TensorType(t.dtype, (n,))
+    us = reshape(imp, updates, [m])
+    seen = np.zeros(n, dtype=np.int64)
+    rounds: list[tuple[np.ndarray, np.ndarray]] = []
+    for k, p in enumerate(flat):
+        j = seen[p]
+        seen[p] += 1
+        if j == len(rounds):
+            rounds.append((np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)))
+        rounds[j][0][p] = k
+        rounds[j][1][p] = True
+    for which, has in rounds:
+        u = imp.emit("take", [us, imp.const(which, TensorType(DType.I64, (n,)))], ft, axis=0)
+        if how in ("add", "mul"):
+            new = imp.emit(how, [acc, u])
+        elif python:
+            new = imp.emit(
+                "select", [imp.emit("cmp", [u, acc], dir="gt" if how == "max" else "lt"), u, acc]
+            )
+        elif not t.dtype.is_float:
+            new = imp.emit(how, [acc, u])
+        else:
+            strict = (
+                {"max": "gt", "min": "lt"}
+                if t.dtype is not DType.F16
+                else {"max": "ge", "min": "le"}
+            )
+            keep = imp.emit("cmp", [acc, u], dir=strict[how])
+            keep = imp.emit("bitwise_or", [keep, imp.emit("cmp", [acc, acc], dir="ne")])
+            new = imp.emit("select", [keep, acc, u])
+        acc = imp.emit("select", [imp.const(has, TensorType(DType.I1, (n,))), new, acc])
+    return reshape(imp, acc, list(t.shape))
+
+
+def _scatter_reduction(imp: Importer, attrs: dict[str, Any]) -> str:
+    how = attrs.get("reduction", "none")
+    if how not in ("none", "add", "mul", "max", "min"):
+        raise imp.unsupported(f"reduction '{printable(how)}'")
+    return how
+
+
 def _static_indices(imp: Importer, name: str, sizes: Sequence[int]) -> np.ndarray:
     """Static indices, wrapped, each within its size (refused otherwise)."""
     idx = np.asarray(imp.static(name, "indices")).astype(np.int64)
@@ -2204,8 +2493,7 @@ def _static_indices(imp: Importer, name: str, sizes: Sequence[int]) -> np.ndarra
 
 @handler("ScatterElements", "Scatter")
 def _scatter_elements(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
-    if attrs.get("reduction", "none") != "none":
-        raise imp.unsupported(f"reduction '{printable(attrs['reduction'])}'")
+    how = _scatter_reduction(imp, attrs)
     data, updates = imp.dyn(ins[0]), imp.dyn(ins[2])
     t, ut = imp.type_of(data), imp.type_of(updates)
     axis = _norm_axis(imp, attrs.get("axis", 0), t.rank)
@@ -2217,13 +2505,15 @@ def _scatter_elements(imp: Importer, node: Any, ins: list[str], attrs: dict[str,
     coords = list(np.indices(idx.shape, dtype=np.int64))
     coords[axis] = idx
     targets = np.ravel_multi_index(tuple(coords), t.shape) if idx.size else idx
+    if how != "none":
+        _out(imp, node, _scatter_reduce(imp, data, updates, np.asarray(targets), how, True))
+        return
     _out(imp, node, _scatter_by_map(imp, data, updates, np.asarray(targets)))
 
 
 @handler("ScatterND")
 def _scatter_nd(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
-    if attrs.get("reduction", "none") != "none":
-        raise imp.unsupported(f"reduction '{printable(attrs['reduction'])}'")
+    how = _scatter_reduction(imp, attrs)
     data, updates = imp.dyn(ins[0]), imp.dyn(ins[2])
     t, ut = imp.type_of(data), imp.type_of(updates)
     raw = np.asarray(imp.static(ins[1], "indices"))
@@ -2237,6 +2527,9 @@ def _scatter_nd(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any])
     block = math.prod(rest)
     starts = np.ravel_multi_index(tuple(np.moveaxis(idx, -1, 0)), t.shape[:r]) * block
     targets = starts.reshape(-1, 1) + np.arange(block, dtype=np.int64)[None, :]
+    if how != "none":
+        _out(imp, node, _scatter_reduce(imp, data, updates, targets, how, False))
+        return
     _out(imp, node, _scatter_by_map(imp, data, updates, targets))
 
 
@@ -2276,10 +2569,177 @@ def _instance_norm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, An
     _out(imp, node, imp.emit("add", [y, imp.emit("broadcast", [imp.dyn(ins[2])], t, dims=[1])]))
 
 
+@handler("ReverseSequence")
+def _reverse_sequence(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """y[.., b, .., t, ..] = x[.., b, .., L_b - 1 - t, ..] for t < L_b, else x itself, with
+    L_b = sequence_lens[b] clamped to [0, T] (ONNX asks 1 <= L_b <= T; a longer one reverses
+    the whole axis, as the reference's numpy slices do): a take along the time axis at
+    positions computed in i64."""
+    x, lens = imp.dyn(ins[0]), imp.dyn(ins[1])
+    t = imp.type_of(x)
+    if t.rank < 2:
+        raise imp.unsupported(f"input {t} (rank 2 at least)")
+    b_axis = _norm_axis(imp, attrs.get("batch_axis", 1), t.rank)
+    t_axis = _norm_axis(imp, attrs.get("time_axis", 0), t.rank)
+    lt = imp.type_of(lens)
+    if not lt.dtype.is_int or lt.shape != (t.shape[b_axis],) or b_axis == t_axis:
+        raise imp.unsupported(f"sequence_lens {lt} for input {t}")
+    it = t.with_dtype(DType.I64)
+    n = t.shape[t_axis]
+    lens = convert(imp, lens, DType.I64)
+    lt64 = imp.type_of(lens)
+    lens = imp.emit("max", [imp.emit("min", [lens, imp.const(n, lt64)]), imp.const(0, lt64)])
+    big_l = imp.emit("broadcast", [lens], it, dims=[b_axis])
+    pos = imp.emit("iota", [], it, axis=t_axis)
+    back = imp.emit("sub", [imp.emit("sub", [big_l, imp.const(1, it)]), pos])
+    inside = imp.emit("cmp", [pos, big_l], dir="lt")
+    idx = imp.emit("select", [inside, back, pos])
+    _out(imp, node, take_along(imp, x, idx, t_axis))
+
+
+def _binarizer(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """ai.onnx.ml Binarizer: (x > threshold) as x's dtype, as ONNX's reference (numpy)
+    compares: a float x against the threshold rounded to x's dtype, an integer x in f64."""
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    if t.dtype.is_bool:
+        raise imp.unsupported(f"{t.dtype} operands are not supported")
+    threshold = float(attrs.get("threshold", 0.0))
+    xc = x if t.dtype.is_float else convert(imp, x, DType.F64)
+    hit = imp.emit("cmp", [xc, imp.const(threshold, imp.type_of(xc))], dir="gt")
+    _out(imp, node, convert(imp, hit, t.dtype))
+
+
+def _array_feature_extractor(
+    imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]
+) -> None:
+    """ai.onnx.ml ArrayFeatureExtractor: data[..., indices] with the indices flattened, a
+    negative index counting from the end (numpy's), shaped as ONNX's reference shapes it (a 1-D
+    data gives one row). An index outside [-n, n) clamps (the IR's take; the reference
+    raises)."""
+    x, idx = imp.dyn(ins[0]), imp.dyn(ins[1])
+    t, it = imp.type_of(x), imp.type_of(idx)
+    if not it.dtype.is_int or t.rank == 0 or t.shape[-1] == 0:
+        raise imp.unsupported(f"indices {it} for data {t}")
+    k = it.num_elements
+    flat = convert(imp, reshape(imp, idx, [k]), DType.I64)
+    ft = imp.type_of(flat)
+    wrapped = imp.emit("add", [flat, imp.const(t.shape[-1], ft)])
+    neg = imp.emit("cmp", [flat, imp.const(0, ft)], dir="lt")
+    flat = imp.emit("select", [neg, wrapped, flat])
+    y = imp.emit("take", [x, flat], axis=t.rank - 1)
+    _out(imp, node, reshape(imp, y, [1, k] if t.rank == 1 else [*t.shape[:-1], k]))
+
+
+ML_HANDLERS: dict[str, Handler] = {
+    "Binarizer": _binarizer,
+    "ArrayFeatureExtractor": _array_feature_extractor,
+}
+"""The ai.onnx.ml ops gdv imports (every other op of that domain is refused by domain)."""
+
+
+@handler("TensorScatter")
+def _tensor_scatter(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """present[.., s, ..] = update[.., s - w_b, ..] where 0 <= s - w_b < L, else past (mode
+    linear), or with j = (s - w_b) mod M (circular): each cache position along `axis` (M of
+    them) reads the update position written there, as ONNX's reference writes them (L update
+    positions from write_indices[b], b the batch index (dim 0); absent: 0). Linear writes
+    outside [0, M) are dropped (ONNX requires them inside)."""
+    past, upd = imp.dyn(ins[0]), imp.dyn(ins[1])
+    t, ut = imp.type_of(past), imp.type_of(upd)
+    mode = attrs.get("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise imp.unsupported(f"mode '{printable(mode)}'")
+    axis = _norm_axis(imp, attrs.get("axis", -2), t.rank)
+    if axis == 0 or ut.dtype != t.dtype or ut.rank != t.rank:
+        raise imp.unsupported(f"update {ut} for cache {t} on axis {axis}")
+    m, n = t.shape[axis], ut.shape[axis]
+    if any(a != b for d, (a, b) in enumerate(zip(t.shape, ut.shape, strict=True)) if d != axis):
+        raise imp.unsupported(f"update {ut} for cache {t} on axis {axis}")
+    if n > m or n == 0:
+        raise imp.unsupported(f"update {ut} longer than cache {t} (or empty) on axis {axis}")
+    it = t.with_dtype(DType.I64)
+    if len(ins) > 2 and ins[2]:
+        w = convert(imp, imp.dyn(ins[2]), DType.I64)
+        if imp.type_of(w).shape != (t.shape[0],):
+            raise imp.unsupported(f"write_indices {imp.type_of(w)} for cache {t}")
+        w = imp.emit("broadcast", [w], it, dims=[0])
+    else:
+        w = imp.const(0, it)
+    j = imp.emit("sub", [imp.emit("iota", [], it, axis=axis), w])
+    if mode == "circular":
+        j = imp.emit("mod", [j, imp.const(m, it)])
+    inside = imp.emit(
+        "bitwise_and",
+        [imp.emit("cmp", [j, imp.const(0, it)], dir="ge"),
+         imp.emit("cmp", [j, imp.const(n, it)], dir="lt")],
+    )  # fmt: skip
+    j = imp.emit("select", [inside, j, imp.const(0, it)])
+    _out(imp, node, imp.emit("select", [inside, take_along(imp, upd, j, axis), past]))
+
+
+@handler("LRN")
+def _lrn(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """x / (bias + alpha / size * S) ^ beta, S the sum of x^2 over the channels [c - (size-1)
+    // 2, c + ceil((size-1) / 2)] inside [0, C), in increasing channel order (a left fold,
+    numpy's along that axis), as ONNX's reference computes it: the squares and S in x's
+    dtype; alpha, beta and bias are f32 (numpy scalars there), alpha / size an f32 division,
+    so the rest runs in f32 (f64 for an f64 x) and the result is rounded once to x's dtype.
+    The squares are padded with +0.0 on the channel axis, which changes no sum (x^2 is never
+    -0.0); the window is `size` shifted slices added in order."""
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x)
+    if t.rank < 3:
+        raise imp.unsupported(f"input {t} (N, C and at least one spatial dim)")
+    size = int(attrs["size"])
+    if size < 1:
+        raise imp.unsupported(f"size {size}")
+    alpha, beta = np.float32(attrs.get("alpha", 1e-4)), np.float32(attrs.get("beta", 0.75))
+    bias = np.float32(attrs.get("bias", 1.0))
+    scale = float(alpha / np.float32(size))  # numpy's float32 scalar divided by an int: f32
+    lo, hi = (size - 1) // 2, math.ceil((size - 1) / 2)
+    sq = imp.emit("mul", [x, x])
+    zeros = [0] * t.rank
+    low, high = list(zeros), list(zeros)
+    low[1], high[1] = lo, hi
+    padded = imp.emit("pad", [sq], low=low, high=high, value=0.0) if size > 1 else sq
+    acc = None
+    for k in range(size):
+        start = list(zeros)
+        start[1] = k
+        limit = list(t.shape)
+        limit[1] = k + t.shape[1]
+        win = imp.emit("slice", [padded], t, start=start, limit=limit, stride=[1] * t.rank)
+        acc = win if acc is None else imp.emit("add", [acc, win])
+    wide = DType.F64 if t.dtype is DType.F64 else DType.F32
+    wt = t.with_dtype(wide)
+    prod = imp.emit("mul", [imp.const(scale, wt), convert(imp, acc, wide)])
+    den = imp.emit("add", [imp.const(float(bias), wt), prod])
+    y = imp.emit("div", [convert(imp, x, wide), imp.emit("pow", [den, imp.const(float(beta), wt)])])
+    _out(imp, node, convert(imp, y, t.dtype))
+
+
+@handler("Shrink")
+def _shrink(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """x < -lambd: x + bias; x > lambd: x - bias; else 0, as ONNX's reference (numpy): lambd
+    and bias rounded to x's float dtype, each sum rounded once; a NaN compares false (0)."""
+    x = imp.dyn(ins[0])
+    t = _require_float(imp, x, " (integer Shrink computes in f64 and casts back, unchecked)")
+    lambd, bias = float(attrs.get("lambd", 0.5)), float(attrs.get("bias", 0.0))
+    lo = imp.emit("cmp", [x, imp.const(-lambd, t)], dir="lt")
+    hi = imp.emit("cmp", [x, imp.const(lambd, t)], dir="gt")
+    b = imp.const(bias, t)
+    inner = imp.emit("select", [hi, imp.emit("sub", [x, b]), imp.const(0.0, t)])
+    _out(imp, node, imp.emit("select", [lo, imp.emit("add", [x, b]), inner]))
+
+
 @handler("Trilu")
 def _trilu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     x = imp.dyn(ins[0])
     t = imp.type_of(x)
+    if t.num_elements == 0:  # nothing to mask (an empty mask has no IR constant)
+        _out(imp, node, x)
+        return
     k = int(imp.static(ins[1], "k")) if len(ins) > 1 and ins[1] else 0
     n, m = t.shape[-2], t.shape[-1]
     i, j = np.arange(n)[:, None], np.arange(m)[None, :]
@@ -2655,22 +3115,69 @@ def _gemm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
     _out(imp, node, y)
 
 
+def _einsum_without_ellipsis(imp: Importer, eq: str, ranks: list[int]) -> str:
+    """`eq` with each `...` spelled as letters the equation does not use (numpy's rule: an
+    operand's ellipsis dims are the last ones of the longest; the output's, where it has none
+    written, come first in the implicit output)."""
+    if "..." not in eq:
+        return eq
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise imp.unsupported("only one or two operands")
+    counts = [r - (len(t) - 3) if "..." in t else 0 for t, r in zip(terms, ranks, strict=True)]
+    if min(counts) < 0:
+        raise imp.unsupported(f"equation '{printable(eq)}' for operands of ranks {ranks}")
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in eq]
+    ell = "".join(free[: max(counts)])
+    terms = [t.replace("...", ell[len(ell) - n :]) for t, n in zip(terms, counts, strict=True)]
+    if arrow:
+        out = out.replace("...", ell)
+    else:
+        letters = "".join(terms)
+        out = ell + "".join(
+            sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell)
+        )
+    return ",".join(terms) + "->" + out
+
+
+def _einsum_diagonals(imp: Importer, x: str, term: str) -> tuple[str, str]:
+    """x's diagonal along each index that `term` repeats (data movement: a take from the two
+    axes flattened at positions i * (n + 1)), the index kept once, last."""
+    while len(set(term)) != len(term):
+        c = next(c for c in term if term.count(c) > 1)
+        i, j = term.index(c), term.index(c, term.index(c) + 1)
+        t = imp.type_of(x)
+        rest = [d for d in range(t.rank) if d not in (i, j)]
+        x = imp.emit("transpose", [x], perm=[*rest, i, j])
+        n = t.shape[i]
+        x = reshape(imp, x, [*(t.shape[d] for d in rest), n * n])
+        pos = np.arange(n, dtype=np.int64) * (n + 1)
+        x = imp.emit("take", [x, imp.const(pos, TensorType(DType.I64, (n,)))], axis=len(rest))
+        term = "".join(term[d] for d in rest) + c
+    return x, term
+
+
 @handler("Einsum")
 def _einsum(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     eq = attrs["equation"].replace(" ", "")
-    if "..." in eq:
-        raise imp.unsupported(f"equation '{printable(eq)}' (no ellipsis)")
+    xs = [imp.dyn(i) for i in ins]
+    eq = _einsum_without_ellipsis(imp, eq, [imp.type_of(x).rank for x in xs])
     if "->" not in eq:  # implicit output: the letters used once, in alphabetical order
         letters = eq.replace(",", "")
         eq = eq + "->" + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
     lhs, out = eq.split("->")
     terms = lhs.split(",")
-    xs = [imp.dyn(i) for i in ins]
     if len(terms) != len(xs) or len(xs) not in (1, 2):
         raise imp.unsupported("only one or two operands")
-    for term in terms:
-        if len(set(term)) != len(term):
-            raise imp.unsupported("a repeated index in one operand (a diagonal)")
+    sizes: dict[str, int] = {}
+    for k, term in enumerate(terms):
+        if len(term) != imp.type_of(xs[k]).rank:
+            raise imp.unsupported(f"term '{printable(term)}' for operand {imp.type_of(xs[k])}")
+        for c, n in zip(term, imp.type_of(xs[k]).shape, strict=True):
+            if sizes.setdefault(c, n) != n:
+                raise imp.unsupported(f"index '{printable(c)}' has sizes {sizes[c]} and {n}")
+        xs[k], terms[k] = _einsum_diagonals(imp, xs[k], term)
     # Sum away indices that appear in one operand only and not in the output.
     for k, term in enumerate(terms):
         others = "".join(terms[:k] + terms[k + 1 :]) + out
@@ -2734,8 +3241,14 @@ def _conv_pads(
 @handler("Conv")
 def _conv(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     x, w = imp.dyn(ins[0]), imp.dyn(ins[1])
-    tx, tw = imp.type_of(x), imp.type_of(w)
     _require_float(imp, x)
+    bias = imp.dyn(ins[2]) if len(ins) > 2 and ins[2] else None
+    _out(imp, node, _convolve(imp, x, w, bias, attrs))
+
+
+def _convolve(imp: Importer, x: str, w: str, bias: str | None, attrs: dict[str, Any]) -> str:
+    """ONNX Conv of x by w (plus a bias per output channel), 1-D or 2-D, as IR conv2d."""
+    tx, tw = imp.type_of(x), imp.type_of(w)
     nsp = tx.rank - 2
     if nsp not in (1, 2):
         raise imp.unsupported(f"{nsp}-D convolution (only 1-D and 2-D)")
@@ -2754,11 +3267,81 @@ def _conv(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
         groups=attrs.get("group", 1),
     )  # fmt: skip
     ty = imp.type_of(y)
-    if len(ins) > 2 and ins[2]:
-        y = imp.emit("add", [y, imp.emit("broadcast", [imp.dyn(ins[2])], ty, dims=[1])])
+    if bias is not None:
+        y = imp.emit("add", [y, imp.emit("broadcast", [bias], ty, dims=[1])])
     if nsp == 1:
         y = reshape(imp, y, [ty.shape[0], ty.shape[1], ty.shape[3]])
-    _out(imp, node, y)
+    return y
+
+
+def _int32_weight(imp: Importer, w: str, zp_name: str | None) -> str:
+    """w as i32 less its zero point: one value, or one per output channel (dim 0), as ONNX's
+    reference's `W.astype(np.int32) - w_zero_point` (expanded along the other dims)."""
+    if zp_name and imp.type_of(imp.dyn(zp_name)).num_elements > 1:
+        t = imp.type_of(w)
+        zp = imp.dyn(zp_name)
+        zt = imp.type_of(zp)
+        if zt.rank != 1 or zt.shape[0] != t.shape[0] or zt.dtype is not t.dtype:
+            raise imp.unsupported(f"a weight zero point {zt} for weights {t}")
+        v = _int32_operand(imp, w, None)
+        z = imp.emit("broadcast", [convert(imp, zp, DType.I32)], imp.type_of(v), dims=[0])
+        return imp.emit("sub", [v, z])
+    return _int32_operand(imp, w, zp_name)
+
+
+@handler("ConvInteger")
+def _conv_integer(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """(x - x_zero_point) convolved with (w - w_zero_point) in i32 (wrapping, as numpy's int32
+    arithmetic; padding adds zeros to the shifted x, as the reference pads it)."""
+    x = _int32_operand(imp, imp.dyn(ins[0]), ins[2] if len(ins) > 2 else None)
+    w = _int32_weight(imp, imp.dyn(ins[1]), ins[3] if len(ins) > 3 else None)
+    _out(imp, node, _convolve(imp, x, w, None, attrs))
+
+
+@handler("QLinearConv")
+def _qlinear_conv(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """ONNX's reference: R = conv(x - x_zp, w - w_zp) + B in i32; R * (x_scale * w_scale /
+    y_scale) (the factor in f32 per tensor or per output channel; the product in f64, as numpy
+    promotes i32 times f32); + y_zp in f64; clipped to [-128, 127] for an i8 output, else
+    [0, 255]; rounded half to even; converted to y_zp's dtype (x's without one)."""
+    x = _int32_operand(imp, imp.dyn(ins[0]), ins[2])
+    w = _int32_weight(imp, imp.dyn(ins[3]), ins[5])
+    bias = None
+    if len(ins) > 8 and ins[8]:
+        bias = imp.dyn(ins[8])
+        if imp.type_of(bias).dtype is not DType.I32:
+            raise imp.unsupported(f"a bias of {imp.type_of(bias).dtype} (i32)")
+    r = _convolve(imp, x, w, bias, attrs)
+    rt = imp.type_of(r).with_dtype(DType.F64)
+    xs, ys = _scalar_of(imp, ins[1], "scale"), _scalar_of(imp, ins[6], "scale")
+    ws = imp.dyn(ins[4])
+    wt = imp.type_of(ws)
+    sd = imp.type_of(xs).dtype
+    if not sd.is_float or {imp.type_of(ys).dtype, wt.dtype} != {sd}:
+        raise imp.unsupported("scales of differing or integer dtypes")
+    if wt.num_elements == 1:
+        f = imp.emit("div", [imp.emit("mul", [xs, reshape(imp, ws, [])]), ys])
+        f = imp.emit("broadcast", [convert(imp, f, DType.F64)], rt, dims=[])
+    else:
+        if wt.rank != 1 or wt.shape[0] != rt.shape[1]:
+            raise imp.unsupported(f"a weight scale {wt} for output {rt}")
+        per = wt.with_dtype(sd)
+        f = imp.emit("div", [
+            imp.emit("mul", [imp.emit("broadcast", [xs], per, dims=[]), ws]),
+            imp.emit("broadcast", [ys], per, dims=[]),
+        ])  # fmt: skip
+        f = imp.emit("broadcast", [convert(imp, f, DType.F64)], rt, dims=[1])
+    d = imp.emit("mul", [convert(imp, r, DType.F64), f])
+    out = imp.type_of(imp.dyn(ins[0])).dtype
+    if len(ins) > 7 and ins[7]:
+        yz = _scalar_of(imp, ins[7], "zero point")
+        out = imp.type_of(yz).dtype
+        d = imp.emit("add", [d, imp.emit("broadcast", [convert(imp, yz, DType.F64)], rt, dims=[])])
+    if out not in (DType.I8, DType.U8):
+        raise imp.unsupported(f"output {out} (u8, i8)")
+    lo, hi = (-128, 127) if out is DType.I8 else (0, 255)
+    d = imp.emit("max", [imp.emit("min", [d, imp.const(hi, rt)]), imp.const(lo, rt)])
+    _out(imp, node, convert(imp, round_half_even(imp, d), out))
 
 
 @handler("ConvTranspose")
@@ -2849,16 +3432,67 @@ def _conv_transpose(imp: Importer, node: Any, ins: list[str], attrs: dict[str, A
     _out(imp, node, y)
 
 
+def _pool_indices(
+    imp: Importer, t: TensorType, wins: list[tuple[tuple[int, ...], str]], outs: list[int],
+    strides: Sequence[int], dilations: Sequence[int], pads: list[list[int]],
+    attrs: dict[str, Any],
+) -> str:  # fmt: skip
+    """MaxPool's Indices as ONNX's reference finds them: over a window's positions inside the
+    input, in row-major order, the first one, replaced by each later one strictly greater
+    than the value kept so far (so the first of equal maxima; a NaN never replaces a value and
+    a leading NaN is kept); the flat index into x (row-major, or column-major over (h, w) with
+    storage_order = 1), -1 for a window with no position inside the input."""
+    spatial = t.shape[2:]
+    nc = t.shape[0] * t.shape[1]
+    step = math.prod(spatial)
+    out_shape = (t.shape[0], t.shape[1], *outs)
+    it = TensorType(DType.I64, out_shape)
+    bt = TensorType(DType.I1, out_shape)
+    chan = (np.arange(nc, dtype=np.int64) * step).reshape(t.shape[0], t.shape[1])
+    grids = np.meshgrid(*[np.arange(o) for o in outs], indexing="ij")
+    seen = np.zeros(tuple(outs), dtype=bool)
+    cur_idx = imp.const(-1, it)
+    cur_val = None
+    for offs, win in wins:
+        pos = [g * st - lo + kk * d for g, st, (lo, _), kk, d in
+               zip(grids, strides, pads, offs, dilations, strict=True)]  # fmt: skip
+        valid = np.ones(tuple(outs), dtype=bool)
+        for p, s in zip(pos, spatial, strict=True):
+            valid &= (p >= 0) & (p < s)
+        if attrs.get("storage_order", 0):
+            flat = pos[0] + pos[1] * spatial[0]
+        else:
+            flat = np.ravel_multi_index(
+                tuple(np.clip(p, 0, s - 1) for p, s in zip(pos, spatial, strict=True)), spatial
+            )
+        idx = chan.reshape(*chan.shape, *([1] * len(outs))) + flat[None, None]
+        first = valid & ~seen
+        seen |= valid
+        if not valid.any():
+            continue
+        first_c = imp.const(np.broadcast_to(first, out_shape).copy(), bt)
+        if cur_val is None:
+            take = first_c
+        else:
+            gt = imp.emit("cmp", [win, cur_val], dir="gt")
+            valid_c = imp.const(np.broadcast_to(valid, out_shape).copy(), bt)
+            take = imp.emit("bitwise_or", [first_c, imp.emit("bitwise_and", [valid_c, gt])])
+        cur_val = win if cur_val is None else imp.emit("select", [take, win, cur_val])
+        cur_idx = imp.emit("select", [take, imp.const(idx, it), cur_idx])
+    return cur_idx
+
+
 @handler("MaxPool", "AveragePool", "LpPool")
 def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     """Windows as strided slices of the padded input, combined elementwise: max (exact in any
     order), or a sum in window order divided by the window's element count (AveragePool), or
     of |x|^p then raised to 1/p (LpPool; x * x and sqrt for p = 2)."""
-    if len([o for o in node.output if o]) > 1:
-        raise imp.unsupported("the Indices output has no IR op (an argmax)")
     x = imp.dyn(ins[0])
     t = imp.type_of(x)
     is_max = node.op_type == "MaxPool"
+    want_indices = len(node.output) > 1 and bool(node.output[1])
+    if want_indices and (t.rank > 4 or (attrs.get("storage_order", 0) and t.rank != 4)):
+        raise imp.unsupported("the Indices output of a 3-D pool, or column-major for 1-D")
     if not t.dtype.is_float and not (is_max and t.dtype.is_int):
         raise imp.unsupported(f"{t.dtype} operands are not supported")
     lp = attrs.get("p", 2) if node.op_type == "LpPool" else None
@@ -2899,6 +3533,7 @@ def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
     highs = [0, 0] + [hi + e for (_, hi), e in zip(pads, extra, strict=True)]
     xp = x if not any(lows + highs) else imp.emit("pad", [x], low=lows, high=highs, value=fill)
     acc = None
+    wins = []
     for offs in np.ndindex(*kernel):
         start = [0, 0] + [kk * d for kk, d in zip(offs, dilations, strict=True)]
         limit = [t.shape[0], t.shape[1]] + [
@@ -2906,8 +3541,11 @@ def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
             for kk, d, o, st in zip(offs, dilations, outs, strides, strict=True)
         ]
         win = imp.emit("slice", [xp], start=start, limit=limit, stride=[1, 1, *strides])
+        wins.append((offs, win))
         acc = win if acc is None else imp.emit("max" if is_max else "add", [acc, win])
     assert acc is not None
+    if want_indices:
+        _out(imp, node, _pool_indices(imp, t, wins, outs, strides, dilations, pads, attrs), 1)
     if lp is not None:
         if lp == 2:
             acc = imp.emit("sqrt", [acc])

@@ -183,7 +183,7 @@ def test_derived_name_sets_follow_the_traits() -> None:
     }
     assert set(BODY_OPS) == {s.name for s in specs if s.body_legal}
     assert set(ELEMENTWISE) == {s.name for s in specs if s.body_legal and s.min_operands}
-    assert set(INT_BINARY) == {"add", "sub", "mul", "max", "min"}
+    assert set(INT_BINARY) == {"add", "sub", "mul", "div", "max", "min"}
     assert COMBINER_OP == {"add": "add", "max": "max", "min": "min"}
     assert FOLD_KIND == {s.combiner.op: s.combiner.fold for s in specs if s.combiner}
 

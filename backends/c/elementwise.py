@@ -29,6 +29,9 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
   the reference evaluates them in float64 (the libm functions used are recorded in the
   capability descriptor); f64 results may differ from numpy's in the last place. With
   GDV_C_F32_IN_DOUBLE=1 (F32_DOUBLE_ENV) f32 results of the four take the f16/bf16 path.
+- integer div: C's `/` (truncating toward zero) only on a nonzero divisor other than a signed
+  -1: a zero divisor gives 0, a signed -1 the negation on the unsigned bits (INT_MIN wraps to
+  itself; INT_MIN / -1 is undefined in C), `_quotient_scalar`.
 - bitwise_and/or/xor/not: C's `& | ^ ~` (i1: on 0/1, not as `^ 1`); shift_left/shift_right:
   the stated rule for amounts outside [0, bits) checked first, then `<<` on the unsigned type,
   `>>` on a nonnegative value (`_bitwise_scalar`).
@@ -397,6 +400,17 @@ def _remainder_scalar(prog: Program, name: str, dtype: DType, args: list[str]) -
     return f"(({b}) == 0 ? ({a}) : {r})"
 
 
+def _quotient_scalar(dtype: DType, args: list[str]) -> str:
+    """C for integer div: `/` never sees a zero divisor (the result is 0) nor a signed -1 (the
+    result is -a computed on uint64_t, so INT_MIN / -1 = INT_MIN, where C's is undefined)."""
+    a, b = args
+    t = CTYPE[dtype]
+    q = f"({t})(({a}) / ({b}))"
+    if is_signed(dtype):
+        q = f"(({b}) == ({t})-1 ? ({t})((uint64_t)0 - (uint64_t)({a})) : {q})"
+    return f"(({b}) == 0 ? ({t})0 : {q})"
+
+
 def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> str:
     """The C expression computing body op `op` (rank 0) on the C expressions `args`.
 
@@ -427,8 +441,10 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
         return _bitwise_scalar(name, dtype, args)
     if name in ("rem", "mod"):
         return _remainder_scalar(prog, name, dtype, args)
-    if not dtype.is_float:  # integer add sub mul max min
+    if not dtype.is_float:  # integer add sub mul div max min
         a, b = args
+        if name == "div":
+            return _quotient_scalar(dtype, args)
         if name in ("max", "min"):
             rel = ">" if name == "max" else "<"
             return f"(({a}) {rel} ({b}) ? ({a}) : ({b}))"

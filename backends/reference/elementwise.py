@@ -123,6 +123,8 @@ def _binary(name: str):
             if name == "min":
                 return float_min(a, b)
             return via_f64(f64_fn, dtype, a, b)
+        if name == "div":
+            return int_quotient(np.asarray(a), np.asarray(b), dtype)
         assert int_fn is not None, f"{name} on {dtype}"
         return np.asarray(int_fn(a, b), dtype=dtype.np)
 
@@ -131,6 +133,24 @@ def _binary(name: str):
 
 for _name in ("add", "sub", "mul", "div", "max", "min", "pow"):
     kernel(OPS[_name])(_binary(_name))
+
+
+def int_quotient(a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarray:
+    """Integer `div` (IR_SPEC.md section 4): a / b truncated toward zero in the dtype's own
+    integers (never through a float), div(a, 0) = 0, div(INT_MIN, -1) = INT_MIN (wraps)."""
+    zero = b == 0
+    minus_one = (b == -1) if is_signed(dtype) else np.zeros_like(zero)
+    safe = np.where(zero | minus_one, np.ones_like(b), b)
+    q = np.floor_divide(a, safe)  # floor; one step up where a remainder is left and signs differ
+    r = np.remainder(a, safe)
+    if is_signed(dtype):
+        q = q + ((r != 0) & ((a < 0) != (safe < 0))).astype(q.dtype)
+        # -a on the unsigned bits wraps: INT_MIN by -1 gives INT_MIN
+        u = np.dtype(f"u{dtype.itemsize}")
+        neg = (u.type(0) - np.asarray(a).astype(u)).astype(dtype.np)
+        q = np.where(minus_one, neg, q)
+    return np.where(zero, np.zeros_like(q), q).astype(dtype.np)
+
 
 # --- bitwise ops and shifts (integers; and, or, xor, not also i1) -----------------------------
 

@@ -163,6 +163,8 @@ def _arith(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType]) -> str:
 
 @body(OPS["div"])
 def _div(w: BodyWriter, op: Op, args: list[str], dtypes: list[DType]) -> str:
+    if not dtypes[0].is_float:  # Triton's `//` on a zero divisor or INT_MIN by -1 is the GPU's
+        raise w.error(op, "on integers has no Triton lowering yet (the C target has)")
     if compute(dtypes[0]) is DType.F64:
         return f"({args[0]} / {args[1]})"  # div.rn.f64: f64 division is IEEE
     return f"tl.div_rn({args[0]}, {args[1]})"  # f32 `/` is approximate on NVIDIA GPUs

@@ -70,12 +70,14 @@ BINARY_DOCS = {
     "add": "a + b (ints wrap)",
     "sub": "a - b (ints wrap)",
     "mul": "a * b (ints wrap)",
-    "div": "a / b (floats only)",
+    "div": "a / b. Floats: rounded to nearest-even. Integers (since gdv 0.6, issue 19): the "
+    "quotient truncated toward zero (C's /), read with the dtype's signedness; div(a, 0) = 0 "
+    "and div(INT_MIN, -1) = INT_MIN (it wraps), so a = b * div(a, b) + rem(a, b) always",
     "max": "max(a, b); NaN if either is NaN; max(-0.0, +0.0) = +0.0",
     "min": "min(a, b); NaN if either is NaN; min(-0.0, +0.0) = -0.0",
     "pow": "a^b (floats only, transcendental)",
 }
-INT_BINARY_OPS = ("add", "sub", "mul", "max", "min")
+INT_BINARY_OPS = ("add", "sub", "mul", "div", "max", "min")
 COMMUTATIVE_OPS = ("add", "mul", "max", "min")
 """Symmetric in their operands as IR_SPEC.md section 5 compares values: IEEE `+` and `*`
 (all NaNs one value), and `max`/`min`, whose NaN and signed-zero cases are symmetric too

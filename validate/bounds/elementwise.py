@@ -8,7 +8,8 @@ Notation: a, b exact operands with error bounds ea, eb; A = max|a| over the exac
 - add, sub: e = ea + eb + u |a +- b|; no eta (Hauser: subnormal sums are exact).
 - mul: e = A eb + B ea + ea eb + u |ab| + eta; a square `mul(x, x)` is known nonnegative.
 - div: e = ea / |b| + A eb / (|b| |b^|) + u |a/b| + eta; infinite when b's interval holds 0;
-  no u term when b is a constant power of two (only a subnormal quotient rounds).
+  no u term when b is a constant power of two (only a subnormal quotient rounds). Integer div:
+  exact on exact operands (else infinite: a jump), within [-max |a|, max |a|].
 - sqrt: correctly rounded; e = ea / (2 sqrt(min b)) + u |sqrt a| + eta (sqrt(ea) at 0: Hoelder).
 - exp, log, rsqrt, tanh, sigmoid, erf, sin, cos, pow, tan, asin, acos, atan, sinh, cosh, asinh,
   acosh, atanh: the named ulp assumption,
@@ -694,6 +695,8 @@ def _power_of_two(op: Op, b: TB, ctx: Context) -> bool:
 @rule(OPS["div"])
 def _div(op: Op, args: list[TB], ctx: Context) -> TB:
     a, b = args
+    if op.type.dtype.is_int:
+        return _int_div(op, a, b)
     if (a.specials | b.specials) - {"nan"}:
         return make_tb(
             op.type,
@@ -910,6 +913,21 @@ def _bitwise(op: Op, args: list[TB], ctx: Context) -> TB:
             else Err.infinite(f"{op.name} of an inexact integer operand: any bit may differ")
         )
     return make_tb(op.type, _bitwise_range(op.name, dtype, [a.exact for a in args]), err)
+
+
+def _int_div(op: Op, a: TB, b: TB) -> TB:
+    """Integer div: exact on exact operands, a jump wherever a / b crosses an integer (an
+    inexact operand: infinite); |a / b| <= |a| truncated, a zero divisor gives 0 and INT_MIN
+    by -1 gives INT_MIN, all within [-max |a|, max |a|]."""
+    if any(x.err.total > 0 or not x.err.finite for x in (a, b)):
+        why = "div of an inexact integer operand: a jump wherever a / b crosses an integer"
+        return make_tb(op.type, (-math.inf, math.inf), Err.infinite(why))
+    if is_empty(*a.exact) or is_empty(*b.exact):
+        return make_tb(op.type, EMPTY, Err.zero())
+    m = mag(*a.exact)
+    lo = -m if a.exact[0] < 0 or b.exact[0] < 0 else 0.0
+    hi = m if a.exact[1] > 0 or b.exact[0] < 0 and a.exact[0] < 0 else 0.0
+    return make_tb(op.type, (lo, hi), Err.zero())
 
 
 # --- rem, mod ------------------------------------------------------------------------------------

@@ -9,10 +9,10 @@ In both, integers are bit-vectors of their width (wrapping) and `i1` is a Bool; 
 is read as two's complement for i8..i64 and as unsigned for u8..u64 (comparisons, max/min,
 widening and conversions to and from floats follow the dtype).
 
-`abstract=True` replaces every float (and integer multiply) primitive by an uninterpreted
-function of the same signature. That over-approximates the meaning, so an `unsat` under it is
-a proof for the precise meaning too; it lets Z3 prove structural equalities (layout algebra,
-equal fold bodies) by congruence without bit-blasting floating-point circuits.
+`abstract=True` replaces every float (and integer multiply and divide) primitive by an
+uninterpreted function of the same signature. That over-approximates the meaning, so an `unsat`
+under it is a proof for the precise meaning too; it lets Z3 prove structural equalities (layout
+algebra, equal fold bodies) by congruence without bit-blasting floating-point circuits.
 
 Commutative operands (`add`, `mul`, `max`, `min`, `cmp` eq/ne) are put in one canonical order
 (`TermKeys`): `a + b` and `b + a` are one Z3 term, so `add(b, a)`, (AB)^T against B^T A^T and
@@ -393,7 +393,15 @@ class Values:
     def div(self, dtype: DType, a, b) -> z3.ExprRef:
         """a / b, rounded to nearest-even; over the reals, a / 0 has no value (docs/IR_SPEC.md
         section 7): it is `real.div0(a)`, an uninterpreted function, so a claim is proved only
-        if it holds whatever x / 0 would be, and a claim that rests on it is `unknown`."""
+        if it holds whatever x / 0 would be, and a claim that rests on it is `unknown`.
+        Integers (IR_SPEC.md section 4): bvsdiv / bvudiv, which truncate toward zero and wrap
+        INT_MIN / -1 to INT_MIN, with a zero divisor giving 0 (where SMT-LIB gives -1 or 1)."""
+        if dtype.is_int:
+            if self.abstract:  # as mul: a bit-blasted divider is costly, and congruence is enough
+                sorts = [self.sort(dtype)] * 3
+                return self.func(f"abs.div.{dtype}", *sorts, uninterpreted=False)(a, b)
+            q = (a / b) if dtype.is_signed else z3.UDiv(a, b)  # z3py: / on bit-vectors is bvsdiv
+            return z3.If(b == 0, z3.BitVecVal(0, dtype.bits), q)
         if self.theory == "real":
             # Not a made-up value such as 0, which proved div(x, 0.0) == 0.0 (issue 14).
             div0 = self.func("real.div0", z3.RealSort(), z3.RealSort())

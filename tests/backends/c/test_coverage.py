@@ -469,8 +469,7 @@ def _all_ops_module(dtype: DType) -> tuple[str, dict[str, np.ndarray], dict[int,
         f.op("pow(%x, %y)", t, ulps=TRANSCENDENTAL_ULPS[dtype])
     if not dtype.is_bool:
         for name in BINARY:
-            if dtype.is_float or name != "div":
-                f.op(f"{name}(%x, %y)", t)
+            f.op(f"{name}(%x, %y)", t)
         f.op("rem(%x, %y)", t)
         if dtype.is_int:
             f.op("mod(%x, %y)", t)
@@ -579,7 +578,7 @@ def test_every_op_and_dtype_has_a_conformance_case() -> None:
         assert spec.name in covered, f"{spec.name} has no conformance case on the C target"
     # Each op on every dtype it admits (IR_SPEC.md section 7: i1 only in cmp, select,
     # convert, constant, layout ops and take tables; the float-only ops on floats).
-    float_only = {"pow", "div", *UNARY, *TRANSCENDENTAL}
+    float_only = {"pow", *UNARY, *TRANSCENDENTAL}
     for name, dtypes in covered.items():
         if name in float_only:
             want = set(FLOAT)

@@ -382,3 +382,18 @@ def test_o3_products_build_as_tl_dot_of_fused_multiply_adds_for_sm90(monkeypatch
     (got,) = tt.Executable(module)(inputs)
     (want,) = reference.run(module, inputs)
     assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+
+
+def test_integer_div_is_refused_by_name() -> None:
+    """i32 div (issue 19) has no Triton lowering: its zero divisor and INT_MIN / -1 rules are
+    not Triton's `//`; the kernel is refused, naming the op, and falls back to the reference."""
+    module = ts.final(
+        "func @main(%a: i32[4], %b: i32[4]) -> i32[4] {\n  %q = div(%a, %b) : i32[4]\n"
+        "  return %q\n}"
+    )
+    with pytest.raises(IRError, match=r"its body op div .* on integers has no Triton lowering"):
+        tt.lower_module(module)
+    a = np.array([7, -7, 5, -(2**31)], np.int32)
+    b = np.array([2, 2, 0, -1], np.int32)
+    (got,) = tt.Executable(module, allow_fallback=True)({"a": a, "b": b})
+    assert got.tolist() == [3, -3, 0, -(2**31)]

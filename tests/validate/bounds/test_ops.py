@@ -288,6 +288,11 @@ CASES: dict[str, tuple] = {
         "%b = rem(%x, %w) : i32[4,6]\n%y = convert(%b) : {dt}[4,6]",
         "{dt}[4,6]",
     ),
+    "int_div": _case(
+        "%x: i32[4,6] {{range = [-1000, 1000]}}, %w: i32[4,6] {{range = [-7, 40]}}",
+        "%b = div(%x, %w) : i32[4,6]\n%y = convert(%b) : {dt}[4,6]",
+        "{dt}[4,6]",
+    ),
     "int_mod": _case(
         "%x: i32[4,6] {{range = [-1000, 1000]}}, %w: i32[4,6] {{range = [-7, 40]}}",
         "%b = mod(%x, %w) : i32[4,6]\n%y = convert(%b) : {dt}[4,6]",
@@ -349,6 +354,7 @@ KERNEL_BODY = (
 
 OP_OF_CASE = {
     "int_rem": "rem",
+    "int_div": "div",
     "int_mod": "mod",
     **{f"int_{name}": name for name in BITWISE},
     **{f"{n}_of_sum": n for n in ("tan asin acos atan sinh cosh asinh acosh atanh".split())},

@@ -1,0 +1,280 @@
+"""ONNX Shrink, ReverseSequence and Trilu on empty tensors (issue 19): bit for bit against ONNX's
+reference evaluator on hypothesis-drawn values (NaN, infinities, signed zeros, lengths from 0
+to the whole axis), and on the C target."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+from gdv.backends import c, reference
+from gdv.frontends.onnx import Unsupported, import_model
+from gdv.validate.counterexample import same_bits
+
+SPECIAL = [0.0, -0.0, 0.5, -0.5, 1.5, -1.5, np.nan, np.inf, -np.inf, 0.49999997]
+
+
+def _check(op: str, feeds: dict[str, np.ndarray], on_c: bool = False, opset: int = 18,
+           inits: dict[str, np.ndarray] | None = None, exact: bool = True,
+           **attrs) -> None:  # fmt: skip
+    inits = inits or {}
+    g = helper.make_graph(
+        [helper.make_node(op, [*feeds, *inits], ["y"], **attrs)],
+        "g",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            for n, a in feeds.items()
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+        [
+            helper.make_tensor(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape,
+                               a.ravel().tolist())
+            for n, a in inits.items()
+        ],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    module, weights = import_model(m)
+    runs = [reference.run(module, dict(weights, **feeds))[0]]
+    if on_c:
+        runs.append(c.run(module, dict(weights, **feeds))[0])
+    for got in runs:
+        assert got.dtype == want.dtype and got.shape == want.shape
+        if exact:
+            assert same_bits(got, want).all(), (feeds, got, want)
+        else:  # a sum in the IR's order, where numpy's einsum chooses its own
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@given(data=st.data())
+def test_shrink_is_the_reference(dtype, data) -> None:
+    vals = data.draw(st.lists(st.sampled_from(SPECIAL) | st.floats(-3, 3), min_size=1,
+                              max_size=12))  # fmt: skip
+    x = np.array(vals, np.float64).astype(dtype)
+    lambd = data.draw(st.sampled_from([0.5, 0.0, 1.5, 0.1]))
+    bias = data.draw(st.sampled_from([0.0, 0.5, 1.5, 0.1, -0.3]))
+    _check("Shrink", {"x": x}, lambd=lambd, bias=bias)
+
+
+def test_shrink_on_c_and_integers_refused() -> None:
+    x = np.array(SPECIAL, np.float32)
+    _check("Shrink", {"x": x}, on_c=True, lambd=0.5, bias=1.5)
+    g = helper.make_graph(
+        [helper.make_node("Shrink", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, None)],
+    )  # fmt: skip
+    with pytest.raises(Unsupported, match="i8 operands are not supported"):
+        import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
+
+
+@given(data=st.data())
+def test_reverse_sequence_is_the_reference(data) -> None:
+    time_axis = data.draw(st.sampled_from([0, 1]))
+    t, b = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 4))
+    shape = (t, b, 2) if time_axis == 0 else (b, t, 2)
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    lens = np.array(data.draw(st.lists(st.integers(0, t), min_size=b, max_size=b)), np.int64)
+    _check("ReverseSequence", {"x": x, "lens": lens}, time_axis=time_axis,
+           batch_axis=1 - time_axis)  # fmt: skip
+
+
+def test_reverse_sequence_on_c() -> None:
+    x = np.arange(24, dtype=np.int32).reshape(4, 3, 2)
+    _check("ReverseSequence", {"x": x, "lens": np.array([4, 1, 2], np.int64)}, on_c=True)
+
+
+@pytest.mark.parametrize("shape", [(3, 0, 5), (0, 5), (2, 0)])
+def test_trilu_of_an_empty_tensor_is_itself(shape) -> None:
+    x = np.zeros(shape, np.float32)
+    _check("Trilu", {"x": x}, upper=0)
+    _check("Trilu", {"x": x}, upper=1)
+
+
+EINSUMS = [  # (equation, shapes, bit-exact: no sum of more than one term)
+    ("...ii->...i", [(2, 3, 3)], True),
+    ("ii->i", [(4, 4)], True),
+    ("ii", [(3, 3)], False),
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)], False),
+    ("...ij,jk", [(2, 3, 4), (4, 2)], False),
+    ("bii,bij->bj", [(2, 3, 3), (2, 3, 4)], False),
+    ("i...i->...", [(3, 2, 3)], False),
+    ("...i,...i->...i", [(2, 3), (2, 3)], True),
+]
+
+
+@pytest.mark.parametrize("eq, shapes, exact", EINSUMS, ids=[e for e, _, _ in EINSUMS])
+@given(data=st.data())
+def test_einsum_ellipsis_and_diagonals_are_the_reference(eq, shapes, exact, data) -> None:
+    feeds = {}
+    for k, shape in enumerate(shapes):
+        n = int(np.prod(shape))
+        vals = data.draw(st.lists(st.floats(-4, 4, width=32), min_size=n, max_size=n))
+        feeds[f"x{k}"] = np.array(vals, np.float32).reshape(shape)
+    _check("Einsum", feeds, opset=12, exact=exact, equation=eq)
+
+
+def test_einsum_diagonal_on_c_and_size_mismatch_refused() -> None:
+    x = np.arange(18, dtype=np.float32).reshape(2, 3, 3)
+    _check("Einsum", {"x": x}, on_c=True, opset=12, equation="...ii->...i")
+    g = helper.make_graph(
+        [helper.make_node("Einsum", ["x"], ["y"], equation="ij->i")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)]))
+    g.node[0].attribute[0].s = b"ii->i"
+    with pytest.raises(Unsupported, match="index 'i' has sizes 2 and 3"):
+        import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)]))
+
+
+def _maxpool(x: np.ndarray, **attrs) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    g = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)], "g",
+        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
+        [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in "yi"],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)])
+    want = ReferenceEvaluator(m).run(None, {"x": x})
+    module, weights = import_model(m)
+    got = reference.run(module, dict(weights, x=x))
+    return got, want
+
+
+@given(data=st.data())
+def test_maxpool_indices_are_the_reference(data) -> None:
+    """Ties (values drawn from a few), NaN not leading a window, pads, strides, dilations,
+    storage order and ceil mode: the indices bit for bit, the values too where no NaN is.
+    (A stride or dilation of 2 takes the reference's `_max_pool` path, which indexes x as
+    ONNX's spec and the node tests' data do; its path for unit strides and dilations indexes
+    each channel from 0 and reads coordinates off the output shape.)"""
+    shape = (
+        data.draw(st.integers(1, 2)),
+        2,
+        data.draw(st.integers(2, 5)),
+        data.draw(st.integers(5, 6)),
+    )  # fmt: skip  (the widest dilated window fits)
+    n = int(np.prod(shape))
+    nan = data.draw(st.booleans())
+    pool = st.sampled_from([0.0, 1.0, 2.0, -1.0] + ([np.nan] if nan else []))
+    x = np.array(data.draw(st.lists(pool, min_size=n, max_size=n)), np.float32).reshape(shape)
+    k = [data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3))]
+    attrs = {
+        "kernel_shape": k,
+        "strides": [2, data.draw(st.integers(1, 2))],
+        "pads": [data.draw(st.integers(0, k[0] - 1)), data.draw(st.integers(0, k[1] - 1))] * 2,
+        "dilations": [1, data.draw(st.integers(1, 2))],
+        "storage_order": data.draw(st.integers(0, 1)),
+        "ceil_mode": data.draw(st.integers(0, 1)),
+    }
+    (y, i), (wy, wi) = _maxpool(x, **attrs)
+    assert i.dtype == wi.dtype == np.int64 and np.array_equal(i, wi), (x, attrs, i, wi)
+    if not nan:
+        assert same_bits(y, wy).all()
+
+
+def test_maxpool_indices_on_c_and_refusals() -> None:
+    x = np.array([[[[3, 1, 3], [2, 5, 5], [0, 1, 4]]]], np.int32)
+    from onnx import helper as h
+
+    g = h.make_graph(
+        [h.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], pads=[1, 1, 0, 0],
+                     strides=[2, 1])],
+        "g", [h.make_tensor_value_info("x", TensorProto.INT32, x.shape)],
+        [h.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in "yi"],
+    )  # fmt: skip
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 12)])
+    want = ReferenceEvaluator(m).run(None, {"x": x})[1]
+    module, weights = import_model(m)
+    assert np.array_equal(c.run(module, dict(weights, x=x))[1], want)
+    g.input[0].type.tensor_type.shape.dim.add().dim_value = 2
+    g.node[0].attribute[0].ints.append(1)
+    with pytest.raises(Unsupported, match="Indices output of a 3-D pool"):
+        import_model(h.make_model(g, opset_imports=[h.make_opsetid("", 12)]))
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@given(data=st.data())
+def test_tensor_scatter_is_the_reference(mode, data) -> None:
+    b, m = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 5))
+    n = data.draw(st.integers(1, m))
+    axis = data.draw(st.sampled_from([-2, 1]))
+    cache_shape, upd_shape = [b, 2, m, 3], [b, 2, n, 3]
+    if axis == 1:
+        cache_shape, upd_shape = [b, m, 3], [b, n, 3]
+    past = np.arange(int(np.prod(cache_shape)), dtype=np.float32).reshape(cache_shape)
+    upd = -1.0 - np.arange(int(np.prod(upd_shape)), dtype=np.float32).reshape(upd_shape)
+    hi = m - n if mode == "linear" else m - 1
+    w = np.array(data.draw(st.lists(st.integers(0, hi), min_size=b, max_size=b)), np.int64)
+    _check("TensorScatter", {"past": past, "upd": upd, "w": w}, opset=24, mode=mode, axis=axis)
+
+
+def test_tensor_scatter_on_c() -> None:
+    past = np.zeros((2, 4, 2), np.int32)
+    upd = np.arange(1, 13, dtype=np.int32).reshape(2, 3, 2)
+    feeds = {"past": past, "upd": upd, "w": np.array([3, 1], np.int64)}
+    _check("TensorScatter", feeds, on_c=True, opset=24, mode="circular", axis=1)
+
+
+def _ml(op: str, feeds: dict[str, np.ndarray], **attrs) -> tuple[np.ndarray, np.ndarray, object]:
+    g = helper.make_graph(
+        [helper.make_node(op, list(feeds), ["y"], domain="ai.onnx.ml", **attrs)], "g",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for n, a in feeds.items()],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+    )  # fmt: skip
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", 3)]
+    )
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    module, weights = import_model(m)
+    return reference.run(module, dict(weights, **feeds))[0], want, (module, weights)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int32, np.int64])
+@given(data=st.data())
+def test_binarizer_is_the_reference(dtype, data) -> None:
+    kind = np.dtype(dtype).kind
+    vals = st.sampled_from(SPECIAL) | st.floats(-3, 3) if kind == "f" else st.integers(-3, 3)
+    x = np.array(data.draw(st.lists(vals, min_size=1, max_size=10)), np.float64).astype(dtype)
+    threshold = data.draw(st.sampled_from([0.0, 1.0, -0.5, 0.1, 1.5]))
+    got, want, _ = _ml("Binarizer", {"x": x}, threshold=threshold)
+    assert got.dtype == want.dtype and same_bits(got, want).all(), (x, threshold, got, want)
+
+
+@given(data=st.data())
+def test_array_feature_extractor_is_the_reference(data) -> None:
+    shape = data.draw(st.sampled_from([(4,), (3, 4), (2, 2, 4)]))
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    k = data.draw(st.integers(1, 5))
+    idx = np.array(data.draw(st.lists(st.integers(-4, 3), min_size=k, max_size=k)), np.int64)
+    got, want, (module, weights) = _ml("ArrayFeatureExtractor", {"x": x, "i": idx})
+    assert got.shape == want.shape and same_bits(got, want).all()
+    assert np.array_equal(c.run(module, dict(weights, x=x, i=idx))[0], want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@given(data=st.data())
+def test_lrn_is_the_reference(dtype, data) -> None:
+    """N = C: ONNX's reference loops its channel index over N (dim 0), so only there does it
+    compute every channel as ONNX's spec (and gdv) do. With beta = 1 (pow(d, 1) = d in every
+    libm) bit for bit, which checks the window sums' order; other betas within pow's ulps."""
+    c = data.draw(st.integers(1, 4))
+    n = int(np.prod((c, c, 2, 3)))
+    vals = data.draw(st.lists(st.sampled_from([0.0, -0.0, 1.0, -2.0]) | st.floats(-3, 3),
+                              min_size=n, max_size=n))  # fmt: skip
+    x = np.array(vals, np.float64).astype(dtype).reshape(c, c, 2, 3)
+    size = data.draw(st.integers(1, 5))
+    beta = data.draw(st.sampled_from([1.0, 0.75, 0.5]))
+    attrs = {"size": size, "alpha": 1e-2, "beta": beta, "bias": 1.5}
+    _check("LRN", {"x": x}, exact=beta == 1.0, **attrs)
+
+
+def test_lrn_on_c() -> None:
+    x = np.linspace(-3, 3, 2 * 2 * 3 * 2, dtype=np.float32).reshape(2, 2, 3, 2)
+    _check("LRN", {"x": x}, on_c=True, size=3, alpha=1e-2, beta=1.0, bias=2.0)
