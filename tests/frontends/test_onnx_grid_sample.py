@@ -91,9 +91,7 @@ def cases(draw: st.DrawFn, xdt: Any = np.float32) -> tuple[Any, ...]:
         n, c, out = 1, 1, [min(o, 2) for o in out]
     gdt = draw(st.sampled_from([np.float32, np.float64, np.float16]))
     grid = draw(hnp.arrays(np.float64, (n, *out, r), elements=COORD)).astype(gdt)
-    x = draw(
-        hnp.arrays(xdt, (n, c, *sizes), elements=st.floats(-100, 100, width=16).map(float))
-    )
+    x = draw(hnp.arrays(xdt, (n, c, *sizes), elements=st.floats(-100, 100, width=16).map(float)))
     return mode, padding, align, x, grid
 
 
@@ -133,7 +131,7 @@ def test_the_modes_paddings_and_alignments_on_a_fixed_grid() -> None:
     """Every combination once on a grid with centres, half-way points, the borders and points
     outside, values with a wide exponent range, so a wrong rule in any of them shows."""
     rng = np.random.default_rng(7)
-    x = (rng.standard_normal((2, 3, 4, 5)) * 2.0 ** rng.integers(-8, 8, (2, 3, 4, 5)))
+    x = rng.standard_normal((2, 3, 4, 5)) * 2.0 ** rng.integers(-8, 8, (2, 3, 4, 5))
     x = x.astype(np.float32)
     picks = np.array(SPECIAL + [0.3, -0.7, 0.999, -1.001], np.float64)
     grid = rng.choice(picks, (2, 6, 7, 2)).astype(np.float32)
@@ -210,3 +208,35 @@ def test_the_c_target_runs_a_bicubic_reflection_grid_sample() -> None:
     assert comp.verdict == "proved"
     got = np.asarray(comp(x=x, grid=grid, **weights)[0])
     assert same_bits(got, oracle(m, x, grid)).all()
+
+
+@pytest.mark.parametrize("align", [0, 1])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_spatial_transformer_affine_grid_then_grid_sample(mode: str, align: int) -> None:
+    """AffineGrid feeding GridSample (a spatial transformer). AffineGrid imports its ONNX function
+    body (f32 arithmetic), while ONNX's reference op computes the grid in f64 (numpy's matmul)
+    and rounds once: the grids differ by at most a few f32 ulp (asserted below). GridSample on
+    the imported grid is bit for bit the reference's GridSample on that same grid."""
+    F = TensorProto.FLOAT
+    size = onnx.numpy_helper.from_array(np.array([2, 3, 4, 7], np.int64), "size")
+    g = helper.make_graph(
+        [helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align),
+         helper.make_node("GridSample", ["x", "grid"], ["y"], align_corners=align, mode=mode)],
+        "g",
+        [helper.make_tensor_value_info("x", F, [2, 3, 5, 6]),
+         helper.make_tensor_value_info("theta", F, [2, 2, 3])],
+        [helper.make_tensor_value_info("y", F, None),
+         helper.make_tensor_value_info("grid", F, None)],
+        [size],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 22)])
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
+    theta = (np.eye(2, 3) + 0.3 * rng.standard_normal((2, 2, 3))).astype(np.float32)
+    module, weights = import_model(m)
+    y, grid = reference.run(module, dict(weights, x=x, theta=theta))
+    want_y, want_grid = ReferenceEvaluator(m).run(None, {"x": x, "theta": theta})
+    np.testing.assert_allclose(grid, want_grid, rtol=0, atol=4 * np.spacing(np.float32(2)))
+    sample = model(x.shape, grid.shape, mode=mode, align_corners=align)
+    assert same_bits(y, oracle(sample, x, grid)).all()
+    assert y.shape == want_y.shape
