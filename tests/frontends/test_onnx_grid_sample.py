@@ -173,6 +173,7 @@ def test_opset_16_names_bilinear_and_bicubic() -> None:
         (np.float32, (1, 1, 1, 3), (1, 2, 2, 2),
          {"padding_mode": "reflection", "align_corners": 1}, "spatial size of 1"),
         (np.float32, (1, 0, 2, 2), (1, 3, 3, 2), {}, "empty"),
+        (np.float32, (1, 1, 2, 2), (1, 2048, 2048, 2), {"mode": "cubic"}, "taps"),
     ],
 )  # fmt: skip
 def test_refusals_name_the_op_and_the_reason(xdt, xshape, gshape, attrs, reason) -> None:
@@ -195,14 +196,22 @@ def test_integer_and_bfloat16_inputs_are_refused_by_name() -> None:
             import_model(m)
 
 
-def test_the_c_target_runs_a_bicubic_reflection_grid_sample() -> None:
+@pytest.mark.parametrize(
+    ("mode", "padding", "align", "xshape", "gshape", "dt"),
+    [
+        ("cubic", "reflection", 0, (2, 3, 4, 5), (2, 3, 4, 2), np.float32),
+        ("linear", "zeros", 1, (1, 2, 3, 4, 5), (1, 2, 3, 2, 3), np.float32),
+        ("nearest", "border", 0, (1, 2, 4, 5), (1, 3, 4, 2), np.float16),
+    ],
+)  # fmt: skip
+def test_the_c_target_matches_the_reference(mode, padding, align, xshape, gshape, dt) -> None:
     from gdv.driver import CompileOptions, compile_module
     from gdv.ir.printer import print_module
 
     rng = np.random.default_rng(11)
-    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
-    grid = rng.choice(np.array(SPECIAL, np.float64), (2, 3, 4, 2)).astype(np.float32)
-    m = model(x.shape, grid.shape, mode="cubic", padding_mode="reflection", align_corners=0)
+    x = rng.standard_normal(xshape).astype(dt)
+    grid = rng.choice(np.array(SPECIAL, np.float64), gshape).astype(np.float32)
+    m = model(x.shape, grid.shape, dt, mode=mode, padding_mode=padding, align_corners=align)
     module, weights = import_model(m)
     comp = compile_module(print_module(module), CompileOptions(target="c", level=2, jobs=1))
     assert comp.verdict == "proved"
