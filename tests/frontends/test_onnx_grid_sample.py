@@ -142,6 +142,22 @@ def test_the_modes_paddings_and_alignments_on_a_fixed_grid() -> None:
                 assert same_bits(got, want).all(), (mode, padding, align)
 
 
+@pytest.mark.parametrize("scale", [1e3, 1e6, 1e12])
+def test_coordinates_far_outside_the_input(scale: float) -> None:
+    """Far-away coordinates: f64 reflection over many folds, clamping, taps whose i64 positions
+    are far out of range (zeros), every combination bit for bit."""
+    rng = np.random.default_rng(int(scale) % 1000 + 1)
+    x = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    grid = (rng.uniform(-1, 1, (1, 4, 5, 2)) * scale).astype(np.float32)
+    for mode in MODES:
+        for padding in PADDINGS:
+            for align in (0, 1):
+                if mode == "nearest" and padding == "zeros" and scale > 2**31:
+                    continue  # the reference casts to int32 there: undefined in numpy
+                got, want = check_case((mode, padding, align, x, grid))
+                assert same_bits(got, want).all(), (mode, padding, align)
+
+
 def test_the_rounding_of_nearest_is_half_to_even() -> None:
     # a row of 4, align_corners = 0: x = ((g + 1) * 4 - 1) / 2 is 0.5, 1.5, 2.5 -> 0, 2, 2
     x = np.arange(4, dtype=np.float32).reshape(1, 1, 1, 4)
