@@ -1921,6 +1921,212 @@ def _resize_nearest(imp: Importer, node: Any, ins: list[str], attrs: dict[str, A
     _out(imp, node, imp.emit("take", [flat, imp.const(positions, it)], axis=0))
 
 
+_GRID_SAMPLE_DTYPES = (DType.F32, DType.F64, DType.F16)
+_CUBIC_ALPHA = -0.75
+
+
+def _gs_reflect(imp: GraphEmitter, v: str, lo: float, hi: float) -> str:
+    """ONNX's reference `_gs_reflect` on f64 values: a value below `lo` (above `hi`) is folded
+    back by the near border until inside: dx its distance past the border, n = trunc(dx / range)
+    (dx >= 0, so floor), r = dx - n * range, and the border reached after n folds (even n: the
+    near one) moved r inwards; values inside stay."""
+    t = imp.type_of(v)
+
+    def c(z: float) -> str:
+        return imp.const(z, t)
+
+    below = imp.emit("cmp", [v, c(lo)], dir="lt")
+    above = imp.emit("cmp", [v, c(hi)], dir="gt")
+    dx = imp.emit("select", [below, imp.emit("sub", [c(lo), v]), imp.emit("sub", [v, c(hi)])])
+    span = hi - lo
+    n = imp.emit("floor", [imp.emit("div", [dx, c(span)])])
+    r = imp.emit("sub", [dx, imp.emit("mul", [n, c(span)])])
+    half = imp.emit("mul", [n, c(0.5)])
+    even = imp.emit("cmp", [half, imp.emit("floor", [half])], dir="eq")
+    from_lo = imp.emit("add", [c(lo), r])
+    from_hi = imp.emit("sub", [c(hi), r])
+    fx_below = imp.emit("select", [even, from_lo, from_hi])
+    fx_above = imp.emit("select", [even, from_hi, from_lo])
+    return imp.emit("select", [below, fx_below, imp.emit("select", [above, fx_above, v])])
+
+
+def _gs_coefficients(imp: GraphEmitter, t: str, cubic: bool) -> list[str]:
+    """The reference's interpolation weights of the f32 fraction t = x - floor(x), in f32 and
+    in its order of operations (`_gs_get_linear_coeffs`, `_gs_get_cubic_coeffs`, alpha -0.75)."""
+    tt = imp.type_of(t)
+
+    def c(z: float) -> str:
+        return imp.const(z, tt)
+
+    def op(name: str, a: str, b: str) -> str:
+        return imp.emit(name, [a, b])
+
+    one = c(1.0)
+    if not cubic:
+        return [op("sub", one, t), t]
+    a = _CUBIC_ALPHA
+
+    def outer(s: str) -> str:  # ((a * s - 5a) * s + 8a) * s - 4a
+        inner = op("sub", op("mul", c(a), s), c(5 * a))
+        return op("sub", op("mul", op("add", op("mul", inner, s), c(8 * a)), s), c(4 * a))
+
+    def near(s: str) -> str:  # ((a + 2) * s - (a + 3)) * s * s + 1
+        inner = op("sub", op("mul", c(a + 2), s), c(a + 3))
+        return op("add", op("mul", op("mul", inner, s), s), one)
+
+    return [
+        outer(op("add", t, one)),
+        near(t),
+        near(op("sub", one, t)),
+        outer(op("sub", c(2.0), t)),
+    ]
+
+
+def _gs_dot_last(imp: GraphEmitter, v: str, w: str) -> str:
+    """`w @ v` along the last axis as ONNX's reference gets it from numpy: f32 products summed
+    in f64 from 0.0 and rounded once (OpenBLAS's sdot); f16 converted to f32, multiplied and
+    summed there (numpy's half dot); f64 products summed in f64 (OpenBLAS's ddot fuses each
+    multiply-add, which the IR has no op for: within an ulp of the sum, not bit for bit)."""
+    vt = imp.type_of(v)
+    last = vt.rank - 1
+    if vt.dtype is DType.F32:
+        p = convert(imp, imp.emit("mul", [v, w]), DType.F64)
+    elif vt.dtype is DType.F16:
+        p = imp.emit("mul", [convert(imp, v, DType.F32), convert(imp, w, DType.F32)])
+    else:
+        p = imp.emit("mul", [v, w])
+    s = imp.emit("reduce_sum", [p], axes=[last])
+    s = imp.emit("add", [s, imp.const(0.0, imp.type_of(s))])  # the fold starts from +0.0
+    return convert(imp, s, vt.dtype)
+
+
+@handler("GridSample")
+def _grid_sample(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """GridSample as ONNX's reference computes it (`op_grid_sample.py`), for any spatial rank
+    (4-D and 5-D inputs). Per spatial axis, the grid coordinate (in the grid's dtype) is
+    unnormalised per `align_corners` and stored in f32, rounded half to even for `nearest`, and
+    when outside the borders clamped (`border`) or reflected in f64 (`reflection`). The taps
+    (1, 2 or 4 per axis) are i64 positions from floor(x); each is read with a `take` from the
+    flattened input, out-of-range taps giving 0 (`zeros`, a select), clamped (`border`) or
+    reflected (`reflection`). Interpolation folds the last spatial axis first, then the others
+    outwards, each a dot of the weights with the taps as numpy computes it (`_gs_dot_last`)."""
+    x = imp.dyn(ins[0])
+    grid = imp.dyn(ins[1])
+    xt, gt = imp.type_of(x), imp.type_of(grid)
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(
+        attrs.get("mode", "linear"), attrs.get("mode", "linear")
+    )
+    padding = attrs.get("padding_mode", "zeros")
+    align = bool(attrs.get("align_corners", 0))
+    if mode not in ("nearest", "linear", "cubic"):
+        raise imp.unsupported(f"mode '{printable(str(mode))}' is not a GridSample mode")
+    if padding not in ("zeros", "border", "reflection"):
+        raise imp.unsupported(f"padding_mode '{printable(str(padding))}' is not a GridSample one")
+    for what, t in (("X", xt), ("grid", gt)):
+        if t.dtype not in _GRID_SAMPLE_DTYPES:
+            raise imp.unsupported(
+                f"{t.dtype} {what} is not supported (f32, f64 and f16 are: ONNX's reference "
+                "computes other dtypes' weights and dots in ways the IR does not reproduce)"
+            )
+    r = xt.rank - 2
+    if r < 1 or gt.rank != r + 2 or gt.shape[-1] != r or gt.shape[0] != xt.shape[0]:
+        raise imp.unsupported(
+            f"X {xt} and grid {gt} do not fit (X is N, C, D1..Dr; grid N, H1..Hr', r)"
+        )
+    n_batch, n_chan, sizes, out = xt.shape[0], xt.shape[1], xt.shape[2:], gt.shape[1:-1]
+    if n_batch * n_chan * math.prod(out) == 0 or math.prod(sizes) == 0:
+        raise imp.unsupported("an empty input or output")
+    if padding == "reflection" and align and 1 in sizes:
+        raise imp.unsupported(
+            "reflection padding with align_corners = 1 over a spatial size of 1 (ONNX's "
+            "reference divides by its zero range)"
+        )
+    taps = {"nearest": [0], "linear": [0, 1], "cubic": [-1, 0, 1, 2]}[mode]
+    n_taps = len(taps)
+    full = (n_batch, n_chan, *out, *([n_taps] * r))
+    if math.prod(full) > 2**24:
+        raise imp.unsupported(f"{math.prod(full)} taps (at most 2^24)")
+    pos = (n_batch, *out)
+    pos_t = TensorType(gt.dtype, pos)
+    f32 = TensorType(DType.F32, pos)
+    tap_t = TensorType(DType.I64, (*pos, n_taps))
+    kept = [0, *range(2, 2 + len(out))]
+    full_i = TensorType(DType.I64, full)
+    strides = [math.prod(sizes[a + 1 :]) for a in range(r)]
+    lin = imp.emit(
+        "mul", [imp.emit("iota", [], full_i, axis=0), imp.const(n_chan * math.prod(sizes), full_i)]
+    )
+    lin = imp.emit("add", [lin, imp.emit("mul", [
+        imp.emit("iota", [], full_i, axis=1), imp.const(math.prod(sizes), full_i)])])  # fmt: skip
+    valid: str | None = None
+    weights: list[str] = []
+    for a, size in enumerate(sizes):
+        k = r - 1 - a  # the grid holds the coordinates innermost axis first
+        start = [0] * gt.rank
+        start[-1] = k
+        comp = imp.emit("slice", [grid], start=start, limit=[*gt.shape[:-1], k + 1],
+                        stride=[1] * gt.rank)  # fmt: skip
+        g = reshape(imp, comp, pos)
+
+        def gc(z: float) -> str:
+            return imp.const(z, pos_t)
+
+        g1 = imp.emit("add", [g, gc(1.0)])
+        if align:
+            v = imp.emit("mul", [imp.emit("div", [g1, gc(2.0)]), gc(size - 1)])
+        else:
+            v = imp.emit("div", [imp.emit("sub", [imp.emit("mul", [g1, gc(size)]), gc(1.0)]),
+                                 gc(2.0)])  # fmt: skip
+        v = convert(imp, v, DType.F32)
+        if mode == "nearest":
+            v = round_half_even(imp, v)
+        lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+        if padding == "border":
+            below = imp.emit("cmp", [v, imp.const(lo, f32)], dir="lt")
+            above = imp.emit("cmp", [v, imp.const(hi, f32)], dir="gt")
+            v = imp.emit("select", [above, imp.const(size - 1, f32), v])
+            v = imp.emit("select", [below, imp.const(0.0, f32), v])
+        elif padding == "reflection":
+            v = convert(imp, _gs_reflect(imp, convert(imp, v, DType.F64), lo, hi), DType.F32)
+        if mode == "nearest":
+            base = convert(imp, v, DType.I64)
+        else:
+            f = imp.emit("floor", [v])
+            frac = imp.emit("sub", [v, f])
+            base = convert(imp, f, DType.I64)
+            ws = [reshape(imp, w, (*pos, 1)) for w in _gs_coefficients(imp, frac, mode == "cubic")]
+            w = imp.emit("concat", ws, axis=len(pos))
+            weights.append(convert(imp, w, xt.dtype))
+        base = imp.emit("broadcast", [base], tap_t, dims=list(range(len(pos))))
+        i = imp.emit("add", [base, imp.emit("iota", [], tap_t, axis=len(pos))])
+        if taps[0]:
+            i = imp.emit("add", [i, imp.const(taps[0], tap_t)])
+        lo_i, hi_i = imp.const(0, tap_t), imp.const(size - 1, tap_t)
+        if padding == "reflection":
+            i = convert(imp, _gs_reflect(imp, convert(imp, i, DType.F64), lo, hi), DType.I64)
+        else:
+            if padding == "zeros":
+                ok = imp.emit("bitwise_and", [imp.emit("cmp", [i, lo_i], dir="ge"),
+                                              imp.emit("cmp", [i, hi_i], dir="le")])  # fmt: skip
+                ok = imp.emit("broadcast", [ok], full_i.with_dtype(DType.I1),
+                              dims=[*kept, 2 + len(out) + a])  # fmt: skip
+                valid = ok if valid is None else imp.emit("bitwise_and", [valid, ok])
+            i = imp.emit("min", [imp.emit("max", [i, lo_i]), hi_i])
+        i = imp.emit("broadcast", [i], full_i, dims=[*kept, 2 + len(out) + a])
+        lin = imp.emit("add", [lin, imp.emit("mul", [i, imp.const(strides[a], full_i)])])
+    vals = imp.emit("take", [reshape(imp, x, [xt.num_elements]), lin], axis=0)
+    if valid is not None:
+        vals = imp.emit("select", [valid, vals, imp.const(0.0, xt.with_shape(full))])
+    if mode == "nearest":
+        _out(imp, node, reshape(imp, vals, (n_batch, n_chan, *out)))
+        return
+    for a in reversed(range(r)):
+        vt = imp.type_of(vals)
+        w = imp.emit("broadcast", [weights[a]], vt, dims=[*kept, 2 + len(out) + a])
+        vals = _gs_dot_last(imp, vals, w)
+    _out(imp, node, vals)
+
+
 def _quant_param(imp: Importer, name: str, t: TensorType, raw_axis: int, block: int) -> str:
     """A scale or zero point spread to x's shape `t` as ONNX's reference spreads it: one value
     (a scalar or one element) everywhere; a vector along `axis`; with `block`, each value over
