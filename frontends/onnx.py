@@ -285,10 +285,13 @@ class Importer(GraphEmitter):
         known_inputs: Mapping[str, np.ndarray] | None = None,
         filename: str = "<onnx>",
         narrow_in_f32: bool = False,
+        accumulate_in_f32: bool = False,
     ) -> None:
         self.model = model
         self.narrow_in_f32 = narrow_in_f32
         """f16 and bf16 values computed in f32 (`import_model`)."""
+        self.accumulate_in_f32 = accumulate_in_f32
+        """f16 and bf16 matrix products accumulated in f32 (`import_model`)."""
         self.graph = model.graph
         self.filename = filename
         self.opset = 1
@@ -2161,9 +2164,7 @@ def _dequantize_linear(imp: Importer, node: Any, ins: list[str], attrs: dict[str
     if t.dtype.is_float8:
         _dequantize_float8(imp, node, ins, attrs, x)
         return
-    if t.dtype.is_small_int:
-        raise imp.unsupported(f"input {t}: sub-byte integers are not dequantized yet")
-    if not t.dtype.is_int or t.dtype.bits > 32:
+    if not (t.dtype.is_int or t.dtype.is_small_int) or t.dtype.bits > 32:
         raise imp.unsupported(f"input {t} (integers of up to 32 bits)")
     axis = attrs.get("axis", 1)
     block = int(attrs.get("block_size", 0))
@@ -2224,6 +2225,7 @@ def _dequantize_float8(
 
 _QUANT_RANGE = {DType.U8: (0, 255), DType.I8: (-128, 127), DType.U16: (0, 65535)}
 _QUANT_RANGE[DType.I16] = (-32768, 32767)
+_QUANT_RANGE.update({DType.U4: (0, 15), DType.I4: (-8, 7), DType.U2: (0, 3), DType.I2: (-2, 1)})
 """The integer outputs of QuantizeLinear (the float8 and 4-bit ones have no IR dtype)."""
 
 
@@ -2289,8 +2291,8 @@ def _quantize_linear(imp: Importer, node: Any, ins: list[str], attrs: dict[str, 
             raise imp.unsupported(f"a {zd} zero point with output_dtype {out}")
         out = zd
     out = out or DType.U8
-    if out not in _QUANT_RANGE:
-        raise imp.unsupported(f"output {out} (u8, i8, u16, i16)")
+    if out not in _QUANT_RANGE and not out.is_float8:
+        raise imp.unsupported(f"output {out} (u8, i8, u16, i16, u4, i4, u2, i2, float8, float4)")
     if attrs.get("precision"):
         wide = _ONNX_DTYPES.get(attrs["precision"])
         if wide is None or not wide.is_float:
@@ -2298,6 +2300,19 @@ def _quantize_linear(imp: Importer, node: Any, ins: list[str], attrs: dict[str, 
     else:
         wide = _float_promote(imp, t.dtype, sd)
     q = imp.emit("div", [convert(imp, x, wide), convert(imp, scale, wide)])
+    if out.is_float8:
+        # ONNX's reference: x / scale rounded once to the format (IR_SPEC section 8), with
+        # `saturate` for the float8 formats; the zero point is not read (ONNX requires it to
+        # be 0) except for float4, where the reference adds it first (in x / scale's dtype)
+        if out is DType.F4E2M1FN and zp is not None:
+            q = imp.emit("add", [q, convert(imp, zp, wide)])
+        if out is not DType.F4E2M1FN and not bool(attrs.get("saturate", 1)):
+            _out(
+                imp, node, imp.emit("convert", [q], imp.type_of(q).with_dtype(out), saturate=False)
+            )
+            return
+        _out(imp, node, convert(imp, q, out))
+        return
     _out(imp, node, _saturate_int(imp, round_half_even(imp, q), zp, out))
 
 
@@ -3264,6 +3279,14 @@ def _matmul(imp: Importer, a: str, b: str) -> str:
     ta, tb = imp.type_of(a), imp.type_of(b)
     if ta.dtype != tb.dtype or ta.dtype.is_bool:
         raise imp.unsupported(f"operands {ta} and {tb}")
+    if getattr(imp, "accumulate_in_f32", False) and ta.dtype in _NARROW:
+        # numpy's (and so ONNX's reference's) f16/bf16 matmul: products exact in f32 (11 + 11
+        # and 8 + 8 significand bits fit its 24), summed in f32 in order from +0.0 (the IR's
+        # fold starts from the first product: the + 0.0 after it makes a -0.0 sum +0.0, the
+        # only difference), rounded once
+        wide = _matmul(imp, convert(imp, a, DType.F32), convert(imp, b, DType.F32))
+        wide = imp.emit("add", [wide, imp.const(0.0, imp.type_of(wide))])
+        return convert(imp, wide, ta.dtype)
     a1, b1 = ta.rank == 1, tb.rank == 1
     if a1:
         a = reshape(imp, a, [1, ta.shape[0]])
@@ -4482,6 +4505,7 @@ def import_model(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     known_inputs: Mapping[str, np.ndarray] | None = None,
     narrow_in_f32: bool = False,
+    accumulate_in_f32: bool = False,
 ) -> tuple[Module, dict[str, np.ndarray]]:
     """An ONNX model (a `ModelProto` or a path) as a verified graph-stage Module and its weights
     (initializer values keyed by parameter name).
@@ -4493,6 +4517,12 @@ def import_model(
     the end. The module says so in its ops: it is a different program from the default import
     (every op rounding to its ONNX type), which IR_SPEC defines and gdv proves as written; the
     choice is the user's, recorded in the ops' origins.
+
+    `accumulate_in_f32` keeps every op in its ONNX type but accumulates f16 and bf16 matrix
+    products (MatMul, Gemm, and the products of the ops that decompose to them) in f32, rounding
+    each result once, as numpy's f16/bf16 matmul does and so ONNX's reference (the products
+    are exact in f32; the sum runs in order): the operands are widened exactly, multiplied as
+    an f32 matmul and the result narrowed.
 
     `input_shapes` fixes graph inputs' shapes (by ONNX name) where the model has symbolic dims.
     `known_inputs` gives graph inputs' values (by ONNX name) that may be used where an op needs
@@ -4506,6 +4536,7 @@ def import_model(
         known_inputs=known_inputs,
         filename=filename,
         narrow_in_f32=narrow_in_f32,
+        accumulate_in_f32=accumulate_in_f32,
     )
     return imp.run()
 
@@ -4521,9 +4552,12 @@ class BackendRep(_OnnxBackendRep):
     """A prepared model: imported for each new set of input shapes and constant inputs, then
     executed on gdv's reference backend."""
 
-    def __init__(self, model: Any, narrow_in_f32: bool = False) -> None:
+    def __init__(
+        self, model: Any, narrow_in_f32: bool = False, accumulate_in_f32: bool = False
+    ) -> None:
         self.model = model
         self.narrow_in_f32 = narrow_in_f32
+        self.accumulate_in_f32 = accumulate_in_f32
         self._cache: dict[Any, tuple[Module, dict[str, np.ndarray]]] = {}
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
@@ -4550,6 +4584,7 @@ class BackendRep(_OnnxBackendRep):
                 input_shapes=shapes,
                 known_inputs=known,
                 narrow_in_f32=self.narrow_in_f32,
+                accumulate_in_f32=self.accumulate_in_f32,
             )
             self._cache[key] = (module, weights)
         module, weights = self._cache[key]
@@ -4586,7 +4621,11 @@ class Backend(_OnnxBackend):
     def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> BackendRep:
         if not cls.supports_device(device):
             raise IRError(f"device '{printable(device)}' is not supported (CPU only)")
-        return BackendRep(model, narrow_in_f32=bool(kwargs.get("narrow_in_f32", False)))
+        return BackendRep(
+            model,
+            narrow_in_f32=bool(kwargs.get("narrow_in_f32", False)),
+            accumulate_in_f32=bool(kwargs.get("accumulate_in_f32", False)),
+        )
 
     @classmethod
     def run_model(

@@ -36,6 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="ONNX: compute f16 and bf16 values in f32, rounding each f16/bf16 output once (as "
         "ONNX's reference computes most ops); default: every op rounds to its ONNX type",
     )
+    p.add_argument(
+        "--accumulate-in-f32",
+        action="store_true",
+        help="ONNX: accumulate f16 and bf16 matrix products in f32 and round each result once "
+        "(as numpy and so ONNX's reference compute them); other ops keep their ONNX type",
+    )
     p.set_defaults(handler=run)
 
 
@@ -64,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
     if args.file.lower().endswith(".pt2"):
         from gdv.frontends.torch import import_program
 
-        if args.input_shape or args.narrow_in_f32:
+        if args.input_shape or args.narrow_in_f32 or args.accumulate_in_f32:
             raise IRError(
-                "--input-shape and --narrow-in-f32 apply to ONNX models; a .pt2 program keeps "
+                "--input-shape, --narrow-in-f32 and --accumulate-in-f32 apply to ONNX models; "
+                "a .pt2 program keeps "
                 "the static shapes and dtypes it was exported with",
                 Loc("<command line>", 1, 1),
             )
@@ -75,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
         from gdv.frontends.onnx import import_model
 
         module, weights = import_model(
-            args.file, input_shapes=_shapes(args.input_shape), narrow_in_f32=args.narrow_in_f32
+            args.file,
+            input_shapes=_shapes(args.input_shape),
+            narrow_in_f32=args.narrow_in_f32,
+            accumulate_in_f32=args.accumulate_in_f32,
         )
     weights_path = args.weights or (args.output.rsplit(".", 1)[0] + ".npz")
     text = annotated_text(module)  # each op line ends with `// from` its source node

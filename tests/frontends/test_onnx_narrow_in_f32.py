@@ -108,4 +108,39 @@ def test_the_cli_flag_and_its_refusal_for_torch_programs(tmp_path, capsys) -> No
     text = out.read_text()
     assert "f32[3,4]" in text and "computed in f32" in text
     assert main(["import", str(tmp_path / "p.pt2"), "-o", str(out), "--narrow-in-f32"]) == 3
-    assert "--narrow-in-f32 apply to ONNX models" in capsys.readouterr().err
+    assert "--accumulate-in-f32 apply to ONNX models" in capsys.readouterr().err
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    dt=st.sampled_from([np.float16, ml_dtypes.bfloat16]),
+    k=st.integers(1, 40),
+    data=st.data(),
+)
+def test_accumulate_in_f32_is_numpys_narrow_matmul_bit_for_bit(dt, k, data) -> None:
+    """accumulate_in_f32: an f16/bf16 MatMul summed in f32 and rounded once, which is what
+    ONNX's reference evaluator computes (numpy's narrow matmul): bit for bit against it, while
+    the default import (every step rounded to the narrow type) is its own meaning."""
+    from onnx.reference import ReferenceEvaluator
+
+    code = CODES[np.dtype(dt)]
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", code, [3, k]),
+         helper.make_tensor_value_info("b", code, [k, 5])],
+        [helper.make_tensor_value_info("y", code, [3, 5])],
+    )  # fmt: skip
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    floats = st.floats(-8, 8, width=32)
+    a = np.array(data.draw(st.lists(floats, min_size=3 * k, max_size=3 * k)), np.float32)
+    b = np.array(data.draw(st.lists(floats, min_size=5 * k, max_size=5 * k)), np.float32)
+    a, b = a.reshape(3, k).astype(dt), b.reshape(k, 5).astype(dt)
+    want = ReferenceEvaluator(model).run(None, {"a": a, "b": b})[0]
+    module, _ = import_model(model, accumulate_in_f32=True)
+    (got,) = reference.run(module, {"a": a, "b": b})
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+    # the meaning, independently: exact f32 products summed in order from +0.0, one rounding
+    acc = np.zeros((3, 5), np.float32)
+    for j in range(k):
+        acc = acc + a[:, j : j + 1].astype(np.float32) * b[j : j + 1, :].astype(np.float32)
+    assert reference.bit_equal(got, acc.astype(dt))

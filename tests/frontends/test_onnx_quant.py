@@ -252,3 +252,37 @@ def test_conv_integer_and_qlinear_conv_are_onnx_reference(data) -> None:
     feeds = {"x": x, "xs": xs, "zx": zx, "w": w, "ws": ws, "zw": zw, "ys": ys,
              "zy": _ints(data, np.uint8, ()), "B": bias}  # fmt: skip
     _same_as_reference("QLinearConv", feeds, opset=10, pads=pads)
+
+
+_NARROW_OUT = {
+    "int4": TensorProto.INT4, "uint4": TensorProto.UINT4, "int2": TensorProto.INT2,
+    "uint2": TensorProto.UINT2, "float8_e4m3fn": TensorProto.FLOAT8E4M3FN,
+    "float8_e5m2": TensorProto.FLOAT8E5M2, "float4_e2m1fn": TensorProto.FLOAT4E2M1,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(_NARROW_OUT))
+@pytest.mark.parametrize("saturate", [1, 0])
+@given(data=st.data())
+def test_quantize_to_sub_byte_and_float8_outputs_is_onnx_reference(name, saturate, data) -> None:
+    """QuantizeLinear to i4/u4/i2/u2 (rint, the zero point added, clipped to the range) and to
+    the float8 and float4 formats (x / scale rounded once, `saturate` for float8; float4 adds
+    its zero point first, as the reference does), bit for bit against ONNX's reference
+    evaluator on values at ties, beyond the formats' range, and NaN/inf; then DequantizeLinear
+    of the sub-byte result back, also bit for bit."""
+    import ml_dtypes
+
+    dt = np.dtype(getattr(ml_dtypes, name))
+    ONNX.setdefault(dt.type, _NARROW_OUT[name])
+    x = _quant_values(data, (3, 4), 0.2)
+    x[0, :3] = [np.nan, np.inf, -1e30] if name.startswith("float") else x[0, :3]
+    scale = np.array(data.draw(st.sampled_from([1.0, 0.5, 2.0, 0.01, 3.7])), np.float32)
+    if name.startswith(("int", "uint")):
+        info = ml_dtypes.iinfo(dt)
+        zp = np.array(data.draw(st.integers(int(info.min), int(info.max))), dt)
+    else:
+        zp = np.zeros((), dt)
+    attrs = {"saturate": saturate} if name.startswith("float8") else {}
+    (y,) = _same_as_reference("QuantizeLinear", {"x": x, "s": scale, "z": zp}, **attrs)
+    if name.startswith(("int", "uint")):
+        _same_as_reference("DequantizeLinear", {"x": y, "s": scale, "z": zp})
