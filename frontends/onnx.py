@@ -2152,6 +2152,24 @@ def _quant_param(imp: Importer, name: str, t: TensorType, raw_axis: int, block: 
     return imp.emit("take", [v, imp.const(idx, TensorType(DType.I64, idx.shape))], full, axis=axis)
 
 
+def _dequant_scale(imp: Importer, ins: list[str], attrs: dict[str, Any], t: TensorType):
+    """DequantizeLinear's (axis, block_size, scale spread to x's shape `t`, result dtype: the
+    scale's, or `output_dtype`)."""
+    axis = attrs.get("axis", 1)
+    block = int(attrs.get("block_size", 0))
+    scale = _quant_param(imp, ins[1], t, axis, block)
+    st = imp.type_of(scale)
+    if not st.dtype.is_float:
+        raise imp.unsupported(f"a {st.dtype} scale")
+    out_dtype = st.dtype
+    if attrs.get("output_dtype"):
+        code = attrs["output_dtype"]
+        if _ONNX_DTYPES.get(code) is None:
+            raise imp.unsupported(f"output_dtype {_no_ir_dtype(code)}")
+        out_dtype = _ONNX_DTYPES[code]
+    return axis, block, scale, out_dtype
+
+
 @handler("DequantizeLinear")
 def _dequantize_linear(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     """y = (x - zero_point) * scale, in ONNX's reference's arithmetic: x (and the zero point)
@@ -2166,18 +2184,7 @@ def _dequantize_linear(imp: Importer, node: Any, ins: list[str], attrs: dict[str
         return
     if not (t.dtype.is_int or t.dtype.is_small_int) or t.dtype.bits > 32:
         raise imp.unsupported(f"input {t} (integers of up to 32 bits)")
-    axis = attrs.get("axis", 1)
-    block = int(attrs.get("block_size", 0))
-    scale = _quant_param(imp, ins[1], t, axis, block)
-    st = imp.type_of(scale)
-    if not st.dtype.is_float:
-        raise imp.unsupported(f"a {st.dtype} scale")
-    out_dtype = st.dtype
-    if attrs.get("output_dtype"):
-        code = attrs["output_dtype"]
-        if _ONNX_DTYPES.get(code) is None:
-            raise imp.unsupported(f"output_dtype {_no_ir_dtype(code)}")
-        out_dtype = _ONNX_DTYPES[code]
+    axis, block, scale, out_dtype = _dequant_scale(imp, ins, attrs, t)
     wide = DType.F64 if t.dtype.bits > 16 else DType.F32
     dx = convert(imp, x, DType.F32)
     if len(ins) > 2 and ins[2]:
@@ -2198,23 +2205,12 @@ def _dequantize_float8(
     value exactly, IR_SPEC.md section 8), in f32 (f64 for an f64 scale), then the result dtype.
     ONNX requires a float8 zero point to be 0 (its bits all clear); any other is refused."""
     t = imp.type_of(x)
-    axis = attrs.get("axis", 1)
-    block = int(attrs.get("block_size", 0))
     if len(ins) > 2 and ins[2]:
         zp = np.asarray(imp.static(ins[2], "a float8 zero point"))
         if np.any(np.ascontiguousarray(zp).view(np.uint8) != 0):
             raise imp.unsupported("a float8 zero point other than 0 (ONNX requires 0)")
-    scale = _quant_param(imp, ins[1], t, axis, block)
-    st = imp.type_of(scale)
-    if not st.dtype.is_float:
-        raise imp.unsupported(f"a {st.dtype} scale")
-    out_dtype = st.dtype
-    if attrs.get("output_dtype"):
-        code = attrs["output_dtype"]
-        if _ONNX_DTYPES.get(code) is None:
-            raise imp.unsupported(f"output_dtype {_no_ir_dtype(code)}")
-        out_dtype = _ONNX_DTYPES[code]
-    wide = DType.F64 if st.dtype is DType.F64 else DType.F32
+    _, _, scale, out_dtype = _dequant_scale(imp, ins, attrs, t)
+    wide = DType.F64 if imp.type_of(scale).dtype is DType.F64 else DType.F32
     y = imp.emit("mul", [convert(imp, x, wide), convert(imp, scale, wide)])
     if out_dtype.is_float8:  # the reference's astype: no saturation
         t_out = imp.type_of(y).with_dtype(out_dtype)

@@ -983,21 +983,10 @@ def _convert(op: Op, args: list[TB], ctx: Context) -> TB:
         return make_tb(op.type, (0.0, 1.0), err)
     if src.is_float8 and dst.is_float:  # exact: every float8 value is one of every float
         return make_tb(op.type, x.exact, x.err, x.computed, x.specials)
-    if dst.is_float8:  # one rounding (IR_SPEC.md section 8); beyond max: infinite
-        if not x.err.finite:
-            return make_tb(op.type, x.exact, x.err, x.computed, x.specials)
-        own = one_rounding(ctx, dst, mag(*x.exact), mag(*x.computed))
-        return finish(
-            op,
-            ctx,
-            x.exact,
-            x.err + combine(own),
-            mag(*x.computed),
-            rounded(x.computed, ctx.u(dst), ctx.eta(dst)),
-            x.specials,
-        )
-    if src.is_float and dst.is_float:
-        if exact_conversion(ctx, src, dst) or not x.err.finite:
+    # to float8 (IR_SPEC.md section 8; beyond max: infinite) or between floats: one rounding
+    if dst.is_float8 or (src.is_float and dst.is_float):
+        exact = not dst.is_float8 and exact_conversion(ctx, src, dst)
+        if exact or not x.err.finite:
             return make_tb(op.type, x.exact, x.err, x.computed, x.specials)
         own = one_rounding(ctx, dst, mag(*x.exact), mag(*x.computed))
         return finish(
