@@ -13,6 +13,15 @@ from gdv.ir.targets import DEFAULT_TARGET
 EXIT_FOR = {"proved": 0, "refuted": 1, "unknown": 2}
 
 
+class _Targets(argparse.Action):
+    """--target, repeatable: the default (one name) until given, then the list given."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        current = getattr(namespace, self.dest)
+        targets = current if isinstance(current, list) else []
+        setattr(namespace, self.dest, [*targets, values])
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "compile",
@@ -22,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("file", help="a .gdv file")
     p.add_argument(
         "--target",
-        action="append",
-        default=None,
+        action=_Targets,
+        default=DEFAULT_TARGET,
         help=f"the target (default {DEFAULT_TARGET}: C11 compiled to a shared object; or "
         "triton, reference); see `gdv targets`. Repeatable: each target compiles the source "
         "by its own pipeline, and --emit-evidence writes one cross-target bundle",
@@ -165,8 +174,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def compile_command(args: argparse.Namespace) -> int:
-    targets = list(dict.fromkeys(args.target or [DEFAULT_TARGET]))
-    if len(targets) != len(args.target or [DEFAULT_TARGET]):
+    given = args.target if isinstance(args.target, list) else [args.target]
+    targets = list(dict.fromkeys(given))
+    if len(targets) != len(given):
         from gdv.ir.diagnostics import IRError, Loc
 
         raise IRError("--target names a target twice", Loc("<command line>", 1, 1))

@@ -395,8 +395,9 @@ class Values:
         section 7): it is `real.div0(a)`, an uninterpreted function, so a claim is proved only
         if it holds whatever x / 0 would be, and a claim that rests on it is `unknown`.
         Integers (IR_SPEC.md section 4): bvsdiv / bvudiv, which truncate toward zero and wrap
-        INT_MIN / -1 to INT_MIN, with a zero divisor giving 0 (where SMT-LIB gives -1 or 1)."""
-        if dtype.is_int:
+        INT_MIN / -1 to INT_MIN, with a zero divisor giving 0 (where SMT-LIB gives -1 or 1).
+        `dtype` None: a real quotient (the lemmas' terms)."""
+        if dtype is not None and dtype.is_int:
             if self.abstract:  # as mul: a bit-blasted divider is costly, and congruence is enough
                 sorts = [self.sort(dtype)] * 3
                 return self.func(f"abs.div.{dtype}", *sorts, uninterpreted=False)(a, b)
