@@ -4,6 +4,7 @@ on sys.path, since pytest runs with --import-mode=importlib and test folders are
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,3 +127,13 @@ def rehash(bundle: Path, entry: dict) -> None:
     import hashlib
 
     entry["sha256"] = hashlib.sha256((bundle / entry["file"]).read_bytes()).hexdigest()
+
+
+def from_float(x: float, d) -> int:
+    """The IR convert of float x to integer dtype d (the oracle): truncate toward zero,
+    saturate to d's range, NaN -> 0."""
+    if math.isnan(x):
+        return 0
+    if math.isinf(x):
+        return d.int_max if x > 0 else d.int_min
+    return min(max(math.trunc(x), d.int_min), d.int_max)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import from_float
 
 from gdv.api import parse
 from gdv.backends import c, reference
@@ -60,15 +61,6 @@ def float_inputs(d: DType) -> list[float]:
 def to_float(v: int, d: DType) -> float:
     """The integer v rounded once to float dtype d (from the exact value: the literal path)."""
     return float(literal_to_array(Fraction(v), d))
-
-
-def from_float(x: float, d: DType) -> int:
-    """convert: truncate toward zero, saturate to d's range, NaN -> 0."""
-    if math.isnan(x):
-        return 0
-    if math.isinf(x):
-        return d.int_max if x > 0 else d.int_min
-    return min(max(math.trunc(x), d.int_min), d.int_max)
 
 
 def program(d: DType, n: int, m: int) -> str:

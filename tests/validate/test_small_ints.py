@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import from_float
 
 from gdv.api import parse
 from gdv.backends import c, reference
@@ -28,15 +29,6 @@ IDS = [str(d) for d in SMALL_INT_DTYPES]
 def wrap(v: int, d: DType) -> int:
     """v modulo 2^n in d's range."""
     return (v - d.int_min) % (1 << d.bits) + d.int_min
-
-
-def from_float(x: float, d: DType) -> int:
-    """convert: truncate toward zero, saturate to d's range, NaN -> 0."""
-    if math.isnan(x):
-        return 0
-    if math.isinf(x):
-        return d.int_max if x > 0 else d.int_min
-    return min(max(math.trunc(x), d.int_min), d.int_max)
 
 
 def values(d: DType) -> list[int]:
