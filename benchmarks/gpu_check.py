@@ -407,6 +407,25 @@ def _time_gdv(row: dict, source, inputs: dict, ref, sync, repeats: int) -> None:
                 row[f"graph{tag}_error"] = f"{type(e).__name__}: {e}"[:300]
 
 
+def _time_compiled(row: dict, module, call, sync, repeats: int) -> None:
+    """torch.compile of `module`, called as `call(compiled)`: its median in `compile_ms`, or
+    the error in `compile_error`."""
+    import torch
+
+    try:
+        compiled = torch.compile(module)
+        row["compile_ms"] = 1e3 * _median_seconds(lambda: call(compiled), sync, repeats)
+    except Exception as e:  # noqa: BLE001 - recorded
+        row["compile_ms"] = None
+        row["compile_error"] = f"{type(e).__name__}: {e}"[:300]
+
+
+def _error(row: dict, e: Exception) -> None:
+    """A row's failure, recorded: the run goes on."""
+    row["status"] = f"ERROR: {type(e).__name__}: {e}"[:500]
+    row["trace"] = traceback.format_exc()[-2000:]
+
+
 def _ratios(row: dict) -> None:
     for tag in ("", "_o3"):
         for kind in ("", "_graph"):
@@ -436,7 +455,7 @@ def run_side_by_side(dry: bool, repeats: int, deadline: float, minilm: bool = Tr
         names.update(MINILM)
         names.update({k: {} for k in sbs.WORKLOADS if not k.startswith("example-")})
     # MiniLM first (the issue's acceptance names it), then the side-by-side workloads
-    minilm = [
+    minilm_rows = [
         _minilm_plain_row(dry, repeats, deadline, sync, batch, tokens)
         for batch, tokens in ((None, None), (8, 128))
         if minilm
@@ -461,19 +480,11 @@ def run_side_by_side(dry: bool, repeats: int, deadline: float, minilm: bool = Tr
                     lambda f=module, a=args: f(*a), sync, repeats
                 )
                 if not dry and time.perf_counter() < deadline:
-                    try:
-                        compiled = torch.compile(module)
-                        row["compile_ms"] = 1e3 * _median_seconds(
-                            lambda f=compiled, a=args: f(*a), sync, repeats
-                        )
-                    except Exception as e:  # noqa: BLE001
-                        row["compile_ms"] = None
-                        row["compile_error"] = f"{type(e).__name__}: {e}"[:300]
+                    _time_compiled(row, module, lambda f, a=args: f(*a), sync, repeats)
             _ratios(row)
             row["status"] = "ok"
         except Exception as e:  # noqa: BLE001 - recorded, the run goes on
-            row["status"] = f"ERROR: {type(e).__name__}: {e}"[:500]
-            row["trace"] = traceback.format_exc()[-2000:]
+            _error(row, e)
         print(
             f"  {name}: {row.get('status')} gdv {row.get('gdv_ms')} ms, eager "
             f"{row.get('eager_ms')} ms, compile {row.get('compile_ms')} ms",
@@ -482,7 +493,7 @@ def run_side_by_side(dry: bool, repeats: int, deadline: float, minilm: bool = Tr
         rows.append(row)
     if minilm:
         rows.append(_minilm_row(dry, repeats, deadline, sync))
-    return minilm + rows
+    return minilm_rows + rows
 
 
 SENTENCE_FEATURES = {
@@ -538,15 +549,11 @@ def _minilm_plain_row(dry, repeats, deadline, sync, batch, tokens) -> dict:
             _time_gdv(row, module, inputs, ref, sync, repeats)
             row["eager_ms"] = 1e3 * _median_seconds(lambda f=model, a=args: f(**a), sync, repeats)
             if not dry and time.perf_counter() < deadline:
-                compiled = torch.compile(model)
-                row["compile_ms"] = 1e3 * _median_seconds(
-                    lambda f=compiled, a=args: f(**a), sync, repeats
-                )
+                _time_compiled(row, model, lambda f, a=args: f(**a), sync, repeats)
         _ratios(row)
         row["status"] = "ok"
     except Exception as e:  # noqa: BLE001 - recorded, the run goes on
-        row["status"] = f"ERROR: {type(e).__name__}: {e}"[:500]
-        row["trace"] = traceback.format_exc()[-2000:]
+        _error(row, e)
     print(
         f"  {row['workload']}: {row['status']} {row.get('gdv_o3_graph_ms')} ms (-O3 graph), "
         f"eager {row.get('eager_ms')} ms",
@@ -600,8 +607,7 @@ def _minilm_row(dry: bool, repeats: int, deadline: float, sync) -> dict:
             row["gdv_over_compile"] = row["gdv_ms"] / row["compile_ms"]
         row["status"] = "ok"
     except Exception as e:  # noqa: BLE001 - recorded, the run goes on
-        row["status"] = f"ERROR: {type(e).__name__}: {e}"[:500]
-        row["trace"] = traceback.format_exc()[-2000:]
+        _error(row, e)
     return row
 
 
