@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from gdv.ir.core import Module, Op
 from gdv.ir.obligation import Obligation
-from gdv.ir.ops.kernel import bodies_used, contracted_factors
+from gdv.ir.ops.kernel import bodies_used, contracted_factors, params_of
 from gdv.passes.base import Pass, PassResult, Step, operand_step, reordered
 from gdv.passes.schedule_kernels import reorder_obligation
 
@@ -105,21 +105,7 @@ def matrix_product(op: Op, module: Module, types: dict) -> bool:
     if factors is None or factors[0] == factors[1]:
         return False
     params = [p.name for p in body.params]
-    made = {b.result: b for b in body.ops}
-
-    def depends(name: str) -> set[int]:
-        seen, todo, out = set(), [name], set()
-        while todo:
-            v = todo.pop()
-            if v not in seen:
-                seen.add(v)
-                if v in params:
-                    out.add(params.index(v))
-                elif v in made:
-                    todo.extend(made[v].operands)
-        return out
-
-    kx, ky = depends(factors[0]), depends(factors[1])
+    kx, ky = ({params.index(p) for p in params_of(body, f)} for f in factors)
 
     def reads(ks: set[int], d: int) -> bool:
         return any(operand_step(op, types, k, d) != 0 for k in ks)

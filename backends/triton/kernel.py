@@ -34,7 +34,7 @@ from gdv.ir.core import Function, Op
 from gdv.ir.dtypes import DType
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops import get as get_spec
-from gdv.ir.ops.kernel import BODY_OPS
+from gdv.ir.ops.kernel import BODY_OPS, params_of
 
 MAX_LANES = 1024
 """The most outputs one program computes (Triton's blocks are at most a few thousand lanes;
@@ -292,23 +292,6 @@ def _coefficients(shape: list[int], rows: list[list[int]], n: int) -> tuple[list
     return coef, sum(s * row[-1] for s, row in zip(strides, rows, strict=True))
 
 
-def _depends(fn: Function, name: str) -> set[str]:
-    """The parameters of body `fn` that value `name` is computed from."""
-    params = {p.name for p in fn.params}
-    ops = {b.result: b for b in fn.ops}
-    seen, todo, out = set(), [name], set()
-    while todo:
-        v = todo.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        if v in params:
-            out.add(v)
-        elif v in ops:
-            todo.extend(ops[v].operands)
-    return out
-
-
 def dot_roles(op: Op, fn: Function, operand_types) -> tuple | None:
     """(A params, B params, m, n) when a `contract = "fma"` kernel runs as blocked `tl.dot`s:
     its body returns mul(a, b) of two f32 factors, each an elementwise expression of some of
@@ -332,7 +315,7 @@ def dot_roles(op: Op, fn: Function, operand_types) -> tuple | None:
         return None
     params = [p.name for p in fn.params]
     x, y = fn.ops[-1].operands
-    dx, dy = _depends(fn, x), _depends(fn, y)
+    dx, dy = params_of(fn, x), params_of(fn, y)
     n = len(a["space"])
     coef = [
         _coefficients(list(t.shape), rows, n)[0]

@@ -382,6 +382,22 @@ def contracted_factors(body: Function) -> tuple[str, str] | None:
     return op.operands[0], op.operands[1]
 
 
+def params_of(body: Function, name: str) -> set[str]:
+    """The parameters of kernel body `body` that its value `name` is computed from."""
+    params = {p.name for p in body.params}
+    made = {b.result: b for b in body.ops}
+    seen, todo, out = set(), [name], set()
+    while todo:
+        v = todo.pop()
+        if v not in seen:
+            seen.add(v)
+            if v in params:
+                out.add(v)
+            elif v in made:
+                todo.extend(made[v].operands)
+    return out
+
+
 def row_dim(op) -> tuple[int, int] | None:
     """(position, loop dim) of the rows a kernel runs over in a row group: its result's first
     dim of extent above 1 (the dims before it have extent 1) and the out dim indexing it; None
