@@ -21,6 +21,13 @@ from gdv.ir.core import Op
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.types import TensorType
 
+DIRECT_MAX_TAPS = 64
+"""A conv2d op with at most this many taps per output (Cg * KH * KW: a depthwise 3x3 or 5x5
+has 9 or 25) folds each output's taps in registers, unrolled, in IR order: the outputs whose
+whole window lies inside the input run as one `omp simd` loop of straight-line code, the rest
+(the border) tap by tap with the padding's +0.0 (`_direct`). Longer windows keep the row
+sweep below, one tap at a time over a row of outputs."""
+
 PARALLEL_MIN_MACS = 1 << 16
 """A conv2d op with at least this many multiply-adds runs its (batch, output channel) pairs on
 OpenMP threads (each output still folded by one thread, in order)."""
@@ -45,6 +52,9 @@ def _conv2d(prog: Program, op: Op) -> None:
     mul = scalar(prog, Op("p", "mul", ["a", "b"], {}, scalar_t), ["xv", "wv"], [dtype, dtype])
     add = scalar(prog, Op("s", "add", ["a", "b"], {}, scalar_t), ["acc", "p"], [dtype, dtype])
     zero = value_literal(0, dtype)
+    taps = cg * kh * kw
+    if 0 < taps <= DIRECT_MAX_TAPS:
+        prog.record(op, "direct taps", f"{taps} taps unrolled per output", "the conv2d op's nest")
     name = prog.new_function()
     macs = n * o * oh * ow * cg * kh * kw
     par = n * o > 1 and macs >= PARALLEL_MIN_MACS
@@ -64,6 +74,14 @@ def _conv2d(prog: Program, op: Op) -> None:
                 const {t} acc = row[ox];
                 row[ox] = first ? p : {add};
               }}"""
+
+    if 0 < taps <= DIRECT_MAX_TAPS:
+        body = _direct(name, op, t, pragma, mul, add, zero, xt.shape, wt.shape)
+        prog.functions.append(body)
+        prog.new_slot(op.result, op.type)
+        args = ", ".join([prog.var(v) for v in op.operands] + [prog.var(op.result)])
+        prog.body.append(f"  {name}({args});  /* %{comment(op.result)} */")
+        return
 
     # A row of outputs at a time: each output's products are folded left over (c, kh, kw) in
     # order, as in the reference; the row's outputs are independent lanes of one loop.
@@ -101,3 +119,100 @@ static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r
     prog.new_slot(op.result, op.type)
     args = ", ".join([prog.var(v) for v in op.operands] + [prog.var(op.result)])
     prog.body.append(f"  {name}({args});  /* %{comment(op.result)} */")
+
+
+def _direct(
+    name: str,
+    op: Op,
+    t: str,
+    pragma: str,
+    mul: str,
+    add: str,
+    zero: str,
+    xshape: tuple[int, ...],
+    wshape: tuple[int, ...],
+) -> str:
+    """C for a conv2d with few taps per output: per output row, the taps' weights in scalars
+    and one input row pointer per (c, kh); the outputs whose every tap reads inside the input
+    (rows whose KH input rows all exist, columns [LO, HI)) fold their taps unrolled in one
+    `omp simd` loop, the others tap by tap with the padding's zero. Every output folds its
+    products left from the first over (c, kh, kw), as the reference does."""
+    n, c, h, wd = xshape
+    o, cg, kh, kw = wshape
+    og = o // op.attrs["groups"]
+    (pt, _), (pl, _) = op.attrs["padding"]
+    sh, sw = op.attrs["stride"]
+    dh, dw = op.attrs["dilation"]
+    _, _, oh, ow = op.type.shape
+    # Columns whose every tap reads inside the row: ox sw - pl >= 0 and
+    # ox sw + (kw - 1) dw - pl <= wd - 1.
+    lo_col = min(ow, -(-pl // sw))
+    last = wd - 1 - (kw - 1) * dw + pl
+    hi_col = max(lo_col, min(ow, last // sw + 1)) if last >= 0 else lo_col
+    taps = [(ci, i, j) for ci in range(cg) for i in range(kh) for j in range(kw)]
+    lines = []
+    for k in range(kh):
+        lines.append(f"        const int64_t y{k} = oy * {sh} + {k * dh} - {pt};")
+        lines.append(f"        const int v{k} = y{k} >= 0 && y{k} < {h};")
+    for ci in range(cg):
+        for k in range(kh):
+            lines.append(
+                f"        const {t} *restrict x{ci}_{k} = x + ((in * {c} + cb + {ci}) * {h}"
+                f" + (v{k} ? y{k} : 0)) * {wd};"
+            )
+    for q in range(len(taps)):
+        lines.append(f"        const {t} w{q} = wp[{q}];")
+    inner = " && ".join(f"v{k}" for k in range(kh))
+    lines.append(f"        const int inner = {inner};")
+    lines.append(
+        f"        const int64_t lo = inner ? {lo_col} : {ow}, hi = inner ? {hi_col} : {ow};"
+    )
+    setup = "\n".join(lines)
+
+    def fold(read) -> str:
+        out = []
+        for q, (ci, i, j) in enumerate(taps):
+            out.append(
+                f"            {{ const {t} xv = {read(ci, i, j)}; const {t} wv = w{q};"
+                f" const {t} p = {mul};" + (" acc = p; }" if q == 0 else f" acc = {add}; }}")
+            )
+        return "\n".join(out)
+
+    def inside(ci: int, i: int, j: int) -> str:
+        return f"x{ci}_{i}[ox * {sw} + {j * dw - pl}]"
+
+    def guarded(ci: int, i: int, j: int) -> str:
+        col = f"ox * {sw} + {j * dw - pl}"
+        return f"(v{i} && {col} >= 0 && {col} < {wd}) ? x{ci}_{i}[{col}] : {zero}"
+
+    border = fold(guarded)
+    return f"""/* conv2d %{comment(op.result)}: {len(taps)} taps unrolled per output, the window's
+   inside and its border apart */
+static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r)
+{{
+{pragma}  for (int64_t in = 0; in < {n}; in++)
+    for (int64_t io = 0; io < {o}; io++)
+      for (int64_t oy = 0; oy < {oh}; oy++) {{
+        {t} *restrict row = r + ((in * {o} + io) * {oh} + oy) * {ow};
+        const {t} *restrict wp = w + io * {len(taps)};
+        const int64_t cb = (io / {max(1, og)}) * {cg};
+{setup}
+        for (int64_t ox = 0; ox < lo; ox++) {{
+          {t} acc;
+{border}
+          row[ox] = acc;
+        }}
+#pragma omp simd
+        for (int64_t ox = lo; ox < hi; ox++) {{
+          {t} acc;
+{fold(inside)}
+          row[ox] = acc;
+        }}
+        for (int64_t ox = hi; ox < {ow}; ox++) {{
+          {t} acc;
+{border}
+          row[ox] = acc;
+        }}
+      }}
+}}
+"""

@@ -20,6 +20,7 @@ from support import ir_type as _ty
 
 from gdv.api import parse
 from gdv.backends import c, reference
+from gdv.backends.c import conv as c_conv
 from gdv.ir.dtypes import INT_DTYPES, DType
 
 shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)
@@ -344,11 +345,16 @@ def test_accumulators_fold_blocks_then_partials(blocks: int) -> None:
     dilation=st.tuples(st.integers(1, 3), st.integers(1, 2)),
     pads=st.lists(st.integers(0, 4), min_size=4, max_size=4),
     groups=st.sampled_from([1, 2, "depthwise"]),
+    direct=st.booleans(),
 )
-def test_conv2d_op_rows_bit_exact(data, dtype, hw, k, stride, dilation, pads, groups) -> None:
-    """The conv2d op's nest (a row of outputs folded at a time, the outputs that read padding
-    apart from those that read the input): rectangular inputs and windows, an empty window
-    (kw = 0), unequal padding larger than the window, strides and dilations, depthwise."""
+def test_conv2d_op_rows_bit_exact(
+    data, dtype, hw, k, stride, dilation, pads, groups, direct
+) -> None:
+    """The conv2d op's nests, both: the taps unrolled per output (the window's inside and its
+    border apart; `direct`), and a row of outputs folded a tap at a time (the outputs that
+    read padding apart from those that read the input; windows of more than
+    DIRECT_MAX_TAPS taps): rectangular inputs and windows, an empty window (kw = 0), unequal
+    padding larger than the window, strides and dilations, depthwise."""
     c, o = (4, 4) if groups == "depthwise" else (2, 4)
     g = c if groups == "depthwise" else groups
     (h, w), (kh, kw), (sh, sw), (dh, dw) = hw, k, stride, dilation
@@ -364,7 +370,10 @@ def test_conv2d_op_rows_bit_exact(data, dtype, hw, k, stride, dilation, pads, gr
         f"dilation = [{dh}, {dw}], groups = {g}}} : {_ty(dtype, ys)}\n"
         "  return %y\n}"
     )
-    _check(text, {"x": data.draw(_array(dtype, xs)), "w": data.draw(_array(dtype, ws))})
+    arrays = {"x": data.draw(_array(dtype, xs)), "w": data.draw(_array(dtype, ws))}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(c_conv, "DIRECT_MAX_TAPS", 64 if direct else 0)
+        _check(text, arrays)
 
 
 @pytest.mark.parametrize("stride", [1, 2])
