@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gdv.ir.core import Module
+from gdv.ir.types import TensorType
 from gdv.passes.base import Pass, PassResult, Rewrite, Site, rewrite_module
 from gdv.passes.patterns import is_splat_of
 
@@ -68,6 +69,35 @@ def _convert_same(site: Site) -> Rewrite | None:
     return None
 
 
+def _merge_reduced_axes(site: Site) -> Rewrite | None:
+    """`reduce_*(x) {axes}` with adjacent axes both reduced (a global pool's H and W) ->
+    `reduce_*(reshape(x))` over one axis per run of adjacent axes. Row-major order over the
+    run's positions is the order of the merged axis, so every output folds the same values in
+    the same order (IR_SPEC section 3), bit for bit; the reshape is a view. One reduced axis
+    is what the loop stage folds along memory in vector lanes (and `-O3` in `lanes`)."""
+    op = site.op
+    if op.name not in ("reduce_sum", "reduce_max", "reduce_min"):
+        return None
+    axes = sorted(op.attrs["axes"])
+    if not any(b == a + 1 for a, b in zip(axes, axes[1:])):
+        return None
+    shape = site.type_of(0).shape
+    merged: list[int] = []  # the reshaped operand's dims
+    new_axes: list[int] = []
+    for d, size in enumerate(shape):
+        if d in axes and d - 1 in axes:
+            merged[-1] *= size
+            continue
+        if d in axes:
+            new_axes.append(len(merged))
+        merged.append(size)
+    flat = site.new_op(
+        "reshape", [op.operands[0]], TensorType(site.type_of(0).dtype, tuple(merged))
+    )
+    new = site.new_op(op.name, [flat.result], op.type, axes=new_axes)
+    return Rewrite("merge-reduced-axes", [flat, new], new.result, [op])
+
+
 RULES = [
     _binary_identity("mul", 1, 1.0),  # x * 1.0 -> x (NaN stays NaN, -0.0 stays -0.0)
     _binary_identity("mul", 0, 1.0),  # 1.0 * x -> x
@@ -79,6 +109,7 @@ RULES = [
     _abs_of_sign_op,  # abs(neg(x)), abs(abs(x)) -> abs(x)
     _idempotent,  # max(x, x), min(x, x), select(c, x, x) -> x
     _convert_same,  # convert(x) : typeof(x) -> x
+    _merge_reduced_axes,  # reduce over adjacent axes -> reduce over one axis of a reshape
 ]
 
 
