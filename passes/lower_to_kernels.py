@@ -56,6 +56,17 @@ depthwise conv of 144 channels on 56x56 ran in 0.59 ms as the kernel against 1.0
 at stride 1, but in 0.50 ms against 0.26 ms at stride 2, where the kernel's lanes read every
 other element and the pad copy costs as much as the smaller output."""
 
+NEST_MAX_PLANE_BYTES = 16 << 10
+"""A stride-1 f32/f64 depthwise conv2d (one input and one output channel per group) whose
+padded input plane takes more bytes than this is lowered to a reduction nest; a smaller one
+stays an op, which the C target runs a plane at a time from a padded copy in L1
+(backends/c/conv.py, PLANE_MAX_BYTES). Measured on one core (CPU time, medians of 200 calls,
+the op's plane loop against the pad and the kernel): depthwise 5x5 of 240 channels on 28x28
+0.27 against 0.38 ms (0.38 against 0.71 ms followed by SiLU, which the kernel fuses in a row
+group and the op does not); 3x3 of 144 on 56x56 0.21 against 0.34; 576 on 14x14 0.053
+against 0.092; 960 on 7x7 0.053 against 0.074; but at 112x112 (a 52 KB plane) 96 channels
+0.66 against 0.67, and 1.41-1.52 against 1.38-1.43 followed by SiLU."""
+
 ELEMENTWISE = names_where(lambda s: s.body_legal and s.min_operands > 0)
 _COMBINER = {s.name: s.combiner.op for s in REDUCTIONS.specs()}
 
@@ -231,7 +242,13 @@ def _conv_lowers(op: Op, ts: list[TensorType]) -> bool:
     if op.type.num_elements == 0 or x.num_elements == 0:
         return False
     groups = op.attrs["groups"]
-    if (groups > 1 and w.shape[0] == groups) or dtype not in (DType.F32, DType.F64):
+    depthwise = groups > 1 and w.shape[0] == groups
+    if depthwise and w.shape[1] == 1 and dtype in (DType.F32, DType.F64):
+        (pt, pb), (pl, pr) = op.attrs["padding"]
+        plane = (x.shape[2] + pt + pb) * (x.shape[3] + pl + pr) * dtype.itemsize
+        if tuple(op.attrs["stride"]) == (1, 1) and plane <= NEST_MAX_PLANE_BYTES:
+            return False
+    if depthwise or dtype not in (DType.F32, DType.F64):
         return max(op.attrs["stride"]) <= NEST_MAX_STRIDE
     return op.type.num_elements * w.shape[1] * w.shape[2] * w.shape[3] >= CONV_MIN_MACS
 

@@ -28,6 +28,12 @@ whole window lies inside the input run as one `omp simd` loop of straight-line c
 (the border) tap by tap with the padding's +0.0 (`_direct`). Longer windows keep the row
 sweep below, one tap at a time over a row of outputs."""
 
+PLANE_MAX_BYTES = 64 << 10
+"""A stride-1 conv2d op with one input channel per group (depthwise) whose padded input plane
+takes at most this many bytes copies each plane, padded with +0.0, into a buffer on the stack
+and folds every output of the plane in one `omp simd` loop over the plane's positions (`_plane`):
+no border code, no remainder loop per row."""
+
 PARALLEL_MIN_MACS = 1 << 16
 """A conv2d op with at least this many multiply-adds runs its (batch, output channel) pairs on
 OpenMP threads (each output still folded by one thread, in order)."""
@@ -76,7 +82,8 @@ def _conv2d(prog: Program, op: Op) -> None:
               }}"""
 
     if 0 < taps <= DIRECT_MAX_TAPS:
-        body = _direct(name, op, t, pragma, mul, add, zero, xt.shape, wt.shape)
+        plane = _plane(name, op, t, pragma, mul, add, xt.shape, wt.shape, dtype.itemsize)
+        body = plane or _direct(name, op, t, pragma, mul, add, zero, xt.shape, wt.shape)
         prog.functions.append(body)
         prog.new_slot(op.result, op.type)
         args = ", ".join([prog.var(v) for v in op.operands] + [prog.var(op.result)])
@@ -214,5 +221,70 @@ static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r
           row[ox] = acc;
         }}
       }}
+}}
+"""
+
+
+def _plane(
+    name: str,
+    op: Op,
+    t: str,
+    pragma: str,
+    mul: str,
+    add: str,
+    xshape: tuple[int, ...],
+    wshape: tuple[int, ...],
+    itemsize: int,
+) -> str | None:
+    """C for a stride-1 conv2d with one input channel per group (depthwise), or None where it
+    does not apply: per (batch, output channel), the input plane is copied into a zeroed
+    buffer of the padded plane's shape (PH x PW: the padding's +0.0 in place), and output
+    (oy, ox) reads the buffer at q + i dh PW + j dw with q = oy PW + ox. So one `omp simd`
+    loop over q in [0, (OH - 1) PW + OW) folds every output, its taps unrolled in IR order
+    (positions with ox >= OW are computed and dropped); the rows are then copied out."""
+    n, c, h, wd = xshape
+    o, cg, kh, kw = wshape
+    if cg != 1 or tuple(op.attrs["stride"]) != (1, 1):
+        return None
+    (pt, pb), (pl, pr) = op.attrs["padding"]
+    dh, dw = op.attrs["dilation"]
+    _, _, oh, ow = op.type.shape
+    ph, pw = h + pt + pb, wd + pl + pr
+    span = (oh - 1) * pw + ow
+    if oh < 1 or ow < 1 or max(ph * pw, span) * itemsize > PLANE_MAX_BYTES:
+        return None
+    og = o // op.attrs["groups"]
+    lines = []
+    for q, (i, j) in enumerate((i, j) for i in range(kh) for j in range(kw)):
+        lines.append(
+            f"          {{ const {t} xv = pb[q + {i * dh * pw + j * dw}]; const {t} wv = w{q};"
+            f" const {t} p = {mul};" + (" acc = p; }" if q == 0 else f" acc = {add}; }}")
+        )
+    weights = "\n".join(f"      const {t} w{q} = wp[{q}];" for q in range(kh * kw))
+    fold = "\n".join(lines)
+    return f"""/* conv2d %{comment(op.result)}: {kh * kw} taps unrolled per output, each plane padded
+   in a buffer and folded as one loop over its positions */
+static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r)
+{{
+{pragma}  for (int64_t in = 0; in < {n}; in++)
+    for (int64_t io = 0; io < {o}; io++) {{
+      {t} pb[{ph * pw}] __attribute__((aligned(64)));
+      {t} out[{span}] __attribute__((aligned(64)));
+      const {t} *restrict xc = x + (in * {c} + io / {max(1, og)}) * {h * wd};
+      const {t} *restrict wp = w + io * {kh * kw};
+      memset(pb, 0, sizeof pb);
+      for (int64_t y = 0; y < {h}; y++)
+        memcpy(pb + (y + {pt}) * {pw} + {pl}, xc + y * {wd}, {wd} * sizeof({t}));
+{weights}
+#pragma omp simd
+      for (int64_t q = 0; q < {span}; q++) {{
+        {t} acc;
+{fold}
+        out[q] = acc;
+      }}
+      {t} *restrict rc = r + (in * {o} + io) * {oh * ow};
+      for (int64_t oy = 0; oy < {oh}; oy++)
+        memcpy(rc + oy * {ow}, out + oy * {pw}, {ow} * sizeof({t}));
+    }}
 }}
 """

@@ -113,6 +113,7 @@ def test_grouped_and_nest_convs_are_bit_exact(case, seed, share) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(lower_to_kernels, "CONV_MIN_MACS", 0)  # small products lowered too
         mp.setattr(lower_to_kernels, "NEST_MAX_STRIDE", 3)  # strided nests too
+        mp.setattr(lower_to_kernels, "NEST_MAX_PLANE_BYTES", -1)  # small depthwise planes too
         compiled = _compiled(module)
     assert "conv2d" not in [op.name for op in compiled.entry.ops]
     conv = _kernels(compiled)[0]
@@ -144,6 +145,7 @@ def test_the_rewrite_is_proved(cfg) -> None:
     module = parse(_program(dtype, xs_, ws, out, attrs))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(lower_to_kernels, "NEST_MAX_STRIDE", 2)
+        mp.setattr(lower_to_kernels, "NEST_MAX_PLANE_BYTES", -1)  # small planes lowered too
         result = PassManager([LowerToKernels()]).run(module)
     (ob,) = result.obligations
     assert (ob.id, ob.theory) == ("lower-to-kernels/conv2d/equivalence", "fp")
@@ -171,7 +173,9 @@ def test_a_wrong_channel_map_is_refuted() -> None:
     """The obligation can fail: a kernel reading input channel c instead of Cg*o + c."""
     xs, ws, out, attrs = _geometry((1, 4, 6, 6), 4, (3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 4)
     module = parse(_program("f32", xs, ws, out, attrs))
-    (ob,) = PassManager([LowerToKernels()]).run(module).obligations
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lower_to_kernels, "NEST_MAX_PLANE_BYTES", -1)  # lowered, not kept an op
+        (ob,) = PassManager([LowerToKernels()]).run(module).obligations
     (kernel,) = [o for o in ob.tgt.ops if o.name == "kernel"]
     maps = [[list(r) for r in m] for m in kernel.attrs["maps"]]
     assert maps[0][1][1] == 1  # the channel row reads o (Cg = 1)
@@ -181,8 +185,21 @@ def test_a_wrong_channel_map_is_refuted() -> None:
     assert done.status == "refuted"
 
 
+def test_small_plane_depthwise_stays_an_op_run_a_plane_at_a_time() -> None:
+    """A stride-1 f32 depthwise conv whose padded plane fits NEST_MAX_PLANE_BYTES stays an op,
+    which the C target folds a plane at a time from a padded copy (no pad op in the plan)."""
+    xs, ws, out, attrs = _geometry((1, 32, 28, 28), 32, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 32)
+    module = parse(_program("f32", xs, ws, out, attrs))
+    compiled = _compiled(module)
+    assert [op.name for op in compiled.entry.ops] == ["conv2d"]
+    assert "each plane padded" in c.lower(compiled)
+    rng = np.random.default_rng(6)
+    inputs = {"x": _values(rng, xs, "f32", 0.05), "w": _values(rng, ws, "f32", 0.05)}
+    assert reference.bit_equal(c.run(compiled, inputs)[0], reference.run(module, inputs)[0])
+
+
 def test_depthwise_c_is_vector_lanes_not_the_scalar_nest() -> None:
-    xs, ws, out, attrs = _geometry((1, 32, 28, 28), 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32)
+    xs, ws, out, attrs = _geometry((1, 32, 64, 64), 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32)
     module = parse(_program("f32", xs, ws, out, attrs))
     compiled = _compiled(module)
     assert [op.name for op in compiled.entry.ops] == ["pad", "kernel"]
@@ -258,7 +275,8 @@ def test_groups_of_several_output_channels_are_proved(cfg) -> None:
 def test_a_bundle_with_depthwise_and_grouped_convs_verifies(tmp_path: Path) -> None:
     """The certificate steps of both lowerings (pad, kernel; pad, kernel, reshape, copy kernel)
     replay in the independent checker, each in a fresh process as they are used."""
-    x1, w1, o1, a1 = _geometry((1, 6, 9, 11), 6, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 6)
+    # a padded plane above NEST_MAX_PLANE_BYTES: the depthwise conv is lowered, not kept an op
+    x1, w1, o1, a1 = _geometry((1, 6, 64, 64), 6, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 6)
     _, w2, o2, a2 = _geometry(o1, 4, (3, 3), (1, 1), (1, 0, 0, 1), (1, 1), 2)
     ty = lambda s: f"f32[{','.join(map(str, s))}]"  # noqa: E731
     text = (
