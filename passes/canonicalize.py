@@ -79,7 +79,7 @@ def _merge_reduced_axes(site: Site) -> Rewrite | None:
     if op.name not in ("reduce_sum", "reduce_max", "reduce_min"):
         return None
     axes = sorted(op.attrs["axes"])
-    if not any(b == a + 1 for a, b in zip(axes, axes[1:])):
+    if not any(b == a + 1 for a, b in zip(axes, axes[1:], strict=False)):
         return None
     shape = site.type_of(0).shape
     merged: list[int] = []  # the reshaped operand's dims

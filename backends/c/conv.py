@@ -262,8 +262,8 @@ def _plane(
         )
     weights = "\n".join(f"      const {t} w{q} = wp[{q}];" for q in range(kh * kw))
     fold = "\n".join(lines)
-    return f"""/* conv2d %{comment(op.result)}: {kh * kw} taps unrolled per output, each plane padded
-   in a buffer and folded as one loop over its positions */
+    return f"""/* conv2d %{comment(op.result)}: {kh * kw} taps unrolled per output,
+   each plane padded in a buffer and folded as one loop over its positions */
 static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r)
 {{
 {pragma}  for (int64_t in = 0; in < {n}; in++)
