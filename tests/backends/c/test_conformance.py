@@ -376,6 +376,47 @@ def test_conv2d_op_rows_bit_exact(
         _check(text, arrays)
 
 
+@settings(max_examples=30)
+@given(
+    data=st.data(),
+    dtype=st.sampled_from([DType.F32, DType.F64, DType.BF16, DType.F16, DType.I32]),
+    hw=st.tuples(st.integers(1, 9), st.integers(1, 12)),
+    k=st.tuples(st.integers(1, 5), st.integers(1, 5)),
+    dilation=st.tuples(st.integers(1, 2), st.integers(1, 3)),
+    pads=st.lists(st.integers(0, 5), min_size=4, max_size=4),
+    batch=st.integers(1, 2),
+)
+def test_conv2d_op_plane_bit_exact(data, dtype, hw, k, dilation, pads, batch) -> None:
+    """The stride-1 depthwise conv2d op's plane loop (each plane copied into a zero-padded
+    buffer, every output folded in one loop over the plane's positions, the positions past
+    the row's end dropped): rectangular planes and windows, dilations, unequal padding larger
+    than the window; NaN, infinities and -0.0 among the values (a padded position still takes
+    part as 0.0 * w)."""
+    (h, w), (kh, kw), (dh, dw) = hw, k, dilation
+    pt, pb, pl, pr = pads
+    oh = h + pt + pb - dh * (kh - 1)
+    ow = w + pl + pr - dw * (kw - 1)
+    if oh < 1 or ow < 1:
+        return
+    c = 3
+    xs, ws, ys = (batch, c, h, w), (c, 1, kh, kw), (batch, c, oh, ow)
+    text = (
+        f"func @main(%x: {_ty(dtype, xs)}, %w: {_ty(dtype, ws)}) -> {_ty(dtype, ys)} {{\n"
+        f"  %y = conv2d(%x, %w) {{stride = [1, 1], padding = [[{pt}, {pb}], [{pl}, {pr}]], "
+        f"dilation = [{dh}, {dw}], groups = {c}}} : {_ty(dtype, ys)}\n"
+        "  return %y\n}"
+    )
+    arrays = {"x": data.draw(_array(dtype, xs)), "w": data.draw(_array(dtype, ws))}
+    source = c_backend_source(text)
+    assert "each plane padded" in source
+    _check(text, arrays)
+
+
+def c_backend_source(text: str) -> str:
+    """The C text of an un-lowered module (the conv2d stays an op, as at -O0)."""
+    return c.lower(parse(text))
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_conv2d_op_on_threads_bit_exact(stride: int) -> None:
     """A conv2d op large enough for OpenMP threads (depthwise, strided: it stays an op after
