@@ -3167,6 +3167,52 @@ def _global_pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]
     _out(imp, node, reshape(imp, r, list(t.shape[:2]) + [1] * (t.rank - 2)))
 
 
+def numpy_f16_row_sum(imp: Importer, x: str) -> str:
+    """numpy's sum of an f16 array along its last axis, that axis dropped: numpy's f16 add
+    reduction over a contiguous run widens each element to f32, sums them in f32 in numpy's
+    pairwise order (`pairwise_sum` in numpy's loops: fewer than 8 elements in order; up to 128
+    in 8 interleaved partial sums `r[j] = a[j] + a[8 + j] + ...` combined as
+    `((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))`, then the remainder in order; longer
+    runs split at `n // 2` rounded down to a multiple of 8 and the halves added), from +0.0,
+    and rounds once to f16. Written in IR ops: `convert`, `slice`, `reshape`, f32
+    `reduce_sum` (each fold left from its first element is one of numpy's in-order runs) and
+    `add`. Only the last axis: numpy reduces a non-contiguous axis of f16 elementwise, rounding
+    each step to f16, as the IR's own f16 `reduce_sum` does."""
+    t = imp.type_of(x)
+    n = t.shape[-1]
+    rows = reshape(imp, convert(imp, x, DType.F32), [math.prod(t.shape[:-1]), n])
+
+    def col(v: str, j: int) -> str:
+        r = imp.type_of(v).shape[0]
+        return reshape(imp, _slice1(imp, v, 1, j, j + 1, 1), [r])
+
+    def add(a: str, b: str) -> str:
+        return imp.emit("add", [a, b])
+
+    def pairwise(v: str) -> str:
+        m = imp.type_of(v).shape[1]
+        if m < 8:
+            return imp.emit("reduce_sum", [v], axes=[1])
+        if m <= 128:
+            whole = m - m % 8
+            r = imp.type_of(v).shape[0]
+            blocks = reshape(imp, _slice1(imp, v, 1, 0, whole, 1), [r, whole // 8, 8])
+            part = imp.emit("reduce_sum", [blocks], axes=[1])  # r[j], each in order
+            c = [col(part, j) for j in range(8)]
+            s = add(add(add(c[0], c[1]), add(c[2], c[3])), add(add(c[4], c[5]), add(c[6], c[7])))
+            for j in range(whole, m):
+                s = add(s, col(v, j))
+            return s
+        half = m // 2 - (m // 2) % 8
+        return add(
+            pairwise(_slice1(imp, v, 1, 0, half, 1)), pairwise(_slice1(imp, v, 1, half, m, 1))
+        )
+
+    s = pairwise(rows)
+    s = add(s, imp.const(0.0, imp.type_of(s)))  # numpy's sum starts from +0.0: -0.0 gives +0.0
+    return convert(imp, reshape(imp, s, t.shape[:-1]), DType.F16)
+
+
 @handler("Softmax", "LogSoftmax")
 def _softmax(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     x = imp.dyn(ins[0])
@@ -3174,6 +3220,15 @@ def _softmax(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) ->
     ir = "softmax" if node.op_type == "Softmax" else "log_softmax"
     if imp.opset >= 13:
         axis = _norm_axis(imp, attrs.get("axis", -1), t.rank)
+        if (
+            getattr(imp, "accumulate_in_f32", False)
+            and ir == "softmax"
+            and t.dtype is DType.F16
+            and t.shape[axis] > 0
+            and math.prod(t.shape[axis + 1 :]) == 1
+        ):
+            _out(imp, node, reshape(imp, _numpy_f16_softmax(imp, x, axis), t.shape))
+            return
         _out(imp, node, imp.emit(ir, [x], axis=axis))
         return
     # Before opset 13: the input is coerced to 2-D [prod(dims < axis), prod(dims >= axis)].
@@ -3181,6 +3236,22 @@ def _softmax(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) ->
     axis = axis + t.rank if axis < 0 else axis
     flat = reshape(imp, x, [math.prod(t.shape[:axis]), math.prod(t.shape[axis:])])
     _out(imp, node, reshape(imp, imp.emit(ir, [flat], axis=1), t.shape))
+
+
+def _numpy_f16_softmax(imp: Importer, x: str, axis: int) -> str:
+    """ONNX's reference Softmax (opset 13) on f16, under `accumulate_in_f32`: `t = x -
+    x.max(axis)`, `e = np.exp(t)`, `e / e.sum(axis)`, every op in f16 and rounded there as the
+    IR's softmax is, except the sum: numpy sums a contiguous run of f16 in f32 and rounds once
+    (`numpy_f16_row_sum`). For an `axis` with only 1s after it (the run is contiguous), with
+    those dims dropped in the result."""
+    t = imp.type_of(x)
+    rows = reshape(imp, x, t.shape[: axis + 1])
+    rt = imp.type_of(rows)
+    kept = list(range(rt.rank - 1))
+    m = imp.emit("reduce_max", [rows], axes=[rt.rank - 1])
+    e = imp.emit("exp", [imp.emit("sub", [rows, imp.emit("broadcast", [m], rt, dims=kept)])])
+    s = imp.emit("broadcast", [numpy_f16_row_sum(imp, e)], rt, dims=kept)
+    return imp.emit("div", [e, s])
 
 
 @handler("LayerNormalization")
