@@ -309,3 +309,52 @@ def test_the_attention_causal_fp16_node_test_is_numpys_f16_sums() -> None:
         assert reference.bit_equal(got, y), reference.describe_difference(got, y)
         (default,) = reference.run(import_model(m)[0], feeds)
         assert not reference.bit_equal(default, y)
+
+
+def _case_dir(path, model, ins: list, outs: list):
+    """A node-test case in the runner's cache layout (model.onnx, tolerance, one data set)."""
+    import json
+
+    from onnx import numpy_helper
+
+    from gdv.frontends.onnx_conformance import _write
+
+    path.mkdir()
+    (path / "model.onnx").write_bytes(model.SerializeToString())
+    (path / "tolerance.json").write_text(json.dumps({"rtol": 1e-3, "atol": 1e-7}))
+    sd = path / "test_data_set_0"
+    sd.mkdir()
+    for kind, arrays, infos in [
+        ("input", ins, model.graph.input),
+        ("output", outs, model.graph.output),
+    ]:
+        for j, (a, vi) in enumerate(zip(arrays, infos, strict=True)):
+            _write(sd / f"{kind}_{j}.pb", a, vi.name, numpy_helper)
+    return path
+
+
+def test_the_runner_prefers_the_mode_that_is_bit_exact(tmp_path) -> None:
+    """The node-test runner retries an f16 mismatch under each mode: on the causal f16
+    Attention node narrow_in_f32 is within the tolerance (one ulp) but accumulate_in_f32 gives
+    ONNX's bits, and the result says so; a pass within the tolerance only says it is not bit
+    for bit."""
+    from gdv.frontends.onnx_conformance import run_case
+
+    model, expanded, ins, y = _attention_causal_fp16_case()
+    for name, m in [("node", model), ("expanded", expanded)]:
+        r = run_case(_case_dir(tmp_path / name, m, ins, [y]))
+        assert (r["status"], r["mode"], r["bit_exact"]) == ("pass", "accumulate_in_f32", True), r
+        assert "bit for bit" in r["detail"] and r["ulps_default"] == 2
+    g = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3]) for n in "ab"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )  # fmt: skip
+    add = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    a, b = np.array([1, 2, 3], np.float32), np.array([0.5, 0.25, 4], np.float32)
+    exact = run_case(_case_dir(tmp_path / "exact", add, [a, b], [a + b]))
+    assert (exact["status"], exact["bit_exact"]) == ("pass", True), exact
+    near = (a + b).copy()
+    near[1] = np.nextafter(near[1], np.float32(9))
+    close = run_case(_case_dir(tmp_path / "close", add, [a, b], [near]))
+    assert (close["status"], close["bit_exact"]) == ("pass", False), close
