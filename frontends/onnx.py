@@ -4589,7 +4589,9 @@ def import_model(
     products (MatMul, Gemm, and the products of the ops that decompose to them) in f32, rounding
     each result once, as numpy's f16/bf16 matmul does and so ONNX's reference (the products
     are exact in f32; the sum runs in order): the operands are widened exactly, multiplied as
-    an f32 matmul and the result narrowed.
+    an f32 matmul and the result narrowed. It also sums an f16 Softmax's row in f32 in numpy's
+    pairwise order and rounds it once, as numpy's `np.sum` of a contiguous f16 run does
+    (`numpy_f16_row_sum`); the rest of the Softmax stays in f16.
 
     `input_shapes` fixes graph inputs' shapes (by ONNX name) where the model has symbolic dims.
     `known_inputs` gives graph inputs' values (by ONNX name) that may be used where an op needs
