@@ -291,7 +291,8 @@ class Importer(GraphEmitter):
         self.narrow_in_f32 = narrow_in_f32
         """f16 and bf16 values computed in f32 (`import_model`)."""
         self.accumulate_in_f32 = accumulate_in_f32
-        """f16 and bf16 matrix products accumulated in f32 (`import_model`)."""
+        """f16 and bf16 matrix products, and f16 Softmax row sums, accumulated in f32
+        (`import_model`)."""
         self.graph = model.graph
         self.filename = filename
         self.opset = 1
