@@ -1459,7 +1459,11 @@ def _identity(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -
 def _dropout(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     if len(ins) > 2 and ins[2]:
         training = imp.static(ins[2], "training_mode")
-        if bool(np.asarray(training).reshape(-1)[0]):
+        ratio = imp.static(ins[1], "ratio") if ins[1] else np.float32(0.5)
+        # Training mode drops each element with probability `ratio` and scales the rest by
+        # 1 / (1 - ratio): with a ratio of 0 nothing is dropped and the scale is 1, so the
+        # output is the input and the mask all true (ONNX's reference returns them so).
+        if bool(np.asarray(training).reshape(-1)[0]) and np.asarray(ratio).reshape(-1)[0] != 0:
             raise imp.unsupported("training mode (random masks) is not supported")
     if imp.opset < 7 and attrs.get("is_test", 0) == 0:
         raise imp.unsupported("training mode (is_test = 0) is not supported")
@@ -2749,6 +2753,78 @@ def _scatter_nd(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any])
         _out(imp, node, _scatter_reduce(imp, data, updates, targets, how, False))
         return
     _out(imp, node, _scatter_by_map(imp, data, updates, targets))
+
+
+@handler("MaxUnpool")
+def _max_unpool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # ONNX's reference: Y = zeros(N * C * prod(inferred spatial dims)); Y[I[e]] = X[e] for each
+    # element e in order (a later write to a position wins); Y reshaped to the inferred shape
+    # ((in - 1) * stride - pads + kernel per spatial dim) and placed at the start of a zero
+    # tensor of `output_shape` where that input is given. The indices must be static.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    kernel = list(attrs["kernel_shape"])
+    nd = len(kernel)
+    if t.rank != nd + 2 or t.dtype.is_bool:
+        raise imp.unsupported(f"input {t} for a {nd}-D kernel")
+    strides = list(attrs.get("strides", [1] * nd))
+    pads = list(attrs.get("pads", [0] * (2 * nd)))
+    inferred = [*t.shape[:2]] + [
+        (t.shape[2 + d] - 1) * strides[d] - (pads[d] + pads[nd + d]) + kernel[d] for d in range(nd)
+    ]
+    total = math.prod(inferred)
+    idx = _static_indices(imp, ins[1], [total])
+    if idx.shape != t.shape:
+        raise imp.unsupported(f"indices {list(idx.shape)} for input {t}")
+    zeros = imp.const(0, TensorType(t.dtype, (total,)))
+    y = reshape(imp, _scatter_by_map(imp, zeros, x, idx.reshape(-1)), inferred)
+    if len(ins) > 2 and ins[2]:
+        shape = [int(v) for v in np.asarray(imp.static(ins[2], "output_shape")).reshape(-1)]
+        if len(shape) != t.rank or any(o < i for o, i in zip(shape, inferred, strict=True)):
+            raise imp.unsupported(f"output_shape {shape} is smaller than {inferred}")
+        if shape != inferred:
+            high = [o - i for o, i in zip(shape, inferred, strict=True)]
+            y = imp.emit("pad", [y], low=[0] * t.rank, high=high, value=0.0)
+    _out(imp, node, y)
+
+
+@handler("Compress")
+def _compress(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # np.compress (ONNX's reference): the slices along `axis` (of the flattened input when
+    # there is none) whose condition is true, in order; a condition shorter than the axis
+    # leaves the rest out. The condition must be static: it fixes the output's shape.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    cond = np.asarray(imp.static(ins[1], "condition")).astype(bool)
+    if cond.ndim != 1:
+        raise imp.unsupported(f"condition of shape {list(cond.shape)} (1-D only)")
+    if "axis" in attrs:
+        axis = _norm_axis(imp, attrs["axis"], t.rank)
+    else:
+        x, axis = reshape(imp, x, [t.num_elements]), 0
+    size = imp.type_of(x).shape[axis]
+    if cond.size > size:
+        raise imp.unsupported(f"condition of length {cond.size} for an axis of {size}")
+    _out(imp, node, _take_indices(imp, x, axis, [int(i) for i in np.flatnonzero(cond)]))
+
+
+@handler("OptionalHasElement")
+def _optional_has_element(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # No input (or an empty name) is an empty optional: false. A tensor input has its
+    # element: true (graph inputs of optional or sequence type are refused where declared, and
+    # no op gdv imports makes an optional value).
+    present = bool(ins) and bool(ins[0])
+    if present:
+        imp.val(ins[0])
+    imp.set_static(node.output[0], np.array(present))
+
+
+@handler("OptionalGetElement")
+def _optional_get_element(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # A tensor input is its own element (see OptionalHasElement); an absent one is an error.
+    if not ins or not ins[0]:
+        raise imp.unsupported("an empty optional has no element")
+    imp.vals[node.output[0]] = imp.val(ins[0])
 
 
 @handler("EyeLike")
