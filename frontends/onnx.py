@@ -3396,9 +3396,12 @@ def _gelu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
 @handler("BatchNormalization")
 def _batch_norm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     # Inference: (x - mean) / sqrt(var + eps) * scale + B, per channel (dim 1).
-    if attrs.get("training_mode", 0) or (imp.opset < 7 and not attrs.get("is_test", 0)):
+    training = attrs.get("training_mode", 0) and imp.opset >= 14
+    if (attrs.get("training_mode", 0) and not training) or (
+        imp.opset < 7 and not attrs.get("is_test", 0)
+    ):
         raise imp.unsupported("training mode is not supported")
-    if len([o for o in node.output if o]) > 1:
+    if len([o for o in node.output if o]) > 1 and not training:
         raise imp.unsupported("the running statistics outputs (training mode)")
     x = imp.dyn(ins[0])
     t = _require_float(imp, x)
@@ -3406,11 +3409,38 @@ def _batch_norm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any])
 
     def chan(name: str) -> str:
         v = imp.dyn(name)
-        if imp.type_of(v).dtype != t.dtype:
-            raise imp.unsupported("mixed dtypes")
-        return imp.emit("broadcast", [v], t, dims=[1])
+        if imp.type_of(v).dtype != t.dtype or imp.type_of(v).shape != (t.shape[1],):
+            raise imp.unsupported(f"{imp.type_of(v)} per channel of {t} (mixed dtypes)")
+        return v
 
     scale, bias, mean, var = (chan(n) for n in ins[1:5])
+    if training:
+        # Training mode (opset 14 on), as ONNX's spec and reference say: the batch's own mean
+        # and (population) variance over every dim but the channel normalize x, and the
+        # running statistics are input_mean * momentum + current_mean * (1 - momentum) (the
+        # same for the variance). m = sum(x) / n; d = x - m; v = sum(d * d) / n, n the
+        # elements per channel, as InstanceNormalization computes them.
+        axes = [0, *range(2, t.rank)]
+        n = t.num_elements // t.shape[1]
+        ct = imp.type_of(mean)
+        cur_mean = imp.emit(
+            "div", [imp.emit("reduce_sum", [x], axes=axes), imp.const(float(n), ct)]
+        )
+        d = imp.emit("sub", [x, imp.emit("broadcast", [cur_mean], t, dims=[1])])
+        sq = imp.emit("reduce_sum", [imp.emit("mul", [d, d])], axes=axes)
+        cur_var = imp.emit("div", [sq, imp.const(float(n), ct)])
+        momentum = attrs.get("momentum", 0.9)
+
+        def running(old: str, cur: str) -> str:
+            kept = imp.emit("mul", [old, imp.const(momentum, ct)])
+            return imp.emit("add", [kept, imp.emit("mul", [cur, imp.const(1 - momentum, ct)])])
+
+        _out(imp, node, running(mean, cur_mean), 1)
+        _out(imp, node, running(var, cur_var), 2)
+        mean, var = cur_mean, cur_var
+    scale, bias, mean, var = (
+        imp.emit("broadcast", [v], t, dims=[1]) for v in (scale, bias, mean, var)
+    )
     std = imp.emit("sqrt", [imp.emit("add", [var, imp.const(np.float32(eps), t)])])
     y = imp.emit("div", [imp.emit("sub", [x, mean]), std])
     _out(imp, node, imp.emit("add", [imp.emit("mul", [y, scale]), bias]))

@@ -411,3 +411,64 @@ def test_optional_ops_on_tensors() -> None:
     g = helper.make_graph([helper.make_node("OptionalGetElement", [""], ["y"])], "g", [], out)
     with pytest.raises(Unsupported, match="OptionalGetElement .* at node #0 .*empty optional"):
         import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
+
+
+def _batch_norm_training(shape, momentum):
+    c_ = shape[1]
+    g = helper.make_graph(
+        [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
+                          training_mode=1, momentum=momentum, epsilon=1e-2)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
+        + [helper.make_tensor_value_info(n, TensorProto.FLOAT, [c_]) for n in "sbmv"],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "rm", "rv")],
+    )  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+
+
+@given(data=st.data())
+def test_batch_norm_training_mode_is_the_spec(data) -> None:
+    """Training mode: the batch's mean and population variance over every dim but the
+    channel. Values are multiples of 1/4 and the elements per channel a power of 2, so every
+    sum, mean and variance is exact and the running statistics
+    are ONNX's reference's bit for bit; Y (the reference writes scale * (x - m) / sqrt(..),
+    the spec and gdv (x - m) / sqrt(..) * scale) is the spec's formula computed in numpy in
+    gdv's order, bit for bit, and the reference's to within a few ulp."""
+    pow2 = st.sampled_from([1, 2, 4])  # elements per channel a power of 2: exact means
+    shape = [data.draw(pow2), data.draw(st.integers(1, 3))] + data.draw(st.lists(pow2, max_size=2))
+    n = int(np.prod(shape))
+    quarters = st.integers(-12, 12).map(lambda k: k / 4)
+    x = np.array(data.draw(st.lists(quarters, min_size=n, max_size=n)), np.float32)
+    x = x.reshape(shape)
+    c_ = shape[1]
+    s, b, m = (np.array(data.draw(st.lists(quarters, min_size=c_, max_size=c_)), np.float32)
+               for _ in range(3))  # fmt: skip
+    v = np.abs(np.array(data.draw(st.lists(quarters, min_size=c_, max_size=c_)), np.float32))
+    momentum = data.draw(st.sampled_from([0.9, 0.5, 0.0, 1.0]))
+    model = _batch_norm_training(shape, momentum)
+    feeds = {"x": x, "s": s, "b": b, "m": m, "v": v}
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = reference.run(import_model(model)[0], feeds)
+    assert same_bits(got[1], want[1]).all() and same_bits(got[2], want[2]).all()
+    axes = tuple(d for d in range(len(shape)) if d != 1)
+    ch = (1, c_) + (1,) * (len(shape) - 2)
+    mean = (x.sum(axis=axes, dtype=np.float32) / np.float32(x.size // c_)).reshape(ch)
+    var = (((x - mean) ** 2).sum(axis=axes) / np.float32(x.size // c_)).reshape(ch)
+    y = (x - mean) / np.sqrt(var + np.float32(1e-2)) * s.reshape(ch) + b.reshape(ch)
+    assert same_bits(got[0], y).all(), (got[0], y)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_batch_norm_training_mode_on_c_and_before_opset_14() -> None:
+    model = _batch_norm_training([2, 2, 3], 0.9)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 2, 3)).astype(np.float32)}
+    feeds |= {n: rng.random(2).astype(np.float32) for n in "sbmv"}
+    module, _ = import_model(model)
+    for a, b in zip(c.run(module, feeds), reference.run(module, feeds), strict=True):
+        assert same_bits(a, b).all()
+    model.opset_import[0].version = 9
+    del model.graph.node[0].attribute[:]
+    model.graph.node[0].attribute.append(helper.make_attribute("training_mode", 1))
+    with pytest.raises(Unsupported, match="BatchNormalization .* at node #0 .*training mode"):
+        import_model(model)
