@@ -519,6 +519,10 @@ class Importer(GraphEmitter):
             attrs = {a.name: _attr_value(a, self) for a in node.attribute}
             ML_HANDLERS[node.op_type](self, node, list(node.input), attrs)
             return
+        if node.domain == "ai.onnx.preview.training" and node.op_type in TRAINING_HANDLERS:
+            attrs = {a.name: _attr_value(a, self) for a in node.attribute}
+            TRAINING_HANDLERS[node.op_type](self, node, list(node.input), attrs)
+            return
         if node.domain not in ("", "ai.onnx"):
             raise self.unsupported(f"domain '{printable(node.domain)}' is not supported")
         for attr in node.attribute:
@@ -2930,6 +2934,157 @@ ML_HANDLERS: dict[str, Handler] = {
     "ArrayFeatureExtractor": _array_feature_extractor,
 }
 """The ai.onnx.ml ops gdv imports (every other op of that domain is refused by domain)."""
+
+
+# --- ai.onnx.preview.training: Momentum, Adagrad, Adam -------------------------------------------
+# Each update written as ONNX's reference (and its node tests' generator) computes it in numpy:
+# an attribute is a Python float, so against an array it is rounded to the array's dtype (NEP
+# 50); the learning rate R and the step count T are 0-d arrays, so they promote: R * X is in
+# the wider of their dtypes, and T * decay_factor, beta ** T are f64. Each X output is then
+# rounded to X's dtype, as ONNX declares it. T must be static where it picks a branch (t > 0).
+
+
+def _train_const(imp: Importer, value: float, t: TensorType) -> str:
+    """A Python float against an array of `t`: numpy rounds it to t's dtype once."""
+    return imp.const(float(np.asarray(value, np.float64).astype(t.dtype.np)), t)
+
+
+def _train_groups(imp: Importer, ins: list[str], k: int) -> list[list[str]]:
+    """The per-tensor names [X, G, V, ...] of R, T, X1..Xn, G1..Gn, ... (k lists of n)."""
+    n = (len(ins) - 2) // k
+    if n < 1 or len(ins) != 2 + k * n or not all(ins):
+        raise imp.unsupported(f"{len(ins)} inputs (R, T and {k} tensors per updated tensor)")
+    return [[ins[2 + j * n + i] for j in range(k)] for i in range(n)]
+
+
+def _train_tensors(imp: Importer, names: list[str]) -> tuple[list[str], TensorType]:
+    vals = [imp.dyn(n) for n in names]
+    t = imp.type_of(vals[0])
+    if t.dtype not in (DType.F32, DType.F64) or any(imp.type_of(v) != t for v in vals):
+        raise imp.unsupported(
+            f"tensors {[str(imp.type_of(v)) for v in vals]} (f32 or f64, one type)"
+        )
+    return vals, t
+
+
+def _train_rate(imp: Importer, name: str) -> str:
+    r = imp.dyn(name)
+    if imp.type_of(r).dtype not in (DType.F32, DType.F64) or imp.type_of(r).rank != 0:
+        raise imp.unsupported(f"learning rate {imp.type_of(r)} (an f32 or f64 scalar)")
+    return r
+
+
+def _train_step(imp: Importer, name: str) -> int:
+    return int(np.asarray(imp.static(name, "the step count T")).reshape(-1)[0])
+
+
+def _rate_times(imp: Importer, r: str, u: str) -> str:
+    """r * u with r a 0-d array: in the wider of the two dtypes (numpy's promotion)."""
+    rt, ut = imp.type_of(r), imp.type_of(u)
+    wide = DType.F64 if DType.F64 in (rt.dtype, ut.dtype) else DType.F32
+    rb = imp.emit("broadcast", [convert(imp, r, wide)], ut.with_dtype(wide), dims=[])
+    return imp.emit("mul", [rb, convert(imp, u, wide)])
+
+
+def _minus(imp: Importer, x: str, d: str) -> str:
+    """x - d in d's dtype (numpy's promotion: d is x's dtype or wider)."""
+    return imp.emit("sub", [convert(imp, x, imp.type_of(d).dtype), d])
+
+
+def _momentum(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # g' = norm * x + g; v' = alpha * v + beta' * g' (beta' = beta if t > 0 else 1);
+    # standard: x' = x - r * v'; nesterov: x' = x - r * (g' + alpha * v').
+    groups = _train_groups(imp, ins, 3)
+    r, step = _train_rate(imp, ins[0]), _train_step(imp, ins[1])
+    mode = attrs.get("mode", "standard")
+    if mode not in ("standard", "nesterov"):
+        raise imp.unsupported(f"mode '{printable(str(mode))}'")
+    alpha, beta, norm = attrs["alpha"], attrs["beta"], attrs["norm_coefficient"]
+    n = len(groups)
+    for i, names in enumerate(groups):
+        (x, g, v), t = _train_tensors(imp, names)
+        g2 = imp.emit("add", [imp.emit("mul", [_train_const(imp, norm, t), x]), g])
+        beta_t = _train_const(imp, beta if step > 0 else 1.0, t)
+        v2 = imp.emit(
+            "add",
+            [imp.emit("mul", [_train_const(imp, alpha, t), v]), imp.emit("mul", [beta_t, g2])],
+        )
+        u = v2
+        if mode == "nesterov":
+            u = imp.emit("add", [g2, imp.emit("mul", [_train_const(imp, alpha, t), v2])])
+        _out(imp, node, convert(imp, _minus(imp, x, _rate_times(imp, r, u)), t.dtype), i)
+        _out(imp, node, v2, n + i)
+
+
+def _adagrad(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # r' = r / (1 + t * decay) in f64; g' = norm * x + g; h' = h + g' * g';
+    # x' = x - r' * g' / (sqrt(h') + eps), in f64, rounded to x's dtype.
+    groups = _train_groups(imp, ins, 3)
+    r = _train_rate(imp, ins[0])
+    step = imp.dyn(ins[1])
+    st = imp.type_of(step)
+    if st.dtype is not DType.I64 or st.rank != 0:
+        raise imp.unsupported(f"step count {st} (an i64 scalar)")
+    f64 = TensorType(DType.F64, ())
+    decay = _train_const(imp, attrs.get("decay_factor", 0.0), f64)
+    den = imp.emit(
+        "add",
+        [_train_const(imp, 1.0, f64), imp.emit("mul", [convert(imp, step, DType.F64), decay])],
+    )
+    rate = imp.emit("div", [convert(imp, r, DType.F64), den])
+    norm, eps = attrs.get("norm_coefficient", 0.0), attrs.get("epsilon", 0.0)
+    n = len(groups)
+    for i, names in enumerate(groups):
+        (x, g, h), t = _train_tensors(imp, names)
+        g2 = imp.emit("add", [imp.emit("mul", [_train_const(imp, norm, t), x]), g])
+        h2 = imp.emit("add", [h, imp.emit("mul", [g2, g2])])
+        hs = imp.emit("add", [imp.emit("sqrt", [h2]), _train_const(imp, eps, t)])
+        d = imp.emit("div", [_rate_times(imp, rate, g2), convert(imp, hs, DType.F64)])
+        _out(imp, node, convert(imp, _minus(imp, x, d), t.dtype), i)
+        _out(imp, node, h2, n + i)
+
+
+def _adam(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # g' = norm * x + g; v' = alpha * v + (1 - alpha) * g'; h' = beta * h + (1 - beta) * g'^2;
+    # r' = r * sqrt(1 - beta^t) / (1 - alpha^t) in f64 if t > 0, else r;
+    # x' = (1 - norm_post) * (x - r' * (v' / (sqrt(h') + eps))), rounded to x's dtype.
+    groups = _train_groups(imp, ins, 4)
+    r, step = _train_rate(imp, ins[0]), _train_step(imp, ins[1])
+    alpha, beta = attrs.get("alpha", 0.9), attrs.get("beta", 0.999)
+    norm, post = attrs.get("norm_coefficient", 0.0), attrs.get("norm_coefficient_post", 0.0)
+    eps = attrs.get("epsilon", 0.0)
+    if step > 0:
+        f64 = TensorType(DType.F64, ())
+        tf = convert(imp, imp.dyn(ins[1]), DType.F64)
+        one = _train_const(imp, 1.0, f64)
+
+        def decayed(c: float) -> str:  # 1 - c ** t
+            return imp.emit("sub", [one, imp.emit("pow", [_train_const(imp, c, f64), tf])])
+
+        r = imp.emit("mul", [convert(imp, r, DType.F64), imp.emit("sqrt", [decayed(beta)])])
+        r = imp.emit("div", [r, decayed(alpha)])
+    n = len(groups)
+    for i, names in enumerate(groups):
+        (x, g, v, h), t = _train_tensors(imp, names)
+        c = lambda value, t=t: _train_const(imp, value, t)  # noqa: E731
+        g2 = imp.emit("add", [imp.emit("mul", [c(norm), x]), g])
+        v2 = imp.emit("add", [imp.emit("mul", [c(alpha), v]), imp.emit("mul", [c(1 - alpha), g2])])
+        sq = imp.emit("mul", [g2, g2])
+        h2 = imp.emit("add", [imp.emit("mul", [c(beta), h]), imp.emit("mul", [c(1 - beta), sq])])
+        hs = imp.emit("add", [imp.emit("sqrt", [h2]), c(eps)])
+        x2 = _minus(imp, x, _rate_times(imp, r, imp.emit("div", [v2, hs])))
+        x2 = imp.emit("mul", [_train_const(imp, 1 - post, imp.type_of(x2)), x2])
+        _out(imp, node, convert(imp, x2, t.dtype), i)
+        _out(imp, node, v2, n + i)
+        _out(imp, node, h2, 2 * n + i)
+
+
+TRAINING_HANDLERS: dict[str, Handler] = {
+    "Momentum": _momentum,
+    "Adagrad": _adagrad,
+    "Adam": _adam,
+}
+"""The ai.onnx.preview.training ops gdv imports (every other op of that domain is refused)."""
 
 
 @handler("TensorScatter")
