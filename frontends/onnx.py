@@ -523,6 +523,8 @@ class Importer(GraphEmitter):
             attrs = {a.name: _attr_value(a, self) for a in node.attribute}
             TRAINING_HANDLERS[node.op_type](self, node, list(node.input), attrs)
             return
+        if node.domain == "ai.onnx.preview" and self._expand_function(node, list(node.input)):
+            return  # a preview op ONNX defines by a function body (FlexAttention): that body
         if node.domain not in ("", "ai.onnx"):
             raise self.unsupported(f"domain '{printable(node.domain)}' is not supported")
         for attr in node.attribute:
@@ -567,8 +569,13 @@ class Importer(GraphEmitter):
     def _expand_function(self, node: Any, ins: list[str]) -> bool:
         """Import an op that ONNX defines by a function body as that body's nodes (ONNX's own
         definition of its meaning). False when the op has no function body."""
+        version = self.opset  # the version of the node's domain (ai.onnx, or a preview one)
+        if node.domain not in ("", "ai.onnx"):
+            version = next(
+                (o.version for o in self.model.opset_import if o.domain == node.domain), 1
+            )
         try:
-            schema = onnx.defs.get_schema(node.op_type, self.opset, node.domain)
+            schema = onnx.defs.get_schema(node.op_type, version, node.domain)
         except Exception:  # unknown op or domain
             return False
         body = None
@@ -582,13 +589,13 @@ class Importer(GraphEmitter):
                 proto = onnx.helper.make_tensor_type_proto(_ONNX_OF[t.dtype], list(t.shape))
                 types.append(proto.SerializeToString())
             raw = schema.get_context_dependent_function_with_opset_version(
-                self.opset, node.SerializeToString(), types
+                version, node.SerializeToString(), types
             )
             if raw:
                 body = onnx.FunctionProto()
                 body.ParseFromString(raw)
         elif schema.has_function:
-            raw = schema.get_function_with_opset_version(self.opset)
+            raw = schema.get_function_with_opset_version(version)
             if raw:
                 body = onnx.FunctionProto()
                 body.ParseFromString(raw) if isinstance(raw, bytes) else body.CopyFrom(raw)
