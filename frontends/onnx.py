@@ -2799,6 +2799,49 @@ def _max_unpool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any])
     _out(imp, node, y)
 
 
+@handler("Col2Im")
+def _col2im(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # ONNX's reference (col2im_naive_implementation): per batch and channel, an image of
+    # zeros, and for each kernel position, then each block (both row-major), the block's
+    # value added at image position block * stride - pad_begin + offset * dilation when that
+    # lies inside the image. Written as a static scatter-add in that order. image_shape and
+    # block_shape must be static.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    image = [int(v) for v in np.asarray(imp.static(ins[1], "image_shape")).reshape(-1)]
+    block = [int(v) for v in np.asarray(imp.static(ins[2], "block_shape")).reshape(-1)]
+    nd = len(image)
+    dil = list(attrs.get("dilations", [1] * nd))
+    pads = list(attrs.get("pads", [0] * (2 * nd)))
+    strides = list(attrs.get("strides", [1] * nd))
+    if t.dtype.is_bool or t.rank != 3 or len(block) != nd or min(block + image, default=0) < 1:
+        raise imp.unsupported(f"input {t} with image_shape {image} and block_shape {block}")
+    k = math.prod(block)
+    cols = [
+        (image[i] + pads[i] + pads[nd + i] - (dil[i] * (block[i] - 1) + 1)) // strides[i] + 1
+        for i in range(nd)
+    ]
+    if t.shape[1] % k or t.shape[2] != math.prod(cols) or min(cols) < 1:
+        raise imp.unsupported(f"input {t} does not hold blocks {cols} of {block}")
+    n, c = t.shape[0], t.shape[1] // k
+    offsets = np.array(list(np.ndindex(*block)), dtype=np.int64).reshape(k, 1, nd)
+    starts = np.array(list(np.ndindex(*cols)), dtype=np.int64).reshape(1, -1, nd)
+    pos = starts * np.array(strides) - np.array(pads[:nd]) + offsets * np.array(dil)  # (k, L, nd)
+    inside = np.all((pos >= 0) & (pos < np.array(image)), axis=-1)  # (k, L)
+    pixel = np.ravel_multi_index(
+        tuple(np.moveaxis(np.where(inside[..., None], pos, 0), -1, 0)), image
+    )
+    plane = math.prod(image)
+    # updates in (n, c, kernel position, block) order; targets in the (n, c, image) output
+    nc = np.arange(n * c, dtype=np.int64).reshape(-1, 1, 1)
+    targets = (nc * plane + pixel[None]).reshape(-1)
+    keep = np.flatnonzero(np.broadcast_to(inside[None], (n * c, *inside.shape)).reshape(-1))
+    flat = reshape(imp, x, [t.num_elements])
+    updates = _take_indices(imp, flat, 0, [int(i) for i in keep])
+    out = imp.const(0, TensorType(t.dtype, (n, c, *image)))
+    _out(imp, node, _scatter_reduce(imp, out, updates, targets[keep], "add", False))
+
+
 @handler("Compress")
 def _compress(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     # np.compress (ONNX's reference): the slices along `axis` (of the flattened input when

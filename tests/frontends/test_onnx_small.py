@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
@@ -472,3 +472,45 @@ def test_batch_norm_training_mode_on_c_and_before_opset_14() -> None:
     model.graph.node[0].attribute.append(helper.make_attribute("training_mode", 1))
     with pytest.raises(Unsupported, match="BatchNormalization .* at node #0 .*training mode"):
         import_model(model)
+
+
+@given(data=st.data())
+def test_col2im_is_the_reference(data) -> None:
+    """Col2Im in 1 to 3 dims with strides, pads and dilations: bit for bit, overlapping
+    blocks summed in the reference's order (kernel position, then block) on values where the
+    order shows (large and small, signed zeros, NaN, infinities)."""
+    nd = data.draw(st.integers(1, 3))
+    image = [data.draw(st.integers(1, 4)) for _ in range(nd)]
+    block = [data.draw(st.integers(1, 3)) for _ in range(nd)]
+    dil = [data.draw(st.integers(1, 2)) for _ in range(nd)]
+    strides = [data.draw(st.integers(1, 2)) for _ in range(nd)]
+    pads = [data.draw(st.integers(0, 1)) for _ in range(2 * nd)]
+    cols = [(image[i] + pads[i] + pads[nd + i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1
+            for i in range(nd)]  # fmt: skip
+    assume(min(cols) >= 1)
+    n, c = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))
+    shape = (n, c * int(np.prod(block)), int(np.prod(cols)))
+    size = int(np.prod(shape))
+    vals = st.sampled_from(SPECIAL) | st.sampled_from([1e8, -1e8, 3.0, 1e-3])
+    x = np.array(data.draw(st.lists(vals, min_size=size, max_size=size)), np.float32)
+    inits = {"i": np.array(image, np.int64), "b": np.array(block, np.int64)}
+    _check("Col2Im", {"x": x.reshape(shape)}, inits=inits, dilations=dil, pads=pads,
+           strides=strides)  # fmt: skip
+
+
+def test_col2im_on_c_and_refusals() -> None:
+    x = np.arange(2 * 4 * 6, dtype=np.float32).reshape(2, 4, 6) / 7
+    inits = {"i": np.array([3, 4], np.int64), "b": np.array([2, 2], np.int64)}
+    _check("Col2Im", {"x": x}, inits=inits, on_c=True)
+    g = helper.make_graph(
+        [helper.make_node("Col2Im", ["x", "i", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 5]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("b", TensorProto.INT64, [2], [2, 2])],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(Unsupported, match="Col2Im .* at node #0 .*image_shape must be a const"):
+        import_model(m)
+    with pytest.raises(Unsupported, match=r"does not hold blocks \[2, 3\] of \[2, 2\]"):
+        import_model(m, known_inputs={"i": np.array([3, 4], np.int64)})
