@@ -17,7 +17,7 @@ from gdv.frontends.onnx_conformance import DEFAULT_RESULTS, family_table, run_al
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PASS_FLOOR = 1741
+PASS_FLOOR = 1746
 """Measured with onnx 1.23.2: `python -m gdv.frontends.onnx_conformance`. Raise it as ops are
 added; a drop is a regression."""
 
