@@ -2988,10 +2988,17 @@ ML_HANDLERS: dict[str, Handler] = {
 
 # --- ai.onnx.preview.training: Momentum, Adagrad, Adam -------------------------------------------
 # Each update written as ONNX's reference (and its node tests' generator) computes it in numpy:
-# an attribute is a Python float, so against an array it is rounded to the array's dtype (NEP
-# 50); the learning rate R and the step count T are 0-d arrays, so they promote: R * X is in
-# the wider of their dtypes, and T * decay_factor, beta ** T are f64. Each X output is then
-# rounded to X's dtype, as ONNX declares it. T must be static where it picks a branch (t > 0).
+# a FLOAT attribute is an f32 value (an np.float32 in the reference evaluator, so 1 - alpha is
+# an f32 subtraction), used in X's dtype; the learning rate R and the step count T are 0-d
+# arrays, so they promote: R * X is in the wider of their dtypes, and T * decay_factor, beta ** T
+# are f64. Each X output is then rounded to X's dtype, as ONNX declares it. T must be static
+# where it picks a branch (t > 0).
+
+
+def _one_minus(value: float) -> float:
+    """1 - a FLOAT attribute, in f32 as ONNX's reference computes it (exact in f64 too, so
+    the same for an f32 X; an f64 X sees the f32-rounded value)."""
+    return float(np.float32(1.0) - np.float32(value))
 
 
 def _train_const(imp: Importer, value: float, t: TensorType) -> str:
@@ -3118,12 +3125,16 @@ def _adam(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
         (x, g, v, h), t = _train_tensors(imp, names)
         c = lambda value, t=t: _train_const(imp, value, t)  # noqa: E731
         g2 = imp.emit("add", [imp.emit("mul", [c(norm), x]), g])
-        v2 = imp.emit("add", [imp.emit("mul", [c(alpha), v]), imp.emit("mul", [c(1 - alpha), g2])])
+        v2 = imp.emit(
+            "add", [imp.emit("mul", [c(alpha), v]), imp.emit("mul", [c(_one_minus(alpha)), g2])]
+        )
         sq = imp.emit("mul", [g2, g2])
-        h2 = imp.emit("add", [imp.emit("mul", [c(beta), h]), imp.emit("mul", [c(1 - beta), sq])])
+        h2 = imp.emit(
+            "add", [imp.emit("mul", [c(beta), h]), imp.emit("mul", [c(_one_minus(beta)), sq])]
+        )
         hs = imp.emit("add", [imp.emit("sqrt", [h2]), c(eps)])
         x2 = _minus(imp, x, _rate_times(imp, r, imp.emit("div", [v2, hs])))
-        x2 = imp.emit("mul", [_train_const(imp, 1 - post, imp.type_of(x2)), x2])
+        x2 = imp.emit("mul", [_train_const(imp, _one_minus(post), imp.type_of(x2)), x2])
         _out(imp, node, convert(imp, x2, t.dtype), i)
         _out(imp, node, v2, n + i)
         _out(imp, node, h2, 2 * n + i)

@@ -129,3 +129,16 @@ def test_the_node_tests_expected_data_uses_f64_attributes() -> None:
     feeds = {"R": np.array(0.1, np.float32), "T": np.array(0, np.int64),
              "X0": x, "G0": -x, "V0": 2 * x, "H0": 0.5 * x}  # fmt: skip
     _check("Adam", feeds, 1, alpha=0.95, beta=0.85, epsilon=0.01, norm_coefficient=0.001)
+
+
+def test_one_minus_an_attribute_is_an_f32_subtraction() -> None:
+    """ONNX's reference holds FLOAT attributes as np.float32, so Adam's 1 - alpha, 1 - beta
+    and 1 - norm_coefficient_post are f32 subtractions even for f64 tensors (where 1 - post
+    computed in f64 would differ: post = 0.21527319 is an f32 whose 1 - post is not)."""
+    post = float(np.float32(0.2152731865644455))
+    assert np.float64(1 - post) != np.float32(1) - np.float32(post)
+    feeds = {"R": np.array(1.0), "T": np.array(0, np.int64), "X0": np.array([0.0]),
+             "G0": np.array([1.0]), "V0": np.array([0.0]), "H0": np.array([0.0])}  # fmt: skip
+    for alpha, beta in [(0.0, 0.0), (post, 0.7), (0.3, post)]:
+        _check("Adam", feeds, 1, alpha=alpha, beta=beta, norm_coefficient_post=post,
+               epsilon=0.0625)  # fmt: skip
