@@ -5,7 +5,8 @@ cache directory in ONNX's test-data layout (model.onnx, test_data_set_N/*.pb) an
 there against `gdv.frontends.onnx.Backend`, compared as `onnx.backend.test.runner` compares:
 `numpy.testing.assert_allclose` with the case's rtol (1e-3) and atol (1e-7), plus equal dtypes
 and shapes. Every case is counted: `pass`, `fail` (a wrong answer, an error, a crash) or
-`unsupported` (gdv refused the model with its `unsupported ONNX op ...` message). Each case
+`unsupported` (gdv refused the model with its `unsupported ONNX op ...` message); a pass says
+whether every output equals the expected data bit for bit (`bit_exact`). Each case
 also names the op it exercises (`op`), and the results file counts the three outcomes per op
 (`ops`) and per op family (`families`, `FAMILY`); `--table` prints the latter as the README's
 table.
