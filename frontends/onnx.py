@@ -291,7 +291,8 @@ class Importer(GraphEmitter):
         self.narrow_in_f32 = narrow_in_f32
         """f16 and bf16 values computed in f32 (`import_model`)."""
         self.accumulate_in_f32 = accumulate_in_f32
-        """f16 and bf16 matrix products accumulated in f32 (`import_model`)."""
+        """f16 and bf16 matrix products, and f16 Softmax row sums, accumulated in f32
+        (`import_model`)."""
         self.graph = model.graph
         self.filename = filename
         self.opset = 1
@@ -518,6 +519,12 @@ class Importer(GraphEmitter):
             attrs = {a.name: _attr_value(a, self) for a in node.attribute}
             ML_HANDLERS[node.op_type](self, node, list(node.input), attrs)
             return
+        if node.domain == "ai.onnx.preview.training" and node.op_type in TRAINING_HANDLERS:
+            attrs = {a.name: _attr_value(a, self) for a in node.attribute}
+            TRAINING_HANDLERS[node.op_type](self, node, list(node.input), attrs)
+            return
+        if node.domain == "ai.onnx.preview" and self._expand_function(node, list(node.input)):
+            return  # a preview op ONNX defines by a function body (FlexAttention): that body
         if node.domain not in ("", "ai.onnx"):
             raise self.unsupported(f"domain '{printable(node.domain)}' is not supported")
         for attr in node.attribute:
@@ -562,8 +569,13 @@ class Importer(GraphEmitter):
     def _expand_function(self, node: Any, ins: list[str]) -> bool:
         """Import an op that ONNX defines by a function body as that body's nodes (ONNX's own
         definition of its meaning). False when the op has no function body."""
+        version = self.opset  # the version of the node's domain (ai.onnx, or a preview one)
+        if node.domain not in ("", "ai.onnx"):
+            version = next(
+                (o.version for o in self.model.opset_import if o.domain == node.domain), 1
+            )
         try:
-            schema = onnx.defs.get_schema(node.op_type, self.opset, node.domain)
+            schema = onnx.defs.get_schema(node.op_type, version, node.domain)
         except Exception:  # unknown op or domain
             return False
         body = None
@@ -577,13 +589,13 @@ class Importer(GraphEmitter):
                 proto = onnx.helper.make_tensor_type_proto(_ONNX_OF[t.dtype], list(t.shape))
                 types.append(proto.SerializeToString())
             raw = schema.get_context_dependent_function_with_opset_version(
-                self.opset, node.SerializeToString(), types
+                version, node.SerializeToString(), types
             )
             if raw:
                 body = onnx.FunctionProto()
                 body.ParseFromString(raw)
         elif schema.has_function:
-            raw = schema.get_function_with_opset_version(self.opset)
+            raw = schema.get_function_with_opset_version(version)
             if raw:
                 body = onnx.FunctionProto()
                 body.ParseFromString(raw) if isinstance(raw, bytes) else body.CopyFrom(raw)
@@ -1458,7 +1470,11 @@ def _identity(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -
 def _dropout(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     if len(ins) > 2 and ins[2]:
         training = imp.static(ins[2], "training_mode")
-        if bool(np.asarray(training).reshape(-1)[0]):
+        ratio = imp.static(ins[1], "ratio") if ins[1] else np.float32(0.5)
+        # Training mode drops each element with probability `ratio` and scales the rest by
+        # 1 / (1 - ratio): with a ratio of 0 nothing is dropped and the scale is 1, so the
+        # output is the input and the mask all true (ONNX's reference returns them so).
+        if bool(np.asarray(training).reshape(-1)[0]) and np.asarray(ratio).reshape(-1)[0] != 0:
             raise imp.unsupported("training mode (random masks) is not supported")
     if imp.opset < 7 and attrs.get("is_test", 0) == 0:
         raise imp.unsupported("training mode (is_test = 0) is not supported")
@@ -2750,6 +2766,121 @@ def _scatter_nd(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any])
     _out(imp, node, _scatter_by_map(imp, data, updates, targets))
 
 
+@handler("MaxUnpool")
+def _max_unpool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # ONNX's reference: Y = zeros(N * C * prod(inferred spatial dims)); Y[I[e]] = X[e] for each
+    # element e in order (a later write to a position wins); Y reshaped to the inferred shape
+    # ((in - 1) * stride - pads + kernel per spatial dim) and placed at the start of a zero
+    # tensor of `output_shape` where that input is given. The indices must be static.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    kernel = list(attrs["kernel_shape"])
+    nd = len(kernel)
+    if t.rank != nd + 2 or t.dtype.is_bool:
+        raise imp.unsupported(f"input {t} for a {nd}-D kernel")
+    strides = list(attrs.get("strides", [1] * nd))
+    pads = list(attrs.get("pads", [0] * (2 * nd)))
+    inferred = [*t.shape[:2]] + [
+        (t.shape[2 + d] - 1) * strides[d] - (pads[d] + pads[nd + d]) + kernel[d] for d in range(nd)
+    ]
+    total = math.prod(inferred)
+    idx = _static_indices(imp, ins[1], [total])
+    if idx.shape != t.shape:
+        raise imp.unsupported(f"indices {list(idx.shape)} for input {t}")
+    zeros = imp.const(0, TensorType(t.dtype, (total,)))
+    y = reshape(imp, _scatter_by_map(imp, zeros, x, idx.reshape(-1)), inferred)
+    if len(ins) > 2 and ins[2]:
+        shape = [int(v) for v in np.asarray(imp.static(ins[2], "output_shape")).reshape(-1)]
+        if len(shape) != t.rank or any(o < i for o, i in zip(shape, inferred, strict=True)):
+            raise imp.unsupported(f"output_shape {shape} is smaller than {inferred}")
+        if shape != inferred:
+            high = [o - i for o, i in zip(shape, inferred, strict=True)]
+            y = imp.emit("pad", [y], low=[0] * t.rank, high=high, value=0.0)
+    _out(imp, node, y)
+
+
+@handler("Col2Im")
+def _col2im(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # ONNX's reference (col2im_naive_implementation): per batch and channel, an image of
+    # zeros, and for each kernel position, then each block (both row-major), the block's
+    # value added at image position block * stride - pad_begin + offset * dilation when that
+    # lies inside the image. Written as a static scatter-add in that order. image_shape and
+    # block_shape must be static.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    image = [int(v) for v in np.asarray(imp.static(ins[1], "image_shape")).reshape(-1)]
+    block = [int(v) for v in np.asarray(imp.static(ins[2], "block_shape")).reshape(-1)]
+    nd = len(image)
+    dil = list(attrs.get("dilations", [1] * nd))
+    pads = list(attrs.get("pads", [0] * (2 * nd)))
+    strides = list(attrs.get("strides", [1] * nd))
+    if t.dtype.is_bool or t.rank != 3 or len(block) != nd or min(block + image, default=0) < 1:
+        raise imp.unsupported(f"input {t} with image_shape {image} and block_shape {block}")
+    k = math.prod(block)
+    cols = [
+        (image[i] + pads[i] + pads[nd + i] - (dil[i] * (block[i] - 1) + 1)) // strides[i] + 1
+        for i in range(nd)
+    ]
+    if t.shape[1] % k or t.shape[2] != math.prod(cols) or min(cols) < 1:
+        raise imp.unsupported(f"input {t} does not hold blocks {cols} of {block}")
+    n, c = t.shape[0], t.shape[1] // k
+    offsets = np.array(list(np.ndindex(*block)), dtype=np.int64).reshape(k, 1, nd)
+    starts = np.array(list(np.ndindex(*cols)), dtype=np.int64).reshape(1, -1, nd)
+    pos = starts * np.array(strides) - np.array(pads[:nd]) + offsets * np.array(dil)  # (k, L, nd)
+    inside = np.all((pos >= 0) & (pos < np.array(image)), axis=-1)  # (k, L)
+    pixel = np.ravel_multi_index(
+        tuple(np.moveaxis(np.where(inside[..., None], pos, 0), -1, 0)), image
+    )
+    plane = math.prod(image)
+    # updates in (n, c, kernel position, block) order; targets in the (n, c, image) output
+    nc = np.arange(n * c, dtype=np.int64).reshape(-1, 1, 1)
+    targets = (nc * plane + pixel[None]).reshape(-1)
+    keep = np.flatnonzero(np.broadcast_to(inside[None], (n * c, *inside.shape)).reshape(-1))
+    flat = reshape(imp, x, [t.num_elements])
+    updates = _take_indices(imp, flat, 0, [int(i) for i in keep])
+    out = imp.const(0, TensorType(t.dtype, (n, c, *image)))
+    _out(imp, node, _scatter_reduce(imp, out, updates, targets[keep], "add", False))
+
+
+@handler("Compress")
+def _compress(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # np.compress (ONNX's reference): the slices along `axis` (of the flattened input when
+    # there is none) whose condition is true, in order; a condition shorter than the axis
+    # leaves the rest out. The condition must be static: it fixes the output's shape.
+    x = imp.dyn(ins[0])
+    t = imp.type_of(x)
+    cond = np.asarray(imp.static(ins[1], "condition")).astype(bool)
+    if cond.ndim != 1:
+        raise imp.unsupported(f"condition of shape {list(cond.shape)} (1-D only)")
+    if "axis" in attrs:
+        axis = _norm_axis(imp, attrs["axis"], t.rank)
+    else:
+        x, axis = reshape(imp, x, [t.num_elements]), 0
+    size = imp.type_of(x).shape[axis]
+    if cond.size > size:
+        raise imp.unsupported(f"condition of length {cond.size} for an axis of {size}")
+    _out(imp, node, _take_indices(imp, x, axis, [int(i) for i in np.flatnonzero(cond)]))
+
+
+@handler("OptionalHasElement")
+def _optional_has_element(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # No input (or an empty name) is an empty optional: false. A tensor input has its
+    # element: true (graph inputs of optional or sequence type are refused where declared, and
+    # no op gdv imports makes an optional value).
+    present = bool(ins) and bool(ins[0])
+    if present:
+        imp.val(ins[0])
+    imp.set_static(node.output[0], np.array(present))
+
+
+@handler("OptionalGetElement")
+def _optional_get_element(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # A tensor input is its own element (see OptionalHasElement); an absent one is an error.
+    if not ins or not ins[0]:
+        raise imp.unsupported("an empty optional has no element")
+    imp.vals[node.output[0]] = imp.val(ins[0])
+
+
 @handler("EyeLike")
 def _eye_like(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     t = imp.val(ins[0]).type
@@ -2853,6 +2984,168 @@ ML_HANDLERS: dict[str, Handler] = {
     "ArrayFeatureExtractor": _array_feature_extractor,
 }
 """The ai.onnx.ml ops gdv imports (every other op of that domain is refused by domain)."""
+
+
+# --- ai.onnx.preview.training: Momentum, Adagrad, Adam -------------------------------------------
+# Each update written as ONNX's reference (and its node tests' generator) computes it in numpy:
+# a FLOAT attribute is an f32 value (an np.float32 in the reference evaluator, so 1 - alpha is
+# an f32 subtraction), used in X's dtype; the learning rate R and the step count T are 0-d
+# arrays, so they promote: R * X is in the wider of their dtypes, and T * decay_factor, beta ** T
+# are f64. Each X output is then rounded to X's dtype, as ONNX declares it. T must be static
+# where it picks a branch (t > 0).
+
+
+def _one_minus(value: float) -> float:
+    """1 - a FLOAT attribute, in f32 as ONNX's reference computes it (exact in f64 too, so
+    the same for an f32 X; an f64 X sees the f32-rounded value)."""
+    return float(np.float32(1.0) - np.float32(value))
+
+
+def _train_const(imp: Importer, value: float, t: TensorType) -> str:
+    """A Python float against an array of `t`: numpy rounds it to t's dtype once."""
+    return imp.const(float(np.asarray(value, np.float64).astype(t.dtype.np)), t)
+
+
+def _train_groups(imp: Importer, ins: list[str], k: int) -> list[list[str]]:
+    """The per-tensor names [X, G, V, ...] of R, T, X1..Xn, G1..Gn, ... (k lists of n)."""
+    n = (len(ins) - 2) // k
+    if n < 1 or len(ins) != 2 + k * n or not all(ins):
+        raise imp.unsupported(f"{len(ins)} inputs (R, T and {k} tensors per updated tensor)")
+    return [[ins[2 + j * n + i] for j in range(k)] for i in range(n)]
+
+
+def _train_tensors(imp: Importer, names: list[str]) -> tuple[list[str], TensorType]:
+    vals = [imp.dyn(n) for n in names]
+    t = imp.type_of(vals[0])
+    if t.dtype not in (DType.F32, DType.F64) or any(imp.type_of(v) != t for v in vals):
+        raise imp.unsupported(
+            f"tensors {[str(imp.type_of(v)) for v in vals]} (f32 or f64, one type)"
+        )
+    return vals, t
+
+
+def _train_rate(imp: Importer, name: str) -> str:
+    r = imp.dyn(name)
+    if imp.type_of(r).dtype not in (DType.F32, DType.F64) or imp.type_of(r).rank != 0:
+        raise imp.unsupported(f"learning rate {imp.type_of(r)} (an f32 or f64 scalar)")
+    return r
+
+
+def _train_step(imp: Importer, name: str) -> int:
+    return int(np.asarray(imp.static(name, "the step count T")).reshape(-1)[0])
+
+
+def _rate_times(imp: Importer, r: str, u: str) -> str:
+    """r * u with r a 0-d array: in the wider of the two dtypes (numpy's promotion)."""
+    rt, ut = imp.type_of(r), imp.type_of(u)
+    wide = DType.F64 if DType.F64 in (rt.dtype, ut.dtype) else DType.F32
+    rb = imp.emit("broadcast", [convert(imp, r, wide)], ut.with_dtype(wide), dims=[])
+    return imp.emit("mul", [rb, convert(imp, u, wide)])
+
+
+def _minus(imp: Importer, x: str, d: str) -> str:
+    """x - d in d's dtype (numpy's promotion: d is x's dtype or wider)."""
+    return imp.emit("sub", [convert(imp, x, imp.type_of(d).dtype), d])
+
+
+def _momentum(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # g' = norm * x + g; v' = alpha * v + beta' * g' (beta' = beta if t > 0 else 1);
+    # standard: x' = x - r * v'; nesterov: x' = x - r * (g' + alpha * v').
+    groups = _train_groups(imp, ins, 3)
+    r, step = _train_rate(imp, ins[0]), _train_step(imp, ins[1])
+    mode = attrs.get("mode", "standard")
+    if mode not in ("standard", "nesterov"):
+        raise imp.unsupported(f"mode '{printable(str(mode))}'")
+    alpha, beta, norm = attrs["alpha"], attrs["beta"], attrs["norm_coefficient"]
+    n = len(groups)
+    for i, names in enumerate(groups):
+        (x, g, v), t = _train_tensors(imp, names)
+        g2 = imp.emit("add", [imp.emit("mul", [_train_const(imp, norm, t), x]), g])
+        beta_t = _train_const(imp, beta if step > 0 else 1.0, t)
+        v2 = imp.emit(
+            "add",
+            [imp.emit("mul", [_train_const(imp, alpha, t), v]), imp.emit("mul", [beta_t, g2])],
+        )
+        u = v2
+        if mode == "nesterov":
+            u = imp.emit("add", [g2, imp.emit("mul", [_train_const(imp, alpha, t), v2])])
+        _out(imp, node, convert(imp, _minus(imp, x, _rate_times(imp, r, u)), t.dtype), i)
+        _out(imp, node, v2, n + i)
+
+
+def _adagrad(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # r' = r / (1 + t * decay) in f64; g' = norm * x + g; h' = h + g' * g';
+    # x' = x - r' * g' / (sqrt(h') + eps), in f64, rounded to x's dtype.
+    groups = _train_groups(imp, ins, 3)
+    r = _train_rate(imp, ins[0])
+    step = imp.dyn(ins[1])
+    st = imp.type_of(step)
+    if st.dtype is not DType.I64 or st.rank != 0:
+        raise imp.unsupported(f"step count {st} (an i64 scalar)")
+    f64 = TensorType(DType.F64, ())
+    decay = _train_const(imp, attrs.get("decay_factor", 0.0), f64)
+    den = imp.emit(
+        "add",
+        [_train_const(imp, 1.0, f64), imp.emit("mul", [convert(imp, step, DType.F64), decay])],
+    )
+    rate = imp.emit("div", [convert(imp, r, DType.F64), den])
+    norm, eps = attrs.get("norm_coefficient", 0.0), attrs.get("epsilon", 0.0)
+    n = len(groups)
+    for i, names in enumerate(groups):
+        (x, g, h), t = _train_tensors(imp, names)
+        g2 = imp.emit("add", [imp.emit("mul", [_train_const(imp, norm, t), x]), g])
+        h2 = imp.emit("add", [h, imp.emit("mul", [g2, g2])])
+        hs = imp.emit("add", [imp.emit("sqrt", [h2]), _train_const(imp, eps, t)])
+        d = imp.emit("div", [_rate_times(imp, rate, g2), convert(imp, hs, DType.F64)])
+        _out(imp, node, convert(imp, _minus(imp, x, d), t.dtype), i)
+        _out(imp, node, h2, n + i)
+
+
+def _adam(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # g' = norm * x + g; v' = alpha * v + (1 - alpha) * g'; h' = beta * h + (1 - beta) * g'^2;
+    # r' = r * sqrt(1 - beta^t) / (1 - alpha^t) in f64 if t > 0, else r;
+    # x' = (1 - norm_post) * (x - r' * (v' / (sqrt(h') + eps))), rounded to x's dtype.
+    groups = _train_groups(imp, ins, 4)
+    r, step = _train_rate(imp, ins[0]), _train_step(imp, ins[1])
+    alpha, beta = attrs.get("alpha", 0.9), attrs.get("beta", 0.999)
+    norm, post = attrs.get("norm_coefficient", 0.0), attrs.get("norm_coefficient_post", 0.0)
+    eps = attrs.get("epsilon", 0.0)
+    if step > 0:
+        f64 = TensorType(DType.F64, ())
+        tf = convert(imp, imp.dyn(ins[1]), DType.F64)
+        one = _train_const(imp, 1.0, f64)
+
+        def decayed(c: float) -> str:  # 1 - c ** t
+            return imp.emit("sub", [one, imp.emit("pow", [_train_const(imp, c, f64), tf])])
+
+        r = imp.emit("mul", [convert(imp, r, DType.F64), imp.emit("sqrt", [decayed(beta)])])
+        r = imp.emit("div", [r, decayed(alpha)])
+    n = len(groups)
+    for i, names in enumerate(groups):
+        (x, g, v, h), t = _train_tensors(imp, names)
+        c = lambda value, t=t: _train_const(imp, value, t)  # noqa: E731
+        g2 = imp.emit("add", [imp.emit("mul", [c(norm), x]), g])
+        v2 = imp.emit(
+            "add", [imp.emit("mul", [c(alpha), v]), imp.emit("mul", [c(_one_minus(alpha)), g2])]
+        )
+        sq = imp.emit("mul", [g2, g2])
+        h2 = imp.emit(
+            "add", [imp.emit("mul", [c(beta), h]), imp.emit("mul", [c(_one_minus(beta)), sq])]
+        )
+        hs = imp.emit("add", [imp.emit("sqrt", [h2]), c(eps)])
+        x2 = _minus(imp, x, _rate_times(imp, r, imp.emit("div", [v2, hs])))
+        x2 = imp.emit("mul", [_train_const(imp, _one_minus(post), imp.type_of(x2)), x2])
+        _out(imp, node, convert(imp, x2, t.dtype), i)
+        _out(imp, node, v2, n + i)
+        _out(imp, node, h2, 2 * n + i)
+
+
+TRAINING_HANDLERS: dict[str, Handler] = {
+    "Momentum": _momentum,
+    "Adagrad": _adagrad,
+    "Adam": _adam,
+}
+"""The ai.onnx.preview.training ops gdv imports (every other op of that domain is refused)."""
 
 
 @handler("TensorScatter")
@@ -3167,6 +3460,52 @@ def _global_pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]
     _out(imp, node, reshape(imp, r, list(t.shape[:2]) + [1] * (t.rank - 2)))
 
 
+def numpy_f16_row_sum(imp: Importer, x: str) -> str:
+    """numpy's sum of an f16 array along its last axis, that axis dropped: numpy's f16 add
+    reduction over a contiguous run widens each element to f32, sums them in f32 in numpy's
+    pairwise order (`pairwise_sum` in numpy's loops: fewer than 8 elements in order; up to 128
+    in 8 interleaved partial sums `r[j] = a[j] + a[8 + j] + ...` combined as
+    `((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))`, then the remainder in order; longer
+    runs split at `n // 2` rounded down to a multiple of 8 and the halves added), from +0.0,
+    and rounds once to f16. Written in IR ops: `convert`, `slice`, `reshape`, f32
+    `reduce_sum` (each fold left from its first element is one of numpy's in-order runs) and
+    `add`. Only the last axis: numpy reduces a non-contiguous axis of f16 elementwise, rounding
+    each step to f16, as the IR's own f16 `reduce_sum` does."""
+    t = imp.type_of(x)
+    n = t.shape[-1]
+    rows = reshape(imp, convert(imp, x, DType.F32), [math.prod(t.shape[:-1]), n])
+
+    def col(v: str, j: int) -> str:
+        r = imp.type_of(v).shape[0]
+        return reshape(imp, _slice1(imp, v, 1, j, j + 1, 1), [r])
+
+    def add(a: str, b: str) -> str:
+        return imp.emit("add", [a, b])
+
+    def pairwise(v: str) -> str:
+        m = imp.type_of(v).shape[1]
+        if m < 8:
+            return imp.emit("reduce_sum", [v], axes=[1])
+        if m <= 128:
+            whole = m - m % 8
+            r = imp.type_of(v).shape[0]
+            blocks = reshape(imp, _slice1(imp, v, 1, 0, whole, 1), [r, whole // 8, 8])
+            part = imp.emit("reduce_sum", [blocks], axes=[1])  # r[j], each in order
+            c = [col(part, j) for j in range(8)]
+            s = add(add(add(c[0], c[1]), add(c[2], c[3])), add(add(c[4], c[5]), add(c[6], c[7])))
+            for j in range(whole, m):
+                s = add(s, col(v, j))
+            return s
+        half = m // 2 - (m // 2) % 8
+        return add(
+            pairwise(_slice1(imp, v, 1, 0, half, 1)), pairwise(_slice1(imp, v, 1, half, m, 1))
+        )
+
+    s = pairwise(rows)
+    s = add(s, imp.const(0.0, imp.type_of(s)))  # numpy's sum starts from +0.0: -0.0 gives +0.0
+    return convert(imp, reshape(imp, s, t.shape[:-1]), DType.F16)
+
+
 @handler("Softmax", "LogSoftmax")
 def _softmax(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     x = imp.dyn(ins[0])
@@ -3174,6 +3513,15 @@ def _softmax(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) ->
     ir = "softmax" if node.op_type == "Softmax" else "log_softmax"
     if imp.opset >= 13:
         axis = _norm_axis(imp, attrs.get("axis", -1), t.rank)
+        if (
+            getattr(imp, "accumulate_in_f32", False)
+            and ir == "softmax"
+            and t.dtype is DType.F16
+            and t.shape[axis] > 0
+            and math.prod(t.shape[axis + 1 :]) == 1
+        ):
+            _out(imp, node, reshape(imp, _numpy_f16_softmax(imp, x, axis), t.shape))
+            return
         _out(imp, node, imp.emit(ir, [x], axis=axis))
         return
     # Before opset 13: the input is coerced to 2-D [prod(dims < axis), prod(dims >= axis)].
@@ -3181,6 +3529,22 @@ def _softmax(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) ->
     axis = axis + t.rank if axis < 0 else axis
     flat = reshape(imp, x, [math.prod(t.shape[:axis]), math.prod(t.shape[axis:])])
     _out(imp, node, reshape(imp, imp.emit(ir, [flat], axis=1), t.shape))
+
+
+def _numpy_f16_softmax(imp: Importer, x: str, axis: int) -> str:
+    """ONNX's reference Softmax (opset 13) on f16, under `accumulate_in_f32`: `t = x -
+    x.max(axis)`, `e = np.exp(t)`, `e / e.sum(axis)`, every op in f16 and rounded there as the
+    IR's softmax is, except the sum: numpy sums a contiguous run of f16 in f32 and rounds once
+    (`numpy_f16_row_sum`). For an `axis` with only 1s after it (the run is contiguous), with
+    those dims dropped in the result."""
+    t = imp.type_of(x)
+    rows = reshape(imp, x, t.shape[: axis + 1])
+    rt = imp.type_of(rows)
+    kept = list(range(rt.rank - 1))
+    m = imp.emit("reduce_max", [rows], axes=[rt.rank - 1])
+    e = imp.emit("exp", [imp.emit("sub", [rows, imp.emit("broadcast", [m], rt, dims=kept)])])
+    s = imp.emit("broadcast", [numpy_f16_row_sum(imp, e)], rt, dims=kept)
+    return imp.emit("div", [e, s])
 
 
 @handler("LayerNormalization")
@@ -3248,9 +3612,12 @@ def _gelu(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
 @handler("BatchNormalization")
 def _batch_norm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     # Inference: (x - mean) / sqrt(var + eps) * scale + B, per channel (dim 1).
-    if attrs.get("training_mode", 0) or (imp.opset < 7 and not attrs.get("is_test", 0)):
+    training = attrs.get("training_mode", 0) and imp.opset >= 14
+    if (attrs.get("training_mode", 0) and not training) or (
+        imp.opset < 7 and not attrs.get("is_test", 0)
+    ):
         raise imp.unsupported("training mode is not supported")
-    if len([o for o in node.output if o]) > 1:
+    if len([o for o in node.output if o]) > 1 and not training:
         raise imp.unsupported("the running statistics outputs (training mode)")
     x = imp.dyn(ins[0])
     t = _require_float(imp, x)
@@ -3258,11 +3625,38 @@ def _batch_norm(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any])
 
     def chan(name: str) -> str:
         v = imp.dyn(name)
-        if imp.type_of(v).dtype != t.dtype:
-            raise imp.unsupported("mixed dtypes")
-        return imp.emit("broadcast", [v], t, dims=[1])
+        if imp.type_of(v).dtype != t.dtype or imp.type_of(v).shape != (t.shape[1],):
+            raise imp.unsupported(f"{imp.type_of(v)} per channel of {t} (mixed dtypes)")
+        return v
 
     scale, bias, mean, var = (chan(n) for n in ins[1:5])
+    if training:
+        # Training mode (opset 14 on), as ONNX's spec and reference say: the batch's own mean
+        # and (population) variance over every dim but the channel normalize x, and the
+        # running statistics are input_mean * momentum + current_mean * (1 - momentum) (the
+        # same for the variance). m = sum(x) / n; d = x - m; v = sum(d * d) / n, n the
+        # elements per channel, as InstanceNormalization computes them.
+        axes = [0, *range(2, t.rank)]
+        n = t.num_elements // t.shape[1]
+        ct = imp.type_of(mean)
+        cur_mean = imp.emit(
+            "div", [imp.emit("reduce_sum", [x], axes=axes), imp.const(float(n), ct)]
+        )
+        d = imp.emit("sub", [x, imp.emit("broadcast", [cur_mean], t, dims=[1])])
+        sq = imp.emit("reduce_sum", [imp.emit("mul", [d, d])], axes=axes)
+        cur_var = imp.emit("div", [sq, imp.const(float(n), ct)])
+        momentum = attrs.get("momentum", 0.9)
+
+        def running(old: str, cur: str) -> str:
+            kept = imp.emit("mul", [old, imp.const(momentum, ct)])
+            return imp.emit("add", [kept, imp.emit("mul", [cur, imp.const(1 - momentum, ct)])])
+
+        _out(imp, node, running(mean, cur_mean), 1)
+        _out(imp, node, running(var, cur_var), 2)
+        mean, var = cur_mean, cur_var
+    scale, bias, mean, var = (
+        imp.emit("broadcast", [v], t, dims=[1]) for v in (scale, bias, mean, var)
+    )
     std = imp.emit("sqrt", [imp.emit("add", [var, imp.const(np.float32(eps), t)])])
     y = imp.emit("div", [imp.emit("sub", [x, mean]), std])
     _out(imp, node, imp.emit("add", [imp.emit("mul", [y, scale]), bias]))
@@ -4518,7 +4912,9 @@ def import_model(
     products (MatMul, Gemm, and the products of the ops that decompose to them) in f32, rounding
     each result once, as numpy's f16/bf16 matmul does and so ONNX's reference (the products
     are exact in f32; the sum runs in order): the operands are widened exactly, multiplied as
-    an f32 matmul and the result narrowed.
+    an f32 matmul and the result narrowed. It also sums an f16 Softmax's row in f32 in numpy's
+    pairwise order and rounds it once, as numpy's `np.sum` of a contiguous f16 run does
+    (`numpy_f16_row_sum`); the rest of the Softmax stays in f16.
 
     `input_shapes` fixes graph inputs' shapes (by ONNX name) where the model has symbolic dims.
     `known_inputs` gives graph inputs' values (by ONNX name) that may be used where an op needs

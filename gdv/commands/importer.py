@@ -39,8 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--accumulate-in-f32",
         action="store_true",
-        help="ONNX: accumulate f16 and bf16 matrix products in f32 and round each result once "
-        "(as numpy and so ONNX's reference compute them); other ops keep their ONNX type",
+        help="ONNX: accumulate f16 and bf16 matrix products, and f16 Softmax row sums, in f32 "
+        "and round each result once (as numpy and so ONNX's reference compute them); other ops "
+        "keep their ONNX type",
     )
     p.set_defaults(handler=run)
 

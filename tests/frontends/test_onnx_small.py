@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
@@ -278,3 +278,239 @@ def test_lrn_is_the_reference(dtype, data) -> None:
 def test_lrn_on_c() -> None:
     x = np.linspace(-3, 3, 2 * 2 * 3 * 2, dtype=np.float32).reshape(2, 2, 3, 2)
     _check("LRN", {"x": x}, on_c=True, size=3, alpha=1e-2, beta=1.0, bias=2.0)
+
+
+@given(data=st.data())
+def test_compress_is_the_reference(data) -> None:
+    """Compress with a static condition (shorter than the axis, all false, or none given an
+    axis: the flattened input), values with NaN, infinities and signed zeros."""
+    rank = data.draw(st.integers(1, 3))
+    shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank)))
+    n = int(np.prod(shape))
+    x = np.array(data.draw(st.lists(st.sampled_from(SPECIAL), min_size=n, max_size=n)),
+                 np.float32).reshape(shape)  # fmt: skip
+    axis = data.draw(st.none() | st.integers(-rank, rank - 1))
+    size = n if axis is None else shape[axis]
+    cond = np.array(data.draw(st.lists(st.booleans(), min_size=1, max_size=size)), bool)
+    attrs = {} if axis is None else {"axis": axis}
+    _check("Compress", {"x": x}, inits={"c": cond}, opset=11, **attrs)
+
+
+def test_compress_on_c_and_refusals() -> None:
+    x = np.arange(12, dtype=np.int32).reshape(3, 4)
+    _check("Compress", {"x": x}, inits={"c": np.array([0, 1, 1, 0], bool)}, on_c=True,
+           opset=11, axis=1)  # fmt: skip
+    g = helper.make_graph(
+        [helper.make_node("Compress", ["x", "c"], ["y"], axis=0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.INT32, [3, 4]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+    with pytest.raises(Unsupported, match=r"Compress .* at node #0 .*condition must be a const"):
+        import_model(m)
+    with pytest.raises(Unsupported, match="condition of length 4 for an axis of 3"):
+        import_model(m, known_inputs={"c": np.ones(4, bool)})
+
+
+@given(data=st.data())
+def test_max_unpool_is_the_reference(data) -> None:
+    """MaxUnpool with static indices (repeated ones: the later element wins, as the reference's
+    loop writes; negative ones wrap as numpy's indexing does), kernels, strides, pads and an
+    output_shape larger than the inferred one."""
+    nd = data.draw(st.integers(1, 2))
+    kernel = data.draw(st.lists(st.integers(1, 3), min_size=nd, max_size=nd))
+    strides = data.draw(st.lists(st.integers(1, 3), min_size=nd, max_size=nd))
+    pads = [data.draw(st.integers(0, (kernel[d % nd] - 1) // 2)) for d in range(2 * nd)]
+    shape = [data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))] + [
+        data.draw(st.integers(2, 3)) for _ in range(nd)
+    ]
+    inferred = shape[:2] + [
+        (shape[2 + d] - 1) * strides[d] - pads[d] - pads[nd + d] + kernel[d] for d in range(nd)
+    ]
+    total = int(np.prod(inferred))
+    n = int(np.prod(shape))
+    x = np.array(data.draw(st.lists(st.sampled_from(SPECIAL), min_size=n, max_size=n)),
+                 np.float32).reshape(shape)  # fmt: skip
+    idx = np.array(data.draw(st.lists(st.integers(-total, total - 1), min_size=n, max_size=n)),
+                   np.int64).reshape(shape)  # fmt: skip
+    inits = {"i": idx}
+    if data.draw(st.booleans()):
+        inits["s"] = np.array([o + data.draw(st.integers(0, 2)) for o in inferred], np.int64)
+    _check("MaxUnpool", {"x": x}, inits=inits, opset=11, kernel_shape=kernel,
+           strides=strides, pads=pads)  # fmt: skip
+
+
+def test_max_unpool_on_c_and_refusals() -> None:
+    x = np.array([[[[5.0, 6.0], [7.0, 8.0]]]], np.float32)
+    idx = np.array([[[[5, 7], [13, 15]]]], np.int64)
+    _check("MaxUnpool", {"x": x}, inits={"i": idx}, on_c=True, opset=11, kernel_shape=[2, 2],
+           strides=[2, 2])  # fmt: skip
+    for inits, why in [
+        ({"i": idx + 16}, "an index is out of range"),
+        ({"i": idx, "s": np.array([1, 1, 3, 4], np.int64)}, r"output_shape \[1, 1, 3, 4\]"),
+    ]:
+        g = helper.make_graph(
+            [helper.make_node("MaxUnpool", ["x", *inits], ["y"], kernel_shape=[2, 2],
+                              strides=[2, 2])],
+            "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [helper.make_tensor(k, TensorProto.INT64, v.shape, v.ravel().tolist())
+             for k, v in inits.items()],
+        )  # fmt: skip
+        with pytest.raises(Unsupported, match=f"MaxUnpool .* at node #0 .*{why}"):
+            import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]))
+
+
+def _dropout_model(ratio: float, training: bool):
+    g = helper.make_graph(
+        [helper.make_node("Dropout", ["x", "r", "t"], ["y", "z"], seed=0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in "yz"],
+        [helper.make_tensor("r", TensorProto.FLOAT, [], [ratio]),
+         helper.make_tensor("t", TensorProto.BOOL, [], [training])],
+    )  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_dropout_in_training_mode_with_ratio_zero_is_the_identity() -> None:
+    """Nothing is dropped and the scale 1 / (1 - 0) is 1: the input and an all-true mask, as
+    ONNX's reference gives; any other ratio in training mode draws random masks (refused)."""
+    x = np.array([*SPECIAL, 2.0, -3.0], np.float32).reshape(3, 4)
+    for training in (True, False):
+        m = _dropout_model(0.0, training)
+        want = ReferenceEvaluator(m).run(None, {"x": x})
+        module, weights = import_model(m)
+        for run in (reference.run, c.run):
+            got = run(module, dict(weights, x=x))
+            assert same_bits(got[0], want[0]).all()
+            assert got[1].dtype == want[1].dtype == np.bool_ and got[1].all()
+    import_model(_dropout_model(0.5, False))
+    with pytest.raises(Unsupported, match="Dropout .* at node #0 .*training mode"):
+        import_model(_dropout_model(0.5, True))
+
+
+def test_optional_ops_on_tensors() -> None:
+    """OptionalHasElement: false with no input (none, or an empty name), true for a tensor;
+    OptionalGetElement of a tensor is the tensor; of nothing it is refused."""
+    x = np.array([1.5, -0.0, np.nan], np.float32)
+    vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    cases = [("OptionalHasElement", [], []), ("OptionalHasElement", [""], []),
+             ("OptionalHasElement", ["x"], [vi]), ("OptionalGetElement", ["x"], [vi])]  # fmt: skip
+    for op, ins, vis in cases:
+        out = [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)]
+        g = helper.make_graph([helper.make_node(op, ins, ["y"])], "g", vis, out)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+        feeds = {"x": x} if vis else {}
+        (want,) = ReferenceEvaluator(m).run(None, feeds)
+        module, weights = import_model(m)
+        (got,) = reference.run(module, dict(weights, **feeds))
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert same_bits(got, want).all(), (op, ins, got, want)
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    g = helper.make_graph([helper.make_node("OptionalGetElement", [""], ["y"])], "g", [], out)
+    with pytest.raises(Unsupported, match="OptionalGetElement .* at node #0 .*empty optional"):
+        import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
+
+
+def _batch_norm_training(shape, momentum):
+    c_ = shape[1]
+    g = helper.make_graph(
+        [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
+                          training_mode=1, momentum=momentum, epsilon=1e-2)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
+        + [helper.make_tensor_value_info(n, TensorProto.FLOAT, [c_]) for n in "sbmv"],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "rm", "rv")],
+    )  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+
+
+@given(data=st.data())
+def test_batch_norm_training_mode_is_the_spec(data) -> None:
+    """Training mode: the batch's mean and population variance over every dim but the
+    channel. Values are multiples of 1/4 and the elements per channel a power of 2, so every
+    sum, mean and variance is exact and the running statistics
+    are ONNX's reference's bit for bit; Y (the reference writes scale * (x - m) / sqrt(..),
+    the spec and gdv (x - m) / sqrt(..) * scale) is the spec's formula computed in numpy in
+    gdv's order, bit for bit, and the reference's to within a few ulp."""
+    pow2 = st.sampled_from([1, 2, 4])  # elements per channel a power of 2: exact means
+    shape = [data.draw(pow2), data.draw(st.integers(1, 3))] + data.draw(st.lists(pow2, max_size=2))
+    n = int(np.prod(shape))
+    quarters = st.integers(-12, 12).map(lambda k: k / 4)
+    x = np.array(data.draw(st.lists(quarters, min_size=n, max_size=n)), np.float32)
+    x = x.reshape(shape)
+    c_ = shape[1]
+    s, b, m = (np.array(data.draw(st.lists(quarters, min_size=c_, max_size=c_)), np.float32)
+               for _ in range(3))  # fmt: skip
+    v = np.abs(np.array(data.draw(st.lists(quarters, min_size=c_, max_size=c_)), np.float32))
+    momentum = data.draw(st.sampled_from([0.9, 0.5, 0.0, 1.0]))
+    model = _batch_norm_training(shape, momentum)
+    feeds = {"x": x, "s": s, "b": b, "m": m, "v": v}
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = reference.run(import_model(model)[0], feeds)
+    assert same_bits(got[1], want[1]).all() and same_bits(got[2], want[2]).all()
+    axes = tuple(d for d in range(len(shape)) if d != 1)
+    ch = (1, c_) + (1,) * (len(shape) - 2)
+    mean = (x.sum(axis=axes, dtype=np.float32) / np.float32(x.size // c_)).reshape(ch)
+    var = (((x - mean) ** 2).sum(axis=axes) / np.float32(x.size // c_)).reshape(ch)
+    y = (x - mean) / np.sqrt(var + np.float32(1e-2)) * s.reshape(ch) + b.reshape(ch)
+    assert same_bits(got[0], y).all(), (got[0], y)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_batch_norm_training_mode_on_c_and_before_opset_14() -> None:
+    model = _batch_norm_training([2, 2, 3], 0.9)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 2, 3)).astype(np.float32)}
+    feeds |= {n: rng.random(2).astype(np.float32) for n in "sbmv"}
+    module, _ = import_model(model)
+    for a, b in zip(c.run(module, feeds), reference.run(module, feeds), strict=True):
+        assert same_bits(a, b).all()
+    model.opset_import[0].version = 9
+    del model.graph.node[0].attribute[:]
+    model.graph.node[0].attribute.append(helper.make_attribute("training_mode", 1))
+    with pytest.raises(Unsupported, match="BatchNormalization .* at node #0 .*training mode"):
+        import_model(model)
+
+
+@given(data=st.data())
+def test_col2im_is_the_reference(data) -> None:
+    """Col2Im in 1 to 3 dims with strides, pads and dilations: bit for bit, overlapping
+    blocks summed in the reference's order (kernel position, then block) on values where the
+    order shows (large and small, signed zeros, NaN, infinities)."""
+    nd = data.draw(st.integers(1, 3))
+    image = [data.draw(st.integers(1, 4)) for _ in range(nd)]
+    block = [data.draw(st.integers(1, 3)) for _ in range(nd)]
+    dil = [data.draw(st.integers(1, 2)) for _ in range(nd)]
+    strides = [data.draw(st.integers(1, 2)) for _ in range(nd)]
+    pads = [data.draw(st.integers(0, 1)) for _ in range(2 * nd)]
+    cols = [(image[i] + pads[i] + pads[nd + i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1
+            for i in range(nd)]  # fmt: skip
+    assume(min(cols) >= 1)
+    n, c = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))
+    shape = (n, c * int(np.prod(block)), int(np.prod(cols)))
+    size = int(np.prod(shape))
+    vals = st.sampled_from(SPECIAL) | st.sampled_from([1e8, -1e8, 3.0, 1e-3])
+    x = np.array(data.draw(st.lists(vals, min_size=size, max_size=size)), np.float32)
+    inits = {"i": np.array(image, np.int64), "b": np.array(block, np.int64)}
+    _check("Col2Im", {"x": x.reshape(shape)}, inits=inits, dilations=dil, pads=pads,
+           strides=strides)  # fmt: skip
+
+
+def test_col2im_on_c_and_refusals() -> None:
+    x = np.arange(2 * 4 * 6, dtype=np.float32).reshape(2, 4, 6) / 7
+    inits = {"i": np.array([3, 4], np.int64), "b": np.array([2, 2], np.int64)}
+    _check("Col2Im", {"x": x}, inits=inits, on_c=True)
+    g = helper.make_graph(
+        [helper.make_node("Col2Im", ["x", "i", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 5]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("b", TensorProto.INT64, [2], [2, 2])],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(Unsupported, match="Col2Im .* at node #0 .*image_shape must be a const"):
+        import_model(m)
+    with pytest.raises(Unsupported, match=r"does not hold blocks \[2, 3\] of \[2, 2\]"):
+        import_model(m, known_inputs={"i": np.array([3, 4], np.int64)})
