@@ -106,18 +106,30 @@ LIBM = {
 
 
 def _float_extreme(kind: str, dtype: DType) -> str:
+    """`gdv_{kind}_{s}(a, b)`: IR_SPEC's max (min) on the bits, without a branch: each value's
+    place in the order -inf < ... < -0.0 < +0.0 < ... < +inf as a signed integer (the bits, the
+    magnitude bits flipped when negative), the larger (smaller) key's value; a NaN operand is
+    the result, `a`'s before `b`'s (its bits kept). Equal keys are equal bits. Branch-free, so
+    a loop of them vectorises (a stride-2 max pool's) and its scalar remainder runs no
+    branches either."""
     t, s = CTYPE[dtype], SUFFIX[dtype]
-    cmp = ">" if kind == "max" else "<"
-    # Equal values differ only for zeros: max keeps `a` when `b` is -0.0, min when `a` is.
-    zero = "signbit(b)" if kind == "max" else "signbit(a)"
+    bits, it = (32, "int32_t") if dtype is DType.F32 else (64, "int64_t")
+    top = f"INT{bits}_MAX"
+    inf = "0x7f800000" if bits == 32 else "INT64_C(0x7ff0000000000000)"
+    cmp = ">=" if kind == "max" else "<="
     return (
         f"static inline {t} gdv_{kind}_{s}({t} a, {t} b)\n"
         "{\n"
-        f"  {t} r = a {cmp} b ? a : b;\n"
-        f"  if (a == b && {zero}) r = a;\n"
-        "  if (isnan(b)) r = b;\n"
-        "  if (isnan(a)) r = a;\n"
-        "  return r;\n"
+        f"  {it} ia, ib;\n"
+        "  memcpy(&ia, &a, sizeof ia);\n"
+        "  memcpy(&ib, &b, sizeof ib);\n"
+        f"  const {it} ka = ia ^ ((ia >> {bits - 1}) & {top}), kb = ib ^ ((ib >> {bits - 1}) & {top});\n"
+        f"  {it} r = ka {cmp} kb ? ia : ib;\n"
+        f"  r = (ib & {top}) > {inf} ? ib : r;\n"
+        f"  r = (ia & {top}) > {inf} ? ia : r;\n"
+        f"  {t} f;\n"
+        "  memcpy(&f, &r, sizeof f);\n"
+        "  return f;\n"
         "}\n"
     )
 
