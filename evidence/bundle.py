@@ -309,6 +309,7 @@ def build_manifest(comp: Compilation, root: Path) -> dict:
             "disabled": sorted(opts.disable),
             "external_passes": list(opts.external_passes),
             "passes": [r.name for r in comp.records],
+            **({"bound": sorted(opts.bound)} if opts.bound else {}),
         },
         "stages": stages,
         "obligations": obligations,

@@ -15,7 +15,7 @@ from gdv.api import parse
 from gdv.backends.targets import Artifact, get_target
 from gdv.external import run_external_pass
 from gdv.ir.core import Module
-from gdv.ir.diagnostics import IRError, Loc
+from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.parser import parse_file
 from gdv.ir.targets import DEFAULT_TARGET
 from gdv.ir.verifier import verify
@@ -44,6 +44,9 @@ class CompileOptions:
     emit_evidence: str | None = None
     progress: bool = False
     allow_fallback: bool = False
+    bound: tuple[str, ...] = ()
+    """Parameters (names without `%`) the caller will fix once with `Compilation.bind`: the
+    products reading them are planned for factors packed at bind time (`--bound`)."""
 
 
 @dataclass
@@ -154,11 +157,20 @@ def compile_module(
         # The pipeline proves per-rank rewrites of ordinary functions; an SPMD function is cut
         # into such segments by the MPI backend, which compiles each through this driver.
         raise IRError(
-            f"@{entry.name} is an SPMD function (mesh \"{entry.attrs['mesh']}\"): run it with "
+            f'@{entry.name} is an SPMD function (mesh "{entry.attrs["mesh"]}"): run it with '
             "`gdv run FILE --ranks N` (its segments of local ops compile for C there), prove it "
             "against its global program with `gdv tv GLOBAL FILE`",
             entry.loc,
         )
+    if options.bound and entry is not None:
+        params = {q.name for q in entry.params}
+        unknown = sorted(set(options.bound) - params)
+        if unknown:
+            raise IRError(
+                f"--bound names {', '.join(printable(n, 64) for n in unknown[:4])}"
+                f"{' ...' if len(unknown) > 4 else ''}, not a parameter of @{entry.name}",
+                entry.loc,
+            )
     external: list[PassRecord] = []
     stages: list[tuple[str, Module]] = [("input", module)]
     for k, command in enumerate(options.external_passes, start=1):
@@ -173,6 +185,7 @@ def compile_module(
             options.level,
             options.fast_math,
             reassociate=options.reassociate,
+            bound=frozenset(options.bound),
             **get_target(options.target).schedule_parameters(),
         ),
         disabled=frozenset(options.disable),

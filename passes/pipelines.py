@@ -61,6 +61,7 @@ def pipeline(
     reassociate: bool = False,
     chains: int | None = None,
     tuned: tuple | list = (),
+    bound: frozenset[str] | tuple[str, ...] = frozenset(),
 ) -> list[Pass]:
     """The passes `gdv compile` runs for `target` at `-O{level}`. The rest are numbers from the
     target's capability descriptor (`Target.schedule_parameters()`): `vector_bytes`, its vector
@@ -71,7 +72,9 @@ def pipeline(
     that compiles what it runs (not for an interpreter, which runs the IR as written).
     `reassociate` (implied by -O3) adds `reassociate-reductions` after the schedules at -O1
     and above: float sums in vector orders and products with fused multiply-adds, each a
-    `real` claim."""
+    `real` claim. `bound` names the parameters the caller will fix once
+    (`Compilation.bind`): `select-products` then plans the products that read them for their
+    factors packed at bind time (`SelectProducts.bound`)."""
     if target not in TARGETS:
         raise IRError(f"unknown target '{target}' (available: {', '.join(TARGETS)})")
     if level not in LEVELS:
@@ -113,6 +116,7 @@ def pipeline(
                 chains=chains or SelectProducts.chains,
                 tuned=tuple(tuple(row) for row in tuned),
                 vectors_in_lanes=bool(reassociate),
+                bound=frozenset(bound),
             )
         ]
     if reassociate and level >= 1:

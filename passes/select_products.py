@@ -52,13 +52,16 @@ def factor_operands(body, value: str) -> list[int]:
     return [index[v] for v in products.closure(body, value) if v in index]
 
 
-def weights_as_rows(op: Op, p: products.Product, body, types: dict) -> products.Product | None:
+def weights_as_rows(
+    op: Op, p: products.Product, body, types: dict, bound: frozenset[str] = frozenset()
+) -> products.Product | None:
     """The roles swapped (rows <-> cols, the other factor packed by rows) for x @ W^T with few
     rows of x: W's rows then run as the product's rows, read in place, contiguous along the
     one reduce dim, instead of being packed into column slivers on every call (a strided copy
     of every weight: torch.nn.Linear keeps W as [out, in]). None when it does not apply: more
-    than SMALL_SIDE rows, at most SMALL_SIDE columns, several reduce dims, or a column factor
-    already read along its columns (then it is read in place as it is)."""
+    than SMALL_SIDE rows, at most SMALL_SIDE columns, several reduce dims, a column factor
+    already read along its columns (then it is read in place as it is), or one read from a
+    parameter in `bound` (packed once, when the caller binds it)."""
     _, m, n, _ = products.sizes(op.attrs, p)
     red = op.attrs["reduce"]
     if m > SMALL_SIDE or n <= SMALL_SIDE or len(red) != 1:
@@ -68,6 +71,8 @@ def weights_as_rows(op: Op, p: products.Product, body, types: dict) -> products.
     if len(reads) != 1:
         return None  # a computed column factor: leave it to the packing
     (k,) = reads
+    if op.operands[k] in bound:
+        return None
     if operand_step(op, types, k, red[0]) != 1 or operand_step(op, types, k, p.cols[-1]) == 1:
         return None
     return swap_roles(p)
@@ -143,6 +148,12 @@ class SelectProducts(Pass):
     reading the matrix in place, instead of a register tile of which one row or column is
     used. Only where `reassociate_reductions.lanes_for` gives it lanes (a contiguous reduce
     dim of a multiple of the lanes): otherwise it stays a product."""
+    bound: frozenset[str] = frozenset()
+    """Parameters the caller will fix once (`Compilation.bind`, as a runtime fixes a model's
+    weights), so a product factor read only from them is packed once at bind time, not on
+    every call: `weights_as_rows`, which exists to spare that per-call packing, does not apply
+    to such a factor, and the product keeps the roles that fill the register tile's lanes (the
+    wide tile of a weight streamed from memory)."""
 
     def plan(
         self, op: Op, module: Module, types: dict | None = None, weights: frozenset = frozenset()
@@ -164,7 +175,7 @@ class SelectProducts(Pass):
             and lanes_for(op, types) > 1
         ):
             return None  # reassociate-reductions sums it in lanes (its own rule decides)
-        as_rows = weights_as_rows(op, found, body, types) if types is not None else None
+        as_rows = weights_as_rows(op, found, body, types, self.bound) if types is not None else None
         found = as_rows or found
         size = op.type.dtype.itemsize
         lanes = op.attrs.get("vector") or max(1, self.vector_bytes // size)

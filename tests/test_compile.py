@@ -288,3 +288,29 @@ def test_fast_math_records_its_error_bound_change(tmp_path) -> None:
     assert 0 < after < before
     plain = compile_module(src, CompileOptions(jobs=1, cache_dir=str(tmp_path)))
     assert all(r.bound_change is None for r in plain.records)
+
+
+BOUND_LINEAR = """func @main(%x: f32[12,64], %w: f32[96,64]) -> f32[12,96] {
+  %t = transpose(%w) {perm = [1, 0]} : f32[64,96]
+  %y = matmul(%x, %t) : f32[12,96]
+  return %y
+}
+"""
+
+
+def test_bound_names_a_weights_file_or_parameters(tmp_path, capsys) -> None:
+    """`gdv compile --bound W.npz` plans the products for W packed once and records it in the
+    bundle, which verifies; a name that is no parameter is an input error with a position."""
+    src = tmp_path / "lin.gdv"
+    src.write_text(BOUND_LINEAR)
+    np.savez(tmp_path / "w.npz", w=np.ones((96, 64), np.float32))
+    bundle = tmp_path / "lin.evidence"
+    argv = ["compile", str(src), "--bound", str(tmp_path / "w.npz"), "--jobs", "1"]
+    assert main([*argv, "--emit-evidence", str(bundle)]) == 0
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["pipeline"]["bound"] == ["w"]
+    assert main(["evidence", "verify", str(bundle), "--jobs", "1"]) == 0
+    capsys.readouterr()
+    assert main(["compile", str(src), "--bound", "%nosuch", "--jobs", "1"]) == 3
+    err = capsys.readouterr().err
+    assert "lin.gdv:1:" in err and "--bound names nosuch, not a parameter of @main" in err

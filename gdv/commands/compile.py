@@ -79,6 +79,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="allow rewrites that hold only over the reals (each a `real` claim)",
     )
     p.add_argument(
+        "--bound",
+        action="append",
+        default=[],
+        metavar="NAME|W.npz",
+        help="a parameter the caller fixes once (Compilation.bind, as a runtime fixes a model's "
+        "weights), or an .npz file whose arrays are such parameters (the weights file of gdv "
+        "import); may repeat. Products reading them are planned for factors packed at bind "
+        "time instead of on every call",
+    )
+    p.add_argument(
         "--disable-pass",
         action="append",
         default=[],
@@ -254,7 +264,21 @@ def _options(args: argparse.Namespace, target: str | None = None) -> CompileOpti
         use_cache=not args.no_cache,
         progress=True,
         allow_fallback=args.allow_fallback,
+        bound=bound_names(args.bound),
     )
+
+
+def bound_names(values: list[str]) -> tuple[str, ...]:
+    """The parameter names `--bound` gives: names as written, an .npz file's array names."""
+    names: list[str] = []
+    for v in values:
+        if v.endswith(".npz"):
+            from gdv.commands.run import read_inputs
+
+            names += list(read_inputs([v]))
+        else:
+            names.append(v.lstrip("%"))
+    return tuple(sorted(set(names)))
 
 
 def compile_targets(args: argparse.Namespace, targets: list[str]) -> int:

@@ -155,7 +155,14 @@ def profile_command(args: argparse.Namespace) -> int:
     inputs = _inputs(args, module)
     bound = _bound(args)
     source = args.file if args.file != "-" else print_module(module)
-    options = CompileOptions(target="c", level=args.level, jobs=args.jobs, cache_dir=args.cache_dir)
+    # The bound parameters' products are planned for factors packed once, at bind time.
+    options = CompileOptions(
+        target="c",
+        level=args.level,
+        jobs=args.jobs,
+        cache_dir=args.cache_dir,
+        bound=tuple(sorted(bound)),
+    )
     comp = compile_module(source, options)
     if comp.verdict != "proved":
         bad = next(o for o in comp.outcomes if o.status != "proved")

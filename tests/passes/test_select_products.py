@@ -153,8 +153,8 @@ def _linear(m: int, k: int, n: int, transposed: bool = True) -> str:
     return text.replace("M", str(m)).replace("K", str(k)).replace("N", str(n))
 
 
-def _product_roles(text: str, level: int = 2) -> dict:
-    comp = compile_module(text, CompileOptions(target="c", level=level, jobs=1))
+def _product_roles(text: str, level: int = 2, bound: tuple[str, ...] = ()) -> dict:
+    comp = compile_module(text, CompileOptions(target="c", level=level, jobs=1, bound=bound))
     assert comp.verdict == "proved"
     (k,) = [o for o in comp.module.entry.ops if o.name == "kernel"]
     return comp, k.attrs
@@ -169,6 +169,39 @@ def test_few_tokens_times_a_transposed_weight_run_the_weight_as_rows() -> None:
     assert (b["rows"], b["cols"], b["row_factor"]) == ([0], [1], 0)
     _, c = _product_roles(_linear(64, 64, 96))
     assert (c["rows"], c["cols"]) == ([0], [1])
+
+
+def test_a_bound_weight_keeps_the_roles_that_fill_the_lanes() -> None:
+    """With W bound (`CompileOptions.bound`: packed once, at bind time) x @ W^T keeps the
+    tokens as rows and W's columns in the lanes, as with W stored [K, N]; the other parameter
+    bound changes nothing."""
+    _, a = _product_roles(_linear(12, 64, 96), bound=("w",))
+    assert (a["rows"], a["cols"], a["row_factor"]) == ([0], [1], 0)
+    _, b = _product_roles(_linear(12, 64, 96), bound=("x",))
+    assert (b["rows"], b["cols"], b["row_factor"]) == ([1], [0], 1)
+
+
+@given(
+    st.integers(1, 16),
+    st.integers(1, 80),
+    st.integers(17, 70),
+    st.sampled_from([2, 3]),
+    st.integers(0, 1000),
+)
+def test_a_bound_weight_is_bit_exact_on_c_called_and_bound(m, k, n, level, seed) -> None:
+    """The plan for a bound W: bit for bit the reference's, called with W and bound to it, and
+    the same bits as the plan that reads W's rows in place (the fold order per output is one)."""
+    from gdv.backends import reference
+
+    comp, _ = _product_roles(_linear(m, k, n), level, bound=("w",))
+    plain, _ = _product_roles(_linear(m, k, n), level)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    want = reference.run(comp.module, {"x": x, "w": w})[0]
+    assert reference.bit_equal(comp(x=x, w=w)[0], want)
+    assert reference.bit_equal(comp.bind(w=w)(x=x)[0], want)
+    assert reference.bit_equal(plain.bind(w=w)(x=x)[0], want)
 
 
 @given(
