@@ -484,6 +484,20 @@ _SELF = _select("gdv_self", "float", "uint32_t")
 _POW2F = _pow2("gdv_pow2if", "float", "int32_t", "uint32_t", 127, 23)
 
 
+def _round_k(x: str) -> str:
+    """C statements rounding the f32 `x` / ln2 to the integer k (and kd, k as a float) by adding
+    1.5 2^23, for x = k ln2 + r with |r| <= ln2/2 (+ an ulp)."""
+    return (
+        f"  /* {x} = k ln2 + r, |r| <= ln2/2 (+ an ulp): adding 1.5 2^23 rounds to an integer */\n"
+        "  const float big = 0x1.8p23f;\n"
+        f"  const float kb = GDV_FMAF({x}, {INV_LN2F}f, big);\n"
+        "  uint32_t kbits;\n"
+        "  memcpy(&kbits, &kb, sizeof kbits);\n"
+        "  const int32_t k = (int32_t)(kbits - 0x4b400000u);\n"
+        "  const float kd = kb - big;\n"
+    )
+
+
 def _expf_parts(x: str) -> str:
     """C statements splitting e^x for the f32 `x` (clamped to [-104, 89] first, on its bits)
     into p + pl, |pl| <= ulp(p)/2, and the two halves k1, k2 of the exponent:
@@ -498,14 +512,8 @@ def _expf_parts(x: str) -> str:
         "  const int32_t sc = slo > 0x42b20000 ? 0x42b20000 : slo;  /* 89 */\n"
         "  float xc;\n"
         "  memcpy(&xc, &sc, sizeof xc);\n"
-        "  /* xc = k ln2 + r, |r| <= ln2/2 (+ an ulp): adding 1.5 2^23 rounds to an integer */\n"
-        "  const float big = 0x1.8p23f;\n"
-        f"  const float kb = GDV_FMAF(xc, {INV_LN2F}f, big);\n"
-        "  uint32_t kbits;\n"
-        "  memcpy(&kbits, &kb, sizeof kbits);\n"
-        "  const int32_t k = (int32_t)(kbits - 0x4b400000u);\n"
-        "  const float kd = kb - big;\n"
-        "  /* LN2F_HI has 15 bits: kd * LN2F_HI is exact (|k| <= 150), so is the subtraction;\n"
+        + _round_k("xc")
+        + "  /* LN2F_HI has 15 bits: kd * LN2F_HI is exact (|k| <= 150), so is the subtraction;\n"
         "     r + rl = xc - kd (LN2F_HI + LN2F_LO) (Fast2Sum: rl is exact where it matters) */\n"
         f"  const float rh = xc - kd * {LN2F_HI}f, rt = kd * {LN2F_LO}f;\n"
         "  const float r = rh - rt, rl = (rh - r) - rt;\n"
@@ -539,13 +547,8 @@ _TANHF = (
     "  const float ax0 = fabsf(x);\n"
     "  const float ax = gdv_self(10.0f < ax0, 10.0f, ax0);\n"
     "  const float y = 2.0f * ax;\n"
-    "  const float big = 0x1.8p23f;\n"
-    f"  const float kb = GDV_FMAF(y, {INV_LN2F}f, big);\n"
-    "  uint32_t kbits;\n"
-    "  memcpy(&kbits, &kb, sizeof kbits);\n"
-    "  const int32_t k = (int32_t)(kbits - 0x4b400000u);\n"
-    "  const float kd = kb - big;\n"
-    "  /* kd LN2F_HI is exact, and so is y minus it; r is rounded once (exact when k = 0) */\n"
+    + _round_k("y")
+    + "  /* kd LN2F_HI is exact, and so is y minus it; r is rounded once (exact when k = 0) */\n"
     f"  const float r = GDV_FMAF(-kd, {LN2F_LO}f, y - kd * {LN2F_HI}f);\n"
     f"  const float q = {_hornerf('r', EXPF_Q)};\n"
     "  const float em = GDV_FMAF(r * r, q, r);  /* e^r - 1 */\n"
@@ -597,14 +600,8 @@ _SIGMOIDF = (
     "  const uint32_t uc = ux > 0xc2d00000u ? 0xc2d00000u : ux;\n"
     "  float xc;\n"
     "  memcpy(&xc, &uc, sizeof xc);\n"
-    "  /* xc = k ln2 + r, |r| <= ln2/2 (+ an ulp): adding 1.5 2^23 rounds to an integer */\n"
-    "  const float big = 0x1.8p23f;\n"
-    f"  const float kb = GDV_FMAF(xc, {INV_LN2F}f, big);\n"
-    "  uint32_t kbits;\n"
-    "  memcpy(&kbits, &kb, sizeof kbits);\n"
-    "  const int32_t k = (int32_t)(kbits - 0x4b400000u);\n"
-    "  const float kd = kb - big;\n"
-    "  /* kd LN2F_HI is exact, and so is xc minus it; r is rounded once */\n"
+    + _round_k("xc")
+    + "  /* kd LN2F_HI is exact, and so is xc minus it; r is rounded once */\n"
     f"  const float r = GDV_FMAF(-kd, {LN2F_LO}f, xc - kd * {LN2F_HI}f);\n"
     f"  const float q = {_hornerf('r', EXPF_Q)};\n"
     "  const float em = GDV_FMAF(r * r, q, r);  /* e^r - 1 */\n"
