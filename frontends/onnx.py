@@ -3232,15 +3232,22 @@ def _lrn(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> Non
 @handler("Shrink")
 def _shrink(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     """x < -lambd: x + bias; x > lambd: x - bias; else 0, as ONNX's reference (numpy): lambd
-    and bias rounded to x's float dtype, each sum rounded once; a NaN compares false (0)."""
+    and bias are f32 attributes (numpy f32 scalars there), so f32 and f64 x compare and add in
+    their own dtype with those exact values, and f16/bf16 x is widened to f32 (exactly), compared
+    and added there and rounded once back (numpy promotes an f16 array with an f32 scalar to
+    f32); a NaN compares false (0)."""
     x = imp.dyn(ins[0])
     t = _require_float(imp, x, " (integer Shrink computes in f64 and casts back, unchecked)")
     lambd, bias = float(attrs.get("lambd", 0.5)), float(attrs.get("bias", 0.0))
-    lo = imp.emit("cmp", [x, imp.const(-lambd, t)], dir="lt")
-    hi = imp.emit("cmp", [x, imp.const(lambd, t)], dir="gt")
-    b = imp.const(bias, t)
-    inner = imp.emit("select", [hi, imp.emit("sub", [x, b]), imp.const(0.0, t)])
-    _out(imp, node, imp.emit("select", [lo, imp.emit("add", [x, b]), inner]))
+    narrow = t.dtype in (DType.F16, DType.BF16)
+    w = TensorType(DType.F32, t.shape) if narrow else t
+    xw = imp.emit("convert", [x], type_=w) if narrow else x
+    lo = imp.emit("cmp", [xw, imp.const(-lambd, w)], dir="lt")
+    hi = imp.emit("cmp", [xw, imp.const(lambd, w)], dir="gt")
+    b = imp.const(bias, w)
+    inner = imp.emit("select", [hi, imp.emit("sub", [xw, b]), imp.const(0.0, w)])
+    y = imp.emit("select", [lo, imp.emit("add", [xw, b]), inner])
+    _out(imp, node, imp.emit("convert", [y], type_=t) if narrow else y)
 
 
 @handler("Trilu")

@@ -61,6 +61,15 @@ def test_shrink_is_the_reference(dtype, data) -> None:
     _check("Shrink", {"x": x}, lambd=lambd, bias=bias)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_shrink_adds_the_f32_attribute_as_numpy_does(dtype) -> None:
+    """lambd and bias are f32 scalars in ONNX's reference: an f16 x is computed in f32 and
+    rounded once (0.125 - 0.1 is 0.025 there, not f16(0.125 - f16(0.1)) = 0.02502), and a
+    comparison with lambd = 0.1 uses the f32 value, not an f16 rounding of it."""
+    x = np.array([0.125, -0.125, 0.0999755859375, 0.10003662109375, -0.0999755859375], dtype)
+    _check("Shrink", {"x": x}, on_c=True, lambd=0.1, bias=0.1)
+
+
 def test_shrink_on_c_and_integers_refused() -> None:
     x = np.array(SPECIAL, np.float32)
     _check("Shrink", {"x": x}, on_c=True, lambd=0.5, bias=1.5)
