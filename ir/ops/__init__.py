@@ -30,6 +30,7 @@ FAMILIES = (
     "composite",
     "kernel",
     "collective",
+    "control",
 )
 
 
@@ -276,6 +277,7 @@ from gdv.ir.ops import (  # noqa: E402, F401
     collective,
     composite,
     contract,
+    control,
     conv,
     elementwise,
     gather,
