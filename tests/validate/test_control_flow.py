@@ -162,7 +162,7 @@ def test_a_planted_unsound_induction_key_would_be_caught(monkeypatch) -> None:
     body functions equal, makes the check above say `equivalent`: so that test fails on it."""
 
     def by_trips_only(ctx, cond, body, trips, types):
-        classes = ctx.__dict__.setdefault("loop_classes", [])
+        classes = control.classes(ctx)
         for c in classes:
             if c.trips == trips and c.types == types:
                 return c

@@ -190,10 +190,16 @@ def _proved_equal(a: Function, b: Function, theory: str) -> bool:
     return r.verdict == "equivalent"
 
 
+def classes(ctx: Ctx) -> list[LoopClass]:
+    """The loop classes met so far, kept with the theory's values (`Values`), which also hold
+    the uninterpreted functions named after them: a class number names one function."""
+    return ctx.values.__dict__.setdefault("loop_classes", [])
+
+
 def loop_class(ctx: Ctx, cond: Function, body: Function, trips: int, types: tuple) -> LoopClass:
     """The proved class of a loop (a new one when no class's functions are proved equal)."""
-    classes: list[LoopClass] = ctx.__dict__.setdefault("loop_classes", [])
-    for c in classes:
+    classes_ = classes(ctx)
+    for c in classes_:
         if (
             c.trips == trips
             and c.types == types
@@ -201,8 +207,8 @@ def loop_class(ctx: Ctx, cond: Function, body: Function, trips: int, types: tupl
             and _proved_equal(c.body, body, ctx.theory)
         ):
             return c
-    found = LoopClass(len(classes), cond, body, trips, types)
-    classes.append(found)
+    found = LoopClass(len(classes_), cond, body, trips, types)
+    classes_.append(found)
     return found
 
 
