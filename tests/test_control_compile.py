@@ -113,3 +113,40 @@ def test_the_cache_key_depends_on_what_a_named_function_computes() -> None:
     same = cache_key(_claim("%b = add(%a, %a) : f32[4]"))
     assert same == cache_key(_claim("%b = add(%a, %a) : f32[4]"))
     assert same != cache_key(_claim("%b = mul(%a, %a) : f32[4]"))
+
+
+def test_control_ops_on_constants_are_not_folded(tmp_path) -> None:
+    """fold-constants leaves an if and a while of constant operands alone (evaluating them
+    needs the module's functions, and a loop may run up to 2^31 - 1 trips)."""
+    text = """func @main() -> f32[4] {
+  %c = constant() {value = true} : i1[]
+  %x = constant() {value = 1.5} : f32[4]
+  %r = if(%c, %x) {then = "dbl", else = "dbl", result = 0} : f32[4]
+  %w = while(%r) {cond = "small", body = "dbl", max_trips = 2147483647, result = 0} : f32[4]
+  return %w
+}
+func @dbl(%a: f32[4]) -> f32[4] {
+  %b = add(%a, %a) : f32[4]
+  return %b
+}
+func @small(%a: f32[4]) -> i1[] {
+  %m = reduce_max(%a) {axes = [0]} : f32[]
+  %k = constant() {value = 1000.0} : f32[]
+  %p = cmp(%m, %k) {dir = "lt"} : i1[]
+  return %p
+}
+"""
+    result = compile_module(
+        text, CompileOptions(target="reference", jobs=1, cache_dir=str(tmp_path))
+    )
+    assert result.verdict == "proved"
+    assert [op.name for op in result.module.entry.ops].count("while") == 1
+    (got,) = reference.run(result.module, {})
+    assert reference.bit_equal(got, np.full(4, 1536.0, np.float32))
+
+
+@pytest.mark.parametrize("command", [["partition", "--shard", "x=[data]"], ["plan"]])
+def test_partitioning_refuses_by_name(path, command, capsys) -> None:
+    assert main([command[0], "--mesh", "data=2", *command[1:], path]) == 3
+    err = capsys.readouterr().err
+    assert "cf.gdv:2:8: error: if is a control flow op: partitioning does not handle control" in err
