@@ -97,7 +97,7 @@ def test_other_targets_refuse_by_name(path, target, reason, capsys) -> None:
 def test_bounds_refuse_by_name(path, capsys) -> None:
     main(["bounds", "--default-range", "-1", "1", path])
     out = capsys.readouterr().out
-    assert "unbounded: while is a control flow op: the error bound of control flow is not" in out
+    assert "unbounded: while is a control flow op: the error bound of loops is not analysed" in out
 
 
 def _claim(body: str) -> Obligation:
