@@ -212,3 +212,40 @@ def test_gdv_tv_on_loops(tmp_path, capsys) -> None:
             assert code == 1 and "Source value" in out and "Target value" in out, out
         else:
             assert code in (1, 2), out
+
+
+BIG = """
+func @main(%s: f32[], %xs: f32[L], %x: f32[N]) -> (f32[], f32[N]) {
+  %r = scan(%s, %xs) {body = "acc", num_scan_inputs = 1, result = 0} : f32[]
+  %w = while(%x) {cond = "yes", body = "dbl", max_trips = 100, result = 0} : f32[N]
+  return %r, %w
+}
+func @acc(%s: f32[], %x: f32[]) -> (f32[], f32[]) {
+  %t = add(%s, %x) : f32[]
+  return %t, %t
+}
+func @yes(%a: f32[N]) -> i1[] {
+  %t = constant() {value = true} : i1[]
+  return %t
+}
+func @dbl(%a: f32[N]) -> f32[N] {
+  %b = add(%a, %a) : f32[N]
+  return %b
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "length, n, message",
+    [
+        (2000, 4, "3:3: error: scan over 2000 steps is not encoded for proofs (at most 1024"),
+        (20, 300, "4:3: error: while with max_trips 100 (over 64) over 300 operand elements is"),
+    ],
+)
+def test_claims_too_large_to_encode_are_refused_by_name(tmp_path, capsys, length, n, message):
+    from gdv.cli import main
+
+    path = tmp_path / "big.gdv"
+    path.write_text(BIG.replace("L", str(length)).replace("N", str(n)))
+    assert main(["tv", str(path), str(path)]) == 3
+    assert f"big.gdv:{message}" in capsys.readouterr().err
