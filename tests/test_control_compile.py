@@ -150,3 +150,13 @@ def test_partitioning_refuses_by_name(path, command, capsys) -> None:
     assert main([command[0], "--mesh", "data=2", *command[1:], path]) == 3
     err = capsys.readouterr().err
     assert "cf.gdv:2:8: error: if is a control flow op: partitioning does not handle control" in err
+
+
+def test_a_claim_too_large_to_encode_is_unknown_not_an_error(tmp_path) -> None:
+    """CSE merges two whiles whose induction-rule encoding would take 300 operand elements:
+    the claim is left unknown, with the reason, and the compile's verdict is unknown."""
+    text = SOURCE.replace("f32[4]", "f32[300]")
+    result = compile_module(text, CompileOptions(target="reference", jobs=1, use_cache=False))
+    assert result.verdict == "unknown"
+    (why,) = {o.reason for o in result.outcomes if o.status == "unknown"}
+    assert "while with max_trips 100 (over 64) over 300 operand elements is not encoded" in why

@@ -30,6 +30,7 @@ from gdv.ir.printer import print_function
 from gdv.validate.counterexample import Counterexample
 from gdv.validate.equivalence import build_query, check_equivalence, check_within, replay_cost
 from gdv.validate.schedules import claim_formula
+from gdv.validate.semantics.control import NotEncoded
 
 STATUSES = ("proved", "refuted", "unknown")
 _VERDICT_STATUS = {"equivalent": "proved", "not-equivalent": "refuted", "unknown": "unknown"}
@@ -85,7 +86,10 @@ def obligation_queries(ob: Obligation) -> list[str]:
         return [stable_smt2(formula)]
     src, tgt, bodies = canonical_form(ob)
     with kernel_bodies(bodies):
-        return [_query_text(src, tgt, ob.theory, o) for o in range(len(src.results))]
+        try:
+            return [_query_text(src, tgt, ob.theory, o) for o in range(len(src.results))]
+        except NotEncoded:  # no query: the claim is left unknown when it is solved
+            return []
 
 
 def canonical_form(ob: Obligation) -> tuple[Function, Function, list[Function]]:
@@ -343,6 +347,8 @@ def _solve_equivalence(
         r = check_equivalence(ob.src, ob.tgt, ob.theory, timeout, names=("src", "tgt"))
     except MemoryError:
         return "unknown", time.perf_counter() - start, "out of memory", None
+    except NotEncoded as e:  # a loop too large to encode: not proved, and not refuted
+        return "unknown", time.perf_counter() - start, e.message, None
     status = _VERDICT_STATUS[r.verdict]
     return status, time.perf_counter() - start, r.reason, r.counterexample
 

@@ -38,8 +38,10 @@ CLASS_TIMEOUT = 10.0
 """Seconds per solver query when proving two loops' cond and body functions equivalent."""
 
 
-def _scalar(ctx: Ctx, c: Tensor) -> Term:
-    return (yield c.read(()))
+class NotEncoded(IRError):
+    """A control flow op too large for the encoding (a scan over more than SCAN_UNROLL steps,
+    an induction-rule while over more than LOOP_ELEMENTS operand elements): a claim about it
+    is refused (`gdv tv`) or left unknown (the discharger), never proved."""
 
 
 @rule(IF)
@@ -98,7 +100,7 @@ def scan(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     ns = len(xs) - op.attrs["num_scan_inputs"]
     length = xs[ns].shape[0]
     if length > SCAN_UNROLL:
-        raise IRError(
+        raise NotEncoded(
             f"scan over {length} steps is not encoded for proofs (at most {SCAN_UNROLL} are "
             "unrolled)",
             op.loc,
@@ -215,7 +217,7 @@ def loop_class(ctx: Ctx, cond: Function, body: Function, trips: int, types: tupl
 def _induction(ctx: Ctx, op: Op, xs: list[Tensor], cond: Function, body: Function) -> Tensor:
     elements = sum(math.prod(x.shape) for x in xs)
     if elements > LOOP_ELEMENTS:
-        raise IRError(
+        raise NotEncoded(
             f"while with max_trips {op.attrs['max_trips']} (over {UNROLL_TRIPS}) over "
             f"{elements} operand elements is not encoded for proofs (at most {LOOP_ELEMENTS})",
             op.loc,
