@@ -249,3 +249,37 @@ def test_claims_too_large_to_encode_are_refused_by_name(tmp_path, capsys, length
     path.write_text(BIG.replace("L", str(length)).replace("N", str(n)))
     assert main(["tv", str(path), str(path)]) == 3
     assert f"big.gdv:{message}" in capsys.readouterr().err
+
+
+FOREVER = """
+func @main(%x: f32[2]) -> f32[2] {
+  %r = while(%x) {cond = "always", body = "BODY", max_trips = 2147483647, result = 0} : f32[2]
+  return %r
+}
+func @always(%x: f32[2]) -> i1[] {
+  %t = constant() {value = true} : i1[]
+  return %t
+}
+func @BODY(%x: f32[2]) -> f32[2] {
+  %k = constant() {value = K} : f32[2]
+  %y = mul(%x, %k) : f32[2]
+  return %y
+}
+"""
+
+
+def test_a_loop_of_2_to_the_31_trips_is_never_replayed() -> None:
+    """A while whose condition always holds runs max_trips = 2^31 - 1 trips: replaying it on
+    the reference backend (the probe, a model's confirmation) would take hours, so its cost
+    counts the trips and it is never replayed: the pair is decided by the induction rule
+    (equivalent bodies) or left unknown (a body that differs)."""
+    a = verify(parse(FOREVER.replace("BODY", "double").replace("K", "2.0")))
+    b = parse(FOREVER.replace("BODY", "twice").replace("K", "2.0"))
+    b.functions[2].ops = (
+        parse("func @twice(%x: f32[2]) -> f32[2] {\n  %y = add(%x, %x) : f32[2]\n  return %y\n}\n")
+        .functions[0]
+        .ops
+    )
+    c = verify(parse(FOREVER.replace("BODY", "triple").replace("K", "3.0")))
+    assert check_equivalence(a, verify(b), "fp", timeout=30).verdict == "equivalent"
+    assert check_equivalence(a, c, "fp", timeout=30).verdict == "unknown"
