@@ -215,3 +215,27 @@ def test_a_module_with_bodies_is_verified_as_a_whole() -> None:
     )
     with pytest.raises(IRError, match="else branch @prod_x takes"):
         run(parse(text), {"c": np.array(True), "x": np.zeros(3, f32), "y": np.zeros(3, f32)})
+
+
+def test_a_group_runs_its_loop_once(monkeypatch) -> None:
+    """The three whiles of WHILE (one per result) run the loop once: the body is called once
+    per trip, not three times per trip; a fresh run of the module runs it again."""
+    from gdv.backends.reference import control
+
+    calls: list[str] = []
+    real = control.call
+
+    def counted(fn, args, ctx):
+        calls.append(fn.name)
+        return real(fn, args, ctx)
+
+    monkeypatch.setattr(control, "call", counted)
+    module = parse(WHILE.replace("MAX", "1000"))
+    inputs = {"n": np.array(27, np.int32), "acc": np.array(0.5, f32)}
+    got = run(module, inputs)
+    want_n, want_k, want_acc = _collatz(27, 0.5, 1000)
+    assert int(got[0]) == want_n and int(got[1]) == want_k == 111
+    assert bit_equal(got[2], np.array(want_acc, f32))
+    assert calls.count("step") == 111 and calls.count("more") == 112
+    run(module, inputs)
+    assert calls.count("step") == 222
