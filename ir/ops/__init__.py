@@ -1,9 +1,10 @@
-"""The op registry: one `OpSpec` per op of IR_SPEC.md section 4.
+"""The op registry: one `OpSpec` per op of IR_SPEC.md section 4 (and the control flow ops of
+section 9).
 
 Each family file (`elementwise`, `layout`, `reduce`, `contract`, `conv`, `gather`,
-`composite`) defines its specs and registers them here. Other layers (reference backend, SMT
-semantics, bounds, lowerings) register their rules against these spec objects, and
-`tests/test_registry.py` checks no column is missing.
+`composite`, `kernel`, `collective`, `control`) defines its specs and registers them here.
+Other layers (reference backend, SMT semantics, bounds, lowerings) register their rules against
+these spec objects, and `tests/test_registry.py` checks no column is missing.
 """
 
 from __future__ import annotations
