@@ -4457,6 +4457,64 @@ def _scan_unrolled(
     return results
 
 
+def _scan_as_op_fits(imp: Importer, body: Any, xs: list[Val], attrs: dict[str, Any]) -> bool:
+    """Is this Scan (opset 9 and later) one to import as an IR `scan` rather than unrolled? When
+    unrolling it would pass `MAX_UNROLLED`, and its axes and directions are the defaults (the IR
+    op scans axis 0 forwards and stacks on a new axis 0)."""
+    if not xs or any(x.type.rank == 0 for x in xs):
+        return False
+    n = xs[0].type.shape[0]
+    if imp.unrolled + n <= MAX_UNROLLED or any(x.type.shape[0] != n for x in xs):
+        return False
+    keys = ("scan_input_axes", "scan_input_directions", "scan_output_axes",
+            "scan_output_directions")  # fmt: skip
+    return all(not any(attrs.get(k) or []) for k in keys)
+
+
+def _scan_as_op(imp: Importer, body: Any, states: list[Val], xs: list[Val]) -> list[Val]:
+    """A Scan too long to unroll as one IR `scan` per output: the states, then the enclosing
+    graphs' run-time values the body reads (carried through unchanged), are the IR op's states;
+    the scan inputs its scanned operands."""
+    n_states, n_out = len(states), len(body.output) - len(states)
+    if n_out < 0 or len(body.input) != n_states + len(xs):
+        raise IRError(
+            f"ONNX node {printable(imp.node_label, 80)} (Scan): its body has {len(body.input)} "
+            f"inputs and {len(body.output)} outputs for {n_states} states and {len(xs)} scan "
+            "inputs",
+            imp.loc(),
+        )
+    static, dynamic = _captures(imp, [body])
+    carried = [imp.dyn_val(v) for v in states] + [imp.dyn(n) for n in dynamic]
+    scanned = [imp.dyn_val(x) for x in xs]
+    ns = len(carried)
+    types = [imp.type_of(c) for c in carried]
+    types += [imp.type_of(x).with_shape(imp.type_of(x).shape[1:]) for x in scanned]
+
+    def step(params: list[Val]) -> list[str]:
+        bound = dict(zip(dynamic, params[n_states:ns], strict=True))
+        imp.vals = ChainMap({}, {**_copies(static), **bound})
+        outs = _import_subgraph(imp, body, params[:n_states] + params[ns:], "body")
+        new = [imp.dyn_val(v) for v in outs[:n_states]]
+        for k, (v, t) in enumerate(zip(new, types[:n_states], strict=True)):
+            if imp.type_of(v) != t:
+                raise imp.unsupported(
+                    f"state {k} is {t} before an iteration and {imp.type_of(v)} after it: an "
+                    "IR scan carries values of one type"
+                )
+        ys = [imp.dyn_val(v) for v in outs[n_states:]]
+        return [*new, *(imp.dyn_val(p) for p in params[n_states:ns]), *ys]
+
+    fn = _body_function(imp, _fresh_function(imp, "scan"), types, step)
+    length = imp.type_of(scanned[0]).shape[0]
+    results = []
+    for k in [*range(n_states), *range(ns, ns + n_out)]:
+        t = fn.results[k]
+        t = t if k < ns else t.with_shape((length, *t.shape))
+        attrs = {"body": fn.name, "num_scan_inputs": len(scanned), "result": k}
+        results.append(Val(t, name=imp.emit("scan", [*carried, *scanned], t, **attrs)))
+    return results
+
+
 @handler("Scan")
 def _scan(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     # Unrolled over the static length of the scan axes: states threaded through the copies of
@@ -4468,6 +4526,9 @@ def _scan(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
         if n_state < 0 or any(not i for i in ins):
             raise imp.unsupported(f"{len(ins)} inputs for num_scan_inputs = {n_in}")
         vals = [imp.val(i) for i in ins]
+        if _scan_as_op_fits(imp, body, vals[n_state:], attrs):
+            _set_outputs(imp, node, _scan_as_op(imp, body, vals[:n_state], vals[n_state:]))
+            return
         _set_outputs(imp, node, _scan_unrolled(imp, body, vals[:n_state], vals[n_state:], attrs,
                                                ""))  # fmt: skip
         return

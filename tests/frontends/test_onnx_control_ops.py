@@ -259,3 +259,50 @@ def test_an_imported_loop_compiles_for_the_reference_target(tmp_path) -> None:
     want = reference.run(module, args)
     got = reference.run(result.module, args)
     assert all(same_bits(g, w).all() for g, w in zip(got, want, strict=True))
+
+
+# --- Scan -------------------------------------------------------------------------------------
+
+
+def long_scan_model(length: int, axes: list[int] | None = None) -> onnx.ModelProto:
+    """(s, ys) = Scan(s0, xs): s = s * w + x_t, y_t = sum(s), w read from the enclosing graph
+    (a run-time input)."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["s", "w"], ["sw"]),
+            helper.make_node("Add", ["sw", "x"], ["s2"]),
+            helper.make_node("ReduceSum", ["s2"], ["y"], keepdims=0),
+        ],
+        "body",
+        [vi("s", F, [2]), vi("x", F, [2])],
+        [vi("s2", F, [2]), vi("y", F, [])],
+    )
+    extra = {} if axes is None else {"scan_input_axes": axes}
+    scan = helper.make_node(
+        "Scan", ["s0", "xs"], ["sf", "ys"], body=body, num_scan_inputs=1, name="scan", **extra
+    )
+    xs_shape = [length, 2] if not axes else [2, length]
+    return model(
+        [scan],
+        [vi("s0", F, [2]), vi("xs", F, xs_shape), vi("w", F, [2])],
+        [vi("sf", F, [2]), vi("ys", F, [length])],
+    )
+
+
+def test_a_scan_too_long_to_unroll_is_an_ir_scan() -> None:
+    m = long_scan_model(5000)
+    module, _ = import_model(m)
+    assert [op.name for op in module.entry.ops].count("scan") == 2
+    rng = np.random.default_rng(0)
+    feeds = {
+        "s0": rng.standard_normal(2).astype(np.float32),
+        "xs": rng.standard_normal((5000, 2)).astype(np.float32),
+        "w": np.float32([0.5, -0.75]),
+    }
+    check(m, feeds)
+    # with another scan axis it is still unrolled, so over the limit it is refused by name
+    with pytest.raises(Unsupported, match="unrolling the scan \\(length 5000\\) needs 5000"):
+        import_model(long_scan_model(5000, axes=[1]))
+    # a short scan is unrolled as before
+    short, _ = import_model(long_scan_model(3))
+    assert "scan" not in {op.name for op in short.entry.ops}
