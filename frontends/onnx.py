@@ -7,9 +7,10 @@ Reshape targets, axes given as inputs, ...) are evaluated at import time, on int
 Every ONNX op maps to IR ops with ONNX's own meaning (the order of a function body where the
 ONNX spec defines the op by one); an op or attribute combination that cannot be expressed
 exactly is refused with `unsupported ONNX op X (opset N) at node NAME: reason`. If, Loop and
-Scan import where their control flow is static at import (section "control flow"): branches
-inlined, bodies unrolled, each copy in a scope of its own; RNN, GRU and LSTM have their time
-steps unrolled over the static sequence length (section "recurrent layers").
+Scan whose control flow is static at import are inlined and unrolled (section "control flow"),
+each copy in a scope of its own; a data-dependent If or Loop becomes the IR's `if` or `while`
+(IR_SPEC.md section 9), its branches or body functions of the module; RNN, GRU and LSTM have
+their time steps unrolled over the static sequence length (section "recurrent layers").
 
 Names: ONNX names become IR names by `mangle` (reversible, collision-free); a parameter whose
 name changed keeps the original in its `onnx_name` attribute.
@@ -157,6 +158,11 @@ def _np_to_ir(dtype: np.dtype) -> DType | None:
 
 class Unsupported(IRError):
     """An ONNX op or attribute combination gdv cannot express exactly."""
+
+
+class DataDependent(Unsupported):
+    """A control value (an If's condition, a Loop's trip count or condition) that is not a
+    constant at import: the If and Loop handlers then emit the IR's control flow ops."""
 
 
 # --- values -----------------------------------------------------------------------------------
@@ -313,6 +319,10 @@ class Importer(GraphEmitter):
         self.expansions = 0
         self.unrolled = 0
         """Body instances imported so far by unrolled Loop and Scan nodes (`MAX_UNROLLED`)."""
+        self.functions: list[Function] = []
+        """Functions the control flow ops of data-dependent If and Loop nodes name."""
+        self.named_functions = 0
+        """Names given to such functions so far (bodies nested in bodies included)."""
 
     # --- errors -------------------------------------------------------------------------------
 
@@ -468,7 +478,7 @@ class Importer(GraphEmitter):
             self.st.types[p.name] = p.type
         self._rename_outputs(returns)
         fn = Function("main", params, results, self.st.ops, returns)
-        module = Module([fn], filename=self.filename)
+        module = Module([fn, *self.functions], filename=self.filename)
         verify(module)
         return module, dict(self.st.weights)
 
@@ -4275,12 +4285,12 @@ def _pad(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> Non
 
 # --- control flow -----------------------------------------------------------------------------
 #
-# If, Loop and Scan are imported only where the control flow is static at import: an If whose
+# If, Loop and Scan where the control flow is static at import: an If whose
 # condition is a constant has its taken branch inlined; a Scan (its length is a static shape)
 # and a Loop whose trip count and condition are constants at every iteration are unrolled, one
 # copy of the body per iteration, each in a scope of its own (body-local names never collide
-# across copies; names of the enclosing graphs are read through the scope chain). The IR gains
-# no control-flow op: the result is straight-line graph-stage IR.
+# across copies; names of the enclosing graphs are read through the scope chain): straight-line
+# graph-stage IR. A data-dependent If or Loop is an IR `if` or `while` instead (below).
 
 MAX_UNROLLED = 4096
 """The most body instances the unrolled Loop and Scan nodes of one model may import, nested
@@ -4419,10 +4429,11 @@ def _control_array(imp: Importer, v: Val, what: str) -> np.ndarray:
     `what` when it depends on the data."""
     arr = _evaluate(imp, v)
     if arr is None:
-        raise imp.unsupported(
-            f"{what} is not a constant at import (it depends on the data): data-dependent "
-            "control flow has no IR op; only control flow that is static at import is imported"
+        e = imp.unsupported(
+            f"{what} is not a constant at import (it depends on the data), and the node cannot "
+            "be imported as an IR control flow op"
         )
+        raise DataDependent(e.message, e.loc)
     return arr
 
 
@@ -4486,14 +4497,258 @@ def _set_outputs(imp: Importer, node: Any, vals: Sequence[Val]) -> None:
 
 @handler("If")
 def _if(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
-    # Only an If whose condition is known at import: its taken branch is imported inline.
-    taken = _control_bool(imp, imp.val(ins[0]), "the condition")
+    # An If whose condition is known at import: its taken branch is imported inline. Otherwise
+    # an IR `if` per output, its branches imported as functions of the module.
+    try:
+        taken = _control_bool(imp, imp.val(ins[0]), "the condition")
+    except DataDependent:
+        _set_outputs(imp, node, _if_as_op(imp, node, attrs))
+        return
     branch = attrs["then_branch" if taken else "else_branch"]
     _set_outputs(imp, node, _import_subgraph(imp, branch, [], "then" if taken else "else"))
 
 
+# Data-dependent control flow becomes the IR's `if` and `while` (IR_SPEC.md section 9): each
+# branch or body is imported as a function of the module whose parameters are the values it
+# reads (its own inputs, and the enclosing graphs' values it names: those computed at run time
+# are passed in, those known at import are copied in as constants).
+
+
+def _free_names(g: Any) -> list[str]:
+    """The names `g` (and the graphs nested in it) reads from its enclosing scopes, in order
+    of first use."""
+    bound = _bound_names(g)
+    out: list[str] = []
+
+    def read(name: str) -> None:
+        if name and name not in bound and name not in out:
+            out.append(name)
+
+    for n in g.node:
+        for name in n.input:
+            read(name)
+        for a in n.attribute:
+            for sub in [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []:
+                for name in _free_names(sub):
+                    read(name)
+    for o in g.output:
+        read(o.name)
+    return out
+
+
+def _captures(imp: Importer, graphs: Sequence[Any]) -> tuple[dict[str, Val], list[str]]:
+    """For the outer names `graphs` read: the values known at import (copied into a body as
+    constants), and the names of those computed at run time (passed in as parameters)."""
+    static: dict[str, Val] = {}
+    dynamic: list[str] = []
+    for g in graphs:
+        for name in _free_names(g):
+            if name in static or name in dynamic:
+                continue
+            v = imp.val(name)
+            if v.static is not None and v.init is None:
+                static[name] = Val(v.type, static=v.static)
+            else:
+                dynamic.append(name)
+    return static, dynamic
+
+
+def _copies(static: Mapping[str, Val]) -> dict[str, Val]:
+    """Fresh values for the constants a body reads: a value's IR name is per function."""
+    return {k: Val(v.type, static=v.static) for k, v in static.items()}
+
+
+def _scalar(imp: Importer, v: Val, dtype: DType, what: str) -> str:
+    """`v` (one element) as a rank-0 IR value of `dtype`, refused otherwise."""
+    if v.type.num_elements != 1 or v.type.dtype is not dtype:
+        raise imp.unsupported(f"{what} is {v.type}, expected one {dtype} element")
+    return reshape(imp, imp.dyn_val(v), ())
+
+
+def _body_function(
+    imp: Importer, name: str, types: Sequence[TensorType], build: Callable[[list[Val]], list[str]]
+) -> Function:
+    """A function of the module, `name(types...)`, whose ops `build` emits given its parameters
+    (as values) and whose results are the IR values `build` returns."""
+    saved_st, saved_vals = imp.st, imp.vals
+    st = _State(counter=saved_st.counter)
+    params = [Param(f"a{k}", t) for k, t in enumerate(types)]
+    for prm in params:
+        st.types[prm.name] = prm.type
+    imp.st = st
+    try:
+        returns = build([Val(prm.type, name=prm.name) for prm in params])
+    finally:
+        saved_st.counter = st.counter
+        imp.st, imp.vals = saved_st, saved_vals
+    fn = Function(
+        name, params, [st.types[r] for r in returns], st.ops, returns, results_parenthesized=True
+    )
+    imp.functions.append(fn)
+    return fn
+
+
+def _fresh_function(imp: Importer, kind: str) -> str:
+    imp.named_functions += 1
+    return f"onnx.{kind}{imp.named_functions - 1}"
+
+
+def _if_as_op(imp: Importer, node: Any, attrs: dict[str, Any]) -> list[Val]:
+    """An If whose condition depends on the data: one IR `if` per output."""
+    c = _scalar(imp, imp.val(node.input[0]), DType.I1, "the condition")
+    branches = (attrs["then_branch"], attrs["else_branch"])
+    static, dynamic = _captures(imp, branches)
+    operands = [imp.dyn(n) for n in dynamic]
+    types = [imp.type_of(o) for o in operands]
+
+    def branch(g: Any, tag: str) -> Callable[[list[Val]], list[str]]:
+        def build(params: list[Val]) -> list[str]:
+            imp.vals = ChainMap({}, {**_copies(static), **dict(zip(dynamic, params, strict=True))})
+            return [imp.dyn_val(v) for v in _import_subgraph(imp, g, [], tag)]
+
+        return build
+
+    made = [
+        _body_function(imp, _fresh_function(imp, tag), types, branch(g, tag))
+        for g, tag in zip(branches, ("then", "else"), strict=True)
+    ]
+    if made[0].results != made[1].results:
+        raise imp.unsupported(
+            f"the branches give ({', '.join(map(str, made[0].results))}) and "
+            f"({', '.join(map(str, made[1].results))}): an IR if needs one tuple of types"
+        )
+    outs = []
+    for k, t in enumerate(made[0].results):
+        fn_attrs = {"then": made[0].name, "else": made[1].name, "result": k}
+        r = imp.emit("if", [c, *operands], t, **fn_attrs)
+        outs.append(Val(t, name=r))
+    return outs
+
+
+def _loop_as_op(imp: Importer, node: Any, ins: list[str], body: Any) -> list[Val]:
+    """A Loop whose trip count or condition depends on the data: one IR `while` per
+    loop-carried output. Carried: (iteration i64, condition, the loop-carried values, M when
+    it is not known at import, the outer values the body reads); the IR loop's max_trips is M
+    when known, else 2^31 - 1, and its cond is `c` (and `i < M` for an M known only at run
+    time)."""
+    from gdv.ir.ops.control import MAX_TRIPS
+
+    states = [imp.val(i) for i in ins[2:]]
+    n_scan = len(body.output) - 1 - len(states)
+    if n_scan:
+        raise imp.unsupported(
+            f"a loop whose trip count depends on the data has {n_scan} scan output(s), whose "
+            "length depends on the data too"
+        )
+    m_static: int | None = None
+    m_dyn: str | None = None
+    if ins and ins[0]:
+        arr = _evaluate(imp, imp.val(ins[0]))
+        if arr is not None and arr.size == 1:
+            m_static = max(int(arr.reshape(-1)[0]), 0)
+            if m_static > MAX_TRIPS:
+                raise imp.unsupported(f"the trip count M = {m_static} is over 2^31 - 1")
+        else:
+            m_dyn = _scalar(imp, imp.val(ins[0]), DType.I64, "the trip count M")
+    if len(ins) > 1 and ins[1]:
+        c0 = _scalar(imp, imp.val(ins[1]), DType.I1, "the loop condition")
+    else:
+        c0 = imp.const(np.array(True), TensorType(DType.I1, ()))
+    static, dynamic = _captures(imp, [body])
+    i0 = imp.const(np.array(0, np.int64), TensorType(DType.I64, ()))
+    carried = [i0, c0, *(imp.dyn_val(v) for v in states)]
+    carried += [m_dyn] if m_dyn is not None else []
+    carried += [imp.dyn(n) for n in dynamic]
+    types = [imp.type_of(o) for o in carried]
+    n_states = len(states)
+    at_m = 2 + n_states  # where M sits among the carried values (when it does)
+    at_free = at_m + (m_dyn is not None)
+
+    def cond(params: list[Val]) -> list[str]:
+        c = imp.dyn_val(params[1])
+        if m_dyn is None:
+            return [c]
+        below = imp.emit("cmp", [imp.dyn_val(params[0]), imp.dyn_val(params[at_m])], dir="lt")
+        return [imp.emit("bitwise_and", [c, below])]
+
+    def step(params: list[Val]) -> list[str]:
+        bound = dict(zip(dynamic, params[at_free:], strict=True))
+        imp.vals = ChainMap({}, {**_copies(static), **bound})
+        outs = _import_subgraph(imp, body, params[: 2 + n_states], "body")
+        c = _scalar(imp, outs[0], DType.I1, "the body's condition output")
+        new = [imp.dyn_val(v) for v in outs[1 : 1 + n_states]]
+        for k, (v, t) in enumerate(zip(new, types[2:at_m], strict=True)):
+            if imp.type_of(v) != t:
+                raise imp.unsupported(
+                    f"loop-carried value {k} is {t} before an iteration and {imp.type_of(v)} "
+                    "after it: an IR while carries values of one type"
+                )
+        one = imp.const(np.array(1, np.int64), TensorType(DType.I64, ()))
+        i1 = imp.emit("add", [imp.dyn_val(params[0]), one])
+        return [i1, c, *new, *(imp.dyn_val(p) for p in params[at_m:])]
+
+    if len(body.input) != 2 + n_states:
+        raise IRError(
+            f"ONNX node {printable(imp.node_label, 80)} (Loop): its body has {len(body.input)} "
+            f"inputs for {n_states} loop-carried values",
+            imp.loc(),
+        )
+    fc = _body_function(imp, _fresh_function(imp, "cond"), types, cond)
+    fb = _body_function(imp, _fresh_function(imp, "body"), types, step)
+    trips = MAX_TRIPS if m_static is None else m_static
+    outs = []
+    for k in range(n_states):
+        t = types[2 + k]
+        fn_attrs = {"cond": fc.name, "body": fb.name, "max_trips": trips, "result": 2 + k}
+        outs.append(Val(t, name=imp.emit("while", carried, t, **fn_attrs)))
+    return outs
+
+
 @handler("Loop")
 def _loop(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    # Unrolled where every control value is known at import; otherwise (found at the start or
+    # after some iterations) the unrolled copies are dropped and the loop is an IR while.
+    mark = _Checkpoint(imp)
+    try:
+        _loop_unrolled(imp, node, ins, attrs)
+    except DataDependent:
+        mark.restore()
+        if any(not i for i in ins[2:]):
+            raise imp.unsupported("an empty loop-carried input") from None
+        _set_outputs(imp, node, _loop_as_op(imp, node, ins, attrs["body"]))
+
+
+class _Checkpoint:
+    """The importer's state before an attempt to unroll a loop, to restore when it fails: the
+    ops emitted, the names given to outer values, weights, counters."""
+
+    def __init__(self, imp: Importer) -> None:
+        self.imp = imp
+        self.ops = len(imp.st.ops)
+        self.counter = imp.st.counter
+        self.unrolled = imp.unrolled
+        self.functions = len(imp.functions)
+        self.weights = set(imp.st.weights)
+        self.inits = len(imp.used_inits)
+        self.specialised = set(imp.specialised)
+        maps = imp.vals.maps if isinstance(imp.vals, ChainMap) else [imp.vals]
+        self.names = [(v, v.name) for m in maps for v in list(m.values())]
+
+    def restore(self) -> None:
+        imp = self.imp
+        del imp.st.ops[self.ops :]
+        imp.st.counter = self.counter
+        imp.unrolled = self.unrolled
+        del imp.functions[self.functions :]
+        for k in set(imp.st.weights) - self.weights:
+            del imp.st.weights[k]
+        del imp.used_inits[self.inits :]
+        imp.specialised = self.specialised
+        for v, name in self.names:
+            v.name = name
+
+
+def _loop_unrolled(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     # for (i = 0; i < M && cond; ++i) { cond, v... = body(i, cond, v...); scan[k].append(...) }
     # unrolled; M and the condition of every iteration must be constants at import. An empty
     # condition input means a plain for loop (the body's condition is then ignored).
@@ -4603,6 +4858,64 @@ def _scan_unrolled(
     return results
 
 
+def _scan_as_op_fits(imp: Importer, body: Any, xs: list[Val], attrs: dict[str, Any]) -> bool:
+    """Is this Scan (opset 9 and later) one to import as an IR `scan` rather than unrolled? When
+    unrolling it would pass `MAX_UNROLLED`, and its axes and directions are the defaults (the IR
+    op scans axis 0 forwards and stacks on a new axis 0)."""
+    if not xs or any(x.type.rank == 0 for x in xs):
+        return False
+    n = xs[0].type.shape[0]
+    if imp.unrolled + n <= MAX_UNROLLED or any(x.type.shape[0] != n for x in xs):
+        return False
+    keys = ("scan_input_axes", "scan_input_directions", "scan_output_axes",
+            "scan_output_directions")  # fmt: skip
+    return all(not any(attrs.get(k) or []) for k in keys)
+
+
+def _scan_as_op(imp: Importer, body: Any, states: list[Val], xs: list[Val]) -> list[Val]:
+    """A Scan too long to unroll as one IR `scan` per output: the states, then the enclosing
+    graphs' run-time values the body reads (carried through unchanged), are the IR op's states;
+    the scan inputs its scanned operands."""
+    n_states, n_out = len(states), len(body.output) - len(states)
+    if n_out < 0 or len(body.input) != n_states + len(xs):
+        raise IRError(
+            f"ONNX node {printable(imp.node_label, 80)} (Scan): its body has {len(body.input)} "
+            f"inputs and {len(body.output)} outputs for {n_states} states and {len(xs)} scan "
+            "inputs",
+            imp.loc(),
+        )
+    static, dynamic = _captures(imp, [body])
+    carried = [imp.dyn_val(v) for v in states] + [imp.dyn(n) for n in dynamic]
+    scanned = [imp.dyn_val(x) for x in xs]
+    ns = len(carried)
+    types = [imp.type_of(c) for c in carried]
+    types += [imp.type_of(x).with_shape(imp.type_of(x).shape[1:]) for x in scanned]
+
+    def step(params: list[Val]) -> list[str]:
+        bound = dict(zip(dynamic, params[n_states:ns], strict=True))
+        imp.vals = ChainMap({}, {**_copies(static), **bound})
+        outs = _import_subgraph(imp, body, params[:n_states] + params[ns:], "body")
+        new = [imp.dyn_val(v) for v in outs[:n_states]]
+        for k, (v, t) in enumerate(zip(new, types[:n_states], strict=True)):
+            if imp.type_of(v) != t:
+                raise imp.unsupported(
+                    f"state {k} is {t} before an iteration and {imp.type_of(v)} after it: an "
+                    "IR scan carries values of one type"
+                )
+        ys = [imp.dyn_val(v) for v in outs[n_states:]]
+        return [*new, *(imp.dyn_val(p) for p in params[n_states:ns]), *ys]
+
+    fn = _body_function(imp, _fresh_function(imp, "scan"), types, step)
+    length = imp.type_of(scanned[0]).shape[0]
+    results = []
+    for k in [*range(n_states), *range(ns, ns + n_out)]:
+        t = fn.results[k]
+        t = t if k < ns else t.with_shape((length, *t.shape))
+        attrs = {"body": fn.name, "num_scan_inputs": len(scanned), "result": k}
+        results.append(Val(t, name=imp.emit("scan", [*carried, *scanned], t, **attrs)))
+    return results
+
+
 @handler("Scan")
 def _scan(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     # Unrolled over the static length of the scan axes: states threaded through the copies of
@@ -4614,6 +4927,9 @@ def _scan(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
         if n_state < 0 or any(not i for i in ins):
             raise imp.unsupported(f"{len(ins)} inputs for num_scan_inputs = {n_in}")
         vals = [imp.val(i) for i in ins]
+        if _scan_as_op_fits(imp, body, vals[n_state:], attrs):
+            _set_outputs(imp, node, _scan_as_op(imp, body, vals[:n_state], vals[n_state:]))
+            return
         _set_outputs(imp, node, _scan_unrolled(imp, body, vals[:n_state], vals[n_state:], attrs,
                                                ""))  # fmt: skip
         return

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gdv.ir.core import Op
+from gdv.ir.diagnostics import IRError
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops import OpSpec
 from gdv.ir.types import TensorType
@@ -328,6 +329,15 @@ def _conv2d(op: Op, types: list[TensorType]) -> FactorRule:
 def _kernel(op: Op, types: list[TensorType]) -> FactorRule:
     """Loop-stage kernels: kept whole (partition the core-stage program)."""
     return _replicated_all(op, types)
+
+
+@rule("if", "while", "scan")
+def _control(op: Op, types: list[TensorType]) -> FactorRule:
+    """Control flow ops (IR_SPEC.md section 9): refused by name, not partitioned yet."""
+    raise IRError(
+        f"{op.name} is a control flow op: partitioning does not handle control flow yet",
+        op.name_loc or op.loc,
+    )
 
 
 def check_complete() -> list[str]:

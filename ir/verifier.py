@@ -16,6 +16,7 @@ from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
 from gdv.ir.mesh import check_spmd
 from gdv.ir.ops import OpTypeError
+from gdv.ir.ops.control import check_control_bodies
 from gdv.ir.ops.kernel import check_kernel_bodies
 from gdv.ir.types import MAX_ELEMENTS, MAX_RANK, TensorType
 
@@ -47,6 +48,7 @@ def verify(module: Module, stage: str = "graph") -> Module:
     # appears, and an unchecked body (wrong dtype, recursion, a nested kernel) crashed the
     # interpreters that trust this check (issue 14).
     check_kernel_bodies(module)
+    check_control_bodies(module)
     check_spmd(module)
     return module
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from gdv.backends.reference import apply
 from gdv.ir.core import Module
+from gdv.ir.ops.control import CONTROL
 from gdv.ir.ops.elementwise import TRANSCENDENTAL
 from gdv.passes.base import Pass, PassResult, Rewrite, Site, rewrite_module
 
@@ -48,6 +49,8 @@ def _value(array: np.ndarray) -> object | None:
 def _fold(site: Site) -> Rewrite | None:
     op = site.op
     if op.name in ("constant", "iota") or op.name in TRANSCENDENTAL or not op.operands:
+        return None
+    if op.name in CONTROL:  # calls functions of the module; a loop may run 2^31 - 1 trips
         return None
     if op.type.dtype.is_storage:  # the IR has no float8 or sub-byte literal (IR_SPEC.md sec. 8)
         return None

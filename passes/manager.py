@@ -4,11 +4,12 @@ obligations (adding the claim a pass forgot for a kernel whose fold it changed:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gdv.ir.core import Module
+from gdv.ir.core import Function, Module
 from gdv.ir.diagnostics import IRError
 from gdv.ir.obligation import Obligation
 from gdv.ir.printer import print_module
@@ -82,6 +83,7 @@ class PassManager:
             # (`gdv.passes.unclaimed`); appended, so the steps' obligation numbers still hold.
             extra = unclaimed_obligations(p.name, kernels, module, out.module, out.obligations)
             obligations = [*out.obligations, *extra] if extra else out.obligations
+            obligations = [with_called_functions(o, module) for o in obligations]
             module = out.module
             result.records.append(
                 PassRecord(
@@ -94,3 +96,31 @@ class PassManager:
                 self.printer(f"// ----- IR after {p.name} -----\n{print_module(module)}")
         result.module = module
         return result
+
+
+def with_called_functions(ob: Obligation, module: Module) -> Obligation:
+    """`ob` with the functions the control flow ops of its pair name (and those they call in
+    turn, kernel bodies included), as the pass's input `module` defines them, in scope. A pass
+    rewrites each function of a module with claims of its own, so a call by name means the
+    same before and after it, and either side's definition may serve the pair."""
+    from gdv.ir.ops.control import functions_named
+    from gdv.ir.ops.kernel import bodies_used
+
+    pair = [ob.src, ob.tgt]
+    if not any(functions_named(op) for fn in pair for op in fn.ops):
+        return ob  # the claims without control flow stay as the pass made them
+    have = {f.name for f in ob.functions}
+    found: list[Function] = []
+    todo = list(pair)
+    while todo:
+        fn = todo.pop()
+        names = {n for op in fn.ops for n in functions_named(op)} | bodies_used([fn])
+        for name in sorted(names - have):
+            callee = module.function(name)
+            if callee is not None:
+                have.add(name)
+                found.append(callee)
+                todo.append(callee)
+    if not found:
+        return ob
+    return dataclasses.replace(ob, functions=[*ob.functions, *found])

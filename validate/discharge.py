@@ -30,6 +30,7 @@ from gdv.ir.printer import print_function
 from gdv.validate.counterexample import Counterexample
 from gdv.validate.equivalence import build_query, check_equivalence, check_within, replay_cost
 from gdv.validate.schedules import claim_formula
+from gdv.validate.semantics.control import NotEncoded
 
 STATUSES = ("proved", "refuted", "unknown")
 _VERDICT_STATUS = {"equivalent": "proved", "not-equivalent": "refuted", "unknown": "unknown"}
@@ -85,24 +86,39 @@ def obligation_queries(ob: Obligation) -> list[str]:
         return [stable_smt2(formula)]
     src, tgt, bodies = canonical_form(ob)
     with kernel_bodies(bodies):
-        return [_query_text(src, tgt, ob.theory, o) for o in range(len(src.results))]
+        try:
+            return [_query_text(src, tgt, ob.theory, o) for o in range(len(src.results))]
+        except NotEncoded:  # no query: the claim is left unknown when it is solved
+            return []
 
 
 def canonical_form(ob: Obligation) -> tuple[Function, Function, list[Function]]:
-    """`src` and `tgt` renamed as `canonical_claim` prints them, and the kernel bodies they
-    call, each named as the renamed kernels call it."""
+    """`src` and `tgt` renamed as `canonical_claim` prints them, and the functions they call
+    (kernel bodies; the functions control flow ops name, and those they call in turn), each
+    named as the renamed callers call it."""
     bodies = {f.name: f for f in ob.functions}
     renamed: dict[str, Function] = {}
-    for fn in (ob.src, ob.tgt):
+    todo = [ob.src, ob.tgt]
+    while todo:
+        fn = todo.pop()
         for op in fn.ops:
-            for key in BODY_KEYS if op.name == "kernel" else ():
+            for key in _function_keys(op):
                 name = op.attrs.get(key)
                 if name in bodies and name not in renamed:
-                    body = _renamed(bodies[name])
+                    nested = bodies if op.name != "kernel" else None
+                    body = _renamed(bodies[name], nested)
                     renamed[name] = replace(body, name=_body_name(body))
+                    todo.append(bodies[name])
     src = replace(_renamed(ob.src, bodies), name="src")
     tgt = replace(_renamed(ob.tgt, bodies), name="tgt")
     return src, tgt, list(renamed.values())
+
+
+def _function_keys(op: Op) -> tuple[str, ...]:
+    """The attributes of `op` that name functions of the module."""
+    from gdv.ir.ops.control import FUNCTION_ATTRS
+
+    return BODY_KEYS if op.name == "kernel" else FUNCTION_ATTRS.get(op.name, ())
 
 
 BODY_KEYS = ("body", "epilogue")
@@ -132,8 +148,9 @@ proof cached under it is trusted. 3: commutative operands in canonical order
 
 def _renamed(fn: Function, bodies: dict[str, Function] | None = None) -> Function:
     """`fn` with its parameters renamed `p0, p1, ...` by position and its op results `v0, v1,
-    ...` in order, and each kernel's body name replaced by the hash of the body's renamed text:
-    the claim depends on what a body computes, not on what it is called.
+    ...` in order, and each kernel's body name (each function a control flow op names)
+    replaced by the hash of the body's renamed text: the claim depends on what a body
+    computes, not on what it is called.
 
     Bug class "cache key not injective" (issue 14): parameters are matched by *position* in an
     equivalence claim (`check_signatures`, `build_query`), so they are named by position on
@@ -147,9 +164,12 @@ def _renamed(fn: Function, bodies: dict[str, Function] | None = None) -> Functio
     ops = []
     for k, op in enumerate(fn.ops):
         attrs = dict(op.attrs)
-        for key in BODY_KEYS if op.name == "kernel" and bodies else ():
+        for key in _function_keys(op) if bodies else ():
             if attrs.get(key) in bodies:
-                attrs[key] = _body_name(_renamed(bodies[attrs[key]]))
+                # A control op's functions may call others in turn (never in a cycle, the
+                # verifier checks): they are renamed by the hash of their own renamed text.
+                nested = bodies if op.name != "kernel" else None
+                attrs[key] = _body_name(_renamed(bodies[attrs[key]], nested))
         ops.append(Op(f"v{k}", op.name, [names[o] for o in op.operands], attrs, op.type))
         names[op.result] = f"v{k}"
     params = [Param(names[p.name], p.type) for p in fn.params]
@@ -327,6 +347,8 @@ def _solve_equivalence(
         r = check_equivalence(ob.src, ob.tgt, ob.theory, timeout, names=("src", "tgt"))
     except MemoryError:
         return "unknown", time.perf_counter() - start, "out of memory", None
+    except NotEncoded as e:  # a loop too large to encode: not proved, and not refuted
+        return "unknown", time.perf_counter() - start, e.message, None
     status = _VERDICT_STATUS[r.verdict]
     return status, time.perf_counter() - start, r.reason, r.counterexample
 

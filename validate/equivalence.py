@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 
 import z3
 
-from gdv.ir.core import Function, Module
+from gdv.ir.core import Function, Module, Op
 from gdv.ir.diagnostics import IRError, Loc
+from gdv.ir.ops.control import CONTROL, function_of
 from gdv.ir.ops.kernel import kernel_bodies
 from gdv.validate.counterexample import (
     CANCELLING_TRIES,
@@ -83,8 +84,31 @@ def replay_cost(fn: Function) -> int:
         elif op.name == "kernel" and op.type.num_elements:
             # Every point of its space: a lowered conv2d's is N*O*OH*OW*C*KH*KW, not N*O*OH*OW.
             per = math.prod(op.attrs["space"]) // op.type.num_elements
+        elif op.name in CONTROL:
+            total += _control_cost(op, operands)
+            continue
         total += op.type.num_elements * max(per, 1)
     return total
+
+
+UNKNOWN_COST = 1 << 62
+"""The cost of running a control flow op whose functions are not in scope (never replayed)."""
+
+
+def _control_cost(op: Op, operands: list) -> int:
+    """A control flow op's cost: its functions' costs, times the most trips a loop may run
+    (so a while of 2^31 - 1 trips is never replayed, whatever its condition would do)."""
+    try:
+        if op.name == "if":
+            then, other = function_of(op, "then"), function_of(op, "else")
+            return max(replay_cost(then), replay_cost(other))
+        if op.name == "while":
+            cond, body = function_of(op, "cond"), function_of(op, "body")
+            return op.attrs["max_trips"] * (replay_cost(cond) + replay_cost(body))
+        length = operands[len(operands) - op.attrs["num_scan_inputs"]].shape[0]
+        return length * replay_cost(function_of(op, "body"))
+    except IRError:
+        return UNKNOWN_COST
 
 
 @dataclass

@@ -28,6 +28,7 @@ from gdv.backends.c import (  # noqa: F401  (importing the families fills RULES)
     collective,
     composite,
     contract,
+    control,
     conv,
     elementwise,
     gather,

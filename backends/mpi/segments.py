@@ -15,6 +15,7 @@ from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError
 from gdv.ir.dtypes import DType
 from gdv.ir.ops.collective import COLLECTIVES
+from gdv.ir.ops.control import CONTROL
 
 FOLDED_DTYPES = {
     DType.F64: 0,
@@ -115,8 +116,14 @@ def segment_module(module: Module, fn: Function, seg: Segment) -> Module:
 
 
 def check_runnable(fn: Function) -> None:
-    """Every folding collective's dtype is one the runtime folds (an IRError at the op)."""
+    """Every folding collective's dtype is one the runtime folds, and no control flow op
+    (IR_SPEC.md section 9) is there (an IRError at the op)."""
     for op in fn.ops:
+        if op.name in CONTROL:
+            raise IRError(
+                f"{op.name} is a control flow op: the MPI target does not run control flow yet",
+                op.name_loc or op.loc,
+            )
         if "combiner" in op.attrs and op.type.dtype not in FOLDED_DTYPES:
             known = ", ".join(str(d) for d in FOLDED_DTYPES)
             raise IRError(

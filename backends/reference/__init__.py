@@ -11,6 +11,7 @@ from gdv.backends.reference import (  # noqa: F401  (importing the families fill
     collective,
     composite,
     contract,
+    control,
     conv,
     elementwise,
     gather,

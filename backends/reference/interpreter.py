@@ -15,9 +15,10 @@ from gdv.ir.diagnostics import IRError
 from gdv.ir.dtypes import from_numpy
 from gdv.ir.ops import OpTypeError
 from gdv.ir.ops import get as get_spec
+from gdv.ir.ops.control import bodies_called
 from gdv.ir.ops.kernel import kernel_bodies
 from gdv.ir.types import TensorType
-from gdv.ir.verifier import verify_function
+from gdv.ir.verifier import verify, verify_function
 
 
 def entry_function(program: Module | Function) -> Function:
@@ -105,6 +106,12 @@ def run(
     if own is not None:  # a derived function with its own meaning (gdv.validate.spmd)
         return own(inputs, mode=mode)
     check_function(function, program.filename if isinstance(program, Module) else "<input>")
+    if isinstance(program, Module) and bodies_called(program.functions):
+        # Control ops call other functions: the module as a whole is checked (their types,
+        # no recursion), and each function as `check_function` checks the entry.
+        verify(program)
+        for fn in program.functions:
+            check_function(fn, program.filename)
     check_memory(function, mode=mode)
     env = check_inputs(function, inputs, ctx)
     # A module's other functions are the bodies its kernels name.

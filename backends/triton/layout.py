@@ -118,7 +118,11 @@ for _spec in all_specs():
         continue
     if _spec.name == "conv2d":
         continue  # backends/triton/conv.py
-    if _spec.family == "collective":
+    if _spec.family == "control":
+        unsupported(
+            _spec, "control flow ops (if, while, scan) are not lowered by the Triton target yet"
+        )
+    elif _spec.family == "collective":
         unsupported(_spec, "collectives run on the MPI target (gdv run --ranks N), not on a GPU")
     elif _spec.family == "composite" or _spec.name == "matmul":
         unsupported(_spec, "a graph-stage op: decompose-composites removes it")

@@ -1,9 +1,10 @@
-"""The op registry: one `OpSpec` per op of IR_SPEC.md section 4.
+"""The op registry: one `OpSpec` per op of IR_SPEC.md section 4 (and the control flow ops of
+section 9).
 
 Each family file (`elementwise`, `layout`, `reduce`, `contract`, `conv`, `gather`,
-`composite`) defines its specs and registers them here. Other layers (reference backend, SMT
-semantics, bounds, lowerings) register their rules against these spec objects, and
-`tests/test_registry.py` checks no column is missing.
+`composite`, `kernel`, `collective`, `control`) defines its specs and registers them here.
+Other layers (reference backend, SMT semantics, bounds, lowerings) register their rules against
+these spec objects, and `tests/test_registry.py` checks no column is missing.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ FAMILIES = (
     "composite",
     "kernel",
     "collective",
+    "control",
 )
 
 
@@ -276,6 +278,7 @@ from gdv.ir.ops import (  # noqa: E402, F401
     collective,
     composite,
     contract,
+    control,
     conv,
     elementwise,
     gather,

@@ -111,19 +111,19 @@ def test_if_with_a_constant_condition_inlines_the_taken_branch(x: np.ndarray, wh
     assert ("mul" in ops) == (which is not False)  # only the taken branch is in the IR
 
 
-def test_a_data_dependent_if_is_refused_by_name() -> None:
+def test_a_data_dependent_if_imports_as_an_ir_if() -> None:
     m = if_model(True)
     m.graph.initializer.pop()  # cond becomes a graph input
     m.graph.input.append(vi("cond", B, []))
-    with pytest.raises(Unsupported) as e:
-        import_model(m)
-    msg = e.value.message
-    assert msg.startswith("unsupported ONNX op If (opset 17) at node sel: the condition is not")
-    assert "data-dependent control flow has no IR op" in msg
-    # a condition given at import (known_inputs) selects the branch
+    module, _ = import_model(m)
+    (op,) = [op for op in module.entry.ops if op.name == "if"]
+    then, other = module.function(op.attrs["then"]), module.function(op.attrs["else"])
+    assert "mul" in {o.name for o in then.ops} and "sub" in {o.name for o in other.ops}
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     for c in (True, False):
         feeds = {"x": x, "cond": np.bool_(c)}
+        assert_bits(gdv_run(m, feeds), ReferenceEvaluator(m).run(None, feeds))
+        # a condition given at import (known_inputs) still selects the branch
         got = gdv_run(m, feeds, known_inputs={"cond": np.bool_(c)})
         assert_bits(got, ReferenceEvaluator(m).run(None, feeds))
 
@@ -388,8 +388,8 @@ def test_a_trip_count_computed_from_known_inputs_is_evaluated_at_import() -> Non
     assert got[0].shape == (6,)
     assert_bits(got, [np.arange(6, dtype=np.float32) * np.float32(0.5) + np.float32(1.25)])
     assert_bits(got, ort_run(m, feeds))
-    with pytest.raises(Unsupported, match="trip count M is not a constant at import"):
-        import_model(m)  # without the values: data-dependent
+    with pytest.raises(Unsupported, match="trip count depends on the data has 1 scan output"):
+        import_model(m)  # without the values: data-dependent, and so is out's length
 
 
 def test_control_flow_inside_function_bodies() -> None:
@@ -452,7 +452,7 @@ def test_conditions_evaluated_at_import_keep_each_iteration_apart() -> None:
 # --- refusals ---------------------------------------------------------------------------------
 
 
-def test_a_data_dependent_loop_condition_is_refused_by_name() -> None:
+def test_a_data_dependent_loop_with_scan_outputs_is_refused_by_name() -> None:
     m = loop_model(5, True)
     body = m.graph.node[0].attribute[0].g
     body.node[4].CopyFrom(helper.make_node("ReduceSum", ["y2"], ["tot"], keepdims=0))
@@ -461,12 +461,14 @@ def test_a_data_dependent_loop_condition_is_refused_by_name() -> None:
     with pytest.raises(Unsupported) as e:
         import_model(m)
     msg = e.value.message
-    assert msg.startswith("unsupported ONNX op Loop (opset 17) at node loop: the loop condition")
-    assert "after iteration 0 is not a constant at import" in msg
+    assert msg == (
+        "unsupported ONNX op Loop (opset 17) at node loop: a loop whose trip count depends on "
+        "the data has 1 scan output(s), whose length depends on the data too"
+    )
     m = loop_model(5, True)
     m.graph.initializer.pop()
     m.graph.input.append(vi("cond", B, []))
-    with pytest.raises(Unsupported, match="at node loop: the loop condition is not a constant"):
+    with pytest.raises(Unsupported, match="at node loop: a loop whose trip count depends on"):
         import_model(m)
 
 

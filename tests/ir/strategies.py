@@ -24,6 +24,7 @@ from gdv.ir import ops as op_registry
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, DType
 from gdv.ir.ops.collective import COLLECTIVES
+from gdv.ir.ops.control import CONTROL
 from gdv.ir.ops.elementwise import (
     BINARY_DOCS,
     BITWISE_DOCS,
@@ -496,7 +497,43 @@ def _collective(name: str) -> Generator:
     return gen
 
 
+# The control flow ops name functions of the module: `with_bodies` adds them (identity bodies,
+# so each result has its operand's type, a scan's outputs being its scanned operands again).
+
+
+def _if(draw) -> Drawn:
+    args = draw(st.lists(types(), min_size=1, max_size=3))
+    k = draw(st.integers(0, len(args) - 1))
+    attrs = {"then": "then", "else": "else", "result": k}
+    return [TensorType(DType.I1, ()), *args], attrs, args[k]
+
+
+def _while(draw) -> Drawn:
+    args = draw(st.lists(types(), min_size=1, max_size=3))
+    k = draw(st.integers(0, len(args) - 1))
+    trips = draw(st.sampled_from((0, 1, 3, 100, 2**31 - 1)))
+    attrs = {"cond": "cond", "body": "body", "max_trips": trips, "result": k}
+    return args, attrs, args[k]
+
+
+def _scan_op(draw) -> Drawn:
+    states = draw(st.lists(types(), min_size=0, max_size=2))
+    length = draw(dims)
+    xs = [
+        TensorType(t.dtype, (length, *t.shape))
+        for t in draw(st.lists(types(max_rank=3), min_size=1, max_size=2))
+    ]
+    args = [*states, *xs]
+    k = draw(st.integers(0, len(args) - 1))
+    attrs = {"body": "body", "num_scan_inputs": len(xs), "result": k}
+    return args, attrs, args[k]
+
+
 COLLECTIVE_OPS = tuple(COLLECTIVES)
+UNDRAWN = (*COLLECTIVE_OPS, *CONTROL)
+"""Ops `op_instances()` never draws by itself: the collectives (SPMD functions only) and the
+control flow ops (they name other functions; tests/backends/reference/test_control.py draws
+those with their bodies)."""
 """Valid only in an SPMD function: `functions()` draws them only when asked by name."""
 
 OP_GENERATORS: dict[str, Generator] = {
@@ -529,6 +566,9 @@ OP_GENERATORS: dict[str, Generator] = {
     "gelu": _gelu,
     "kernel": _kernel,
     **{name: _collective(name) for name in COLLECTIVE_OPS},
+    "if": _if,
+    "while": _while,
+    "scan": _scan_op,
 }
 
 
@@ -540,7 +580,7 @@ def op_instances(draw, name: str | None = None) -> tuple[list[TensorType], Op]:
     """One op of the registry (all of them when `name` is None): its operand types and the op,
     with operand names left empty for the function builder to fill in."""
     if name is None:
-        name = draw(st.sampled_from(sorted(set(op_registry.REGISTRY) - set(COLLECTIVE_OPS))))
+        name = draw(st.sampled_from(sorted(set(op_registry.REGISTRY) - set(UNDRAWN))))
     spec = op_registry.REGISTRY[name]
     operand_types, attrs, written = OP_GENERATORS[name](draw)
     result = spec.infer(operand_types, attrs, written or draw(types()))
@@ -632,15 +672,19 @@ def with_bodies(fns: list[Function]) -> list[Function]:
     """`fns` plus a body function for every kernel whose body is not among them (the verifier
     checks kernel bodies at every stage): it returns its first operand of the kernel's dtype,
     or a zero. A kernel whose body name is taken by a function that does not fit is pointed at
-    a body of its own."""
-    kernels = any(op.name == "kernel" for f in fns for op in f.ops)
-    if kernels and all(f.name != "main" for f in fns):  # several functions need an entry
+    a body of its own. Each control flow op gets functions of its own too (`_control_bodies`)."""
+    calls = any(op.name in ("kernel", *CONTROL) for f in fns for op in f.ops)
+    if calls and all(f.name != "main" for f in fns):  # several functions need an entry
         fns = [dataclasses.replace(fns[0], name="main"), *fns[1:]]
     out = list(fns)
     taken = {f.name for f in fns}
     for fn in fns:
         types = fn.types()
         for k, op in enumerate(fn.ops):
+            if op.name in CONTROL:
+                fn.ops[k], made = _control_bodies(op, [types[o] for o in op.operands], taken)
+                out += made
+                continue
             if op.name != "kernel":
                 continue
             body = op.attrs["body"]
@@ -662,3 +706,31 @@ def with_bodies(fns: list[Function]) -> list[Function]:
                 ops, ret = [Op("z", "constant", [], {"value": zero}, want)], "z"
             out.append(Function(body, params, [want], ops, [ret]))
     return out
+
+
+def _control_bodies(op: Op, types: list[TensorType], taken: set[str]) -> tuple[Op, list]:
+    """`op` with fresh function names, and those functions: identity bodies (a while's
+    condition a constant true), so each result has its operand's type."""
+    from gdv.ir.ops.control import FUNCTION_ATTRS, slice_type
+
+    attrs, made = dict(op.attrs), []
+    for attr in FUNCTION_ATTRS[op.name]:
+        name = next(f"{attr}.{n}" for n in range(len(taken) + 1) if f"{attr}.{n}" not in taken)
+        taken.add(name)
+        attrs[attr] = name
+        if op.name == "if":
+            params = [Param(f"a{i}", t) for i, t in enumerate(types[1:])]
+        elif op.name == "scan":
+            ns = len(types) - op.attrs["num_scan_inputs"]
+            ins = types[:ns] + [slice_type(t) for t in types[ns:]]
+            params = [Param(f"a{i}", t) for i, t in enumerate(ins)]
+        else:
+            params = [Param(f"a{i}", t) for i, t in enumerate(types)]
+        if attr == "cond":
+            true = Op("t", "constant", [], {"value": True}, TensorType(DType.I1, ()))
+            made.append(Function(name, params, [true.type], [true], ["t"]))
+        else:
+            made.append(
+                Function(name, params, [p.type for p in params], [], [p.name for p in params])
+            )
+    return Op(op.result, op.name, op.operands, attrs, op.type), made

@@ -272,6 +272,30 @@ OP_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
         ("each member is a source at most once",),
     ),
+    "if": (
+        prog(
+            "%c: i32[], %x: f32[2]",
+            '%r = if(^%c, %x) {then = "t", else = "e", result = 0} : f32[2]',
+            "f32[2]",
+        ),
+        ("the condition (operand 1) is i32[]", "expected i1[]"),
+    ),
+    "while": (
+        prog(
+            "%x: f32[2]",
+            '%r = while(%x) {cond = "c", body = "b", ^max_trips = 2147483648, result = 0} : f32[2]',
+            "f32[2]",
+        ),
+        ("max_trips 2147483648", "more than the limit of 2147483647"),
+    ),
+    "scan": (
+        prog(
+            "%a: f32[2,3], %b: f32[3,3]",
+            '%r = scan(%a, ^%b) {body = "f", num_scan_inputs = 2, result = 0} : f32[3]',
+            "f32[3]",
+        ),
+        ("scanned operand 2 is f32[3,3]", "expected length 2 on axis 0 like operand 1"),
+    ),
     "carry_reduce": (
         prog(
             "%a: f32[2,3]",
@@ -427,6 +451,202 @@ MORE_CASES = {
 @pytest.mark.parametrize("case", sorted(MORE_CASES))
 def test_more_type_rule_rejections(case: str) -> None:
     marked, fragments = MORE_CASES[case]
+    assert_rejected(marked, *fragments)
+
+
+# --- control flow: the functions an if / while / scan names (IR_SPEC.md section 9) ------------
+
+_BODIES = """
+func @id(%a: f32[2]) -> f32[2] {
+  return %a
+}
+func @twice(%a: f32[2]) -> f32[2] {
+  %b = add(%a, %a) : f32[2]
+  return %b
+}
+func @pair(%a: f32[2]) -> (f32[2], f32[2]) {
+  return %a, %a
+}
+func @yes(%a: f32[2]) -> i1[] {
+  %t = constant() {value = true} : i1[]
+  return %t
+}
+func @half(%a: f32[2]) -> f16[2] {
+  %b = convert(%a) : f16[2]
+  return %b
+}
+func @f16id(%a: f16[2]) -> f16[2] {
+  return %a
+}
+func @step(%s: f32[2], %x: f32[2]) -> (f32[2], f32[2]) {
+  %t = add(%s, %x) : f32[2]
+  return %t, %t
+}
+"""
+
+
+def _main(params: str, op: str, result: str) -> str:
+    return prog(params, op, result) + _BODIES
+
+
+CONTROL_CASES = {
+    "if names no function": (
+        _main(
+            "%c: i1[], %x: f32[2]",
+            '%r = if(%c, %x) {^then = "nope", else = "id", result = 0} : f32[2]',
+            "f32[2]",
+        ),
+        ("then @nope is not a function of the module",),
+    ),
+    "if then takes other types": (
+        _main(
+            "%c: i1[], %x: f16[2]",
+            '%r = if(%c, %x) {^then = "id", else = "f16id", result = 0} : f16[2]',
+            "f16[2]",
+        ),
+        ("then branch @id takes (f32[2])", "expected (f16[2])"),
+    ),
+    "if branches return differently": (
+        _main(
+            "%c: i1[], %x: f32[2]",
+            '%r = if(%c, %x) {then = "id", ^else = "half", result = 0} : f32[2]',
+            "f32[2]",
+        ),
+        ("else branch @half returns (f16[2])", "expected (f32[2])"),
+    ),
+    "if result out of range": (
+        _main(
+            "%c: i1[], %x: f32[2]",
+            '%r = if(%c, %x) {then = "pair", else = "pair", ^result = 2} : f32[2]',
+            "f32[2]",
+        ),
+        ("result 2 is out of range", "gives 2 value(s) (f32[2], f32[2])"),
+    ),
+    "if written type": (
+        _main(
+            "%c: i1[], %x: f32[2]",
+            '%r = if(%c, %x) {then = "id", else = "twice", result = 0} : ^f16[2]',
+            "f16[2]",
+        ),
+        ("result type is written f16[2]", "result 0 of if is f32[2]"),
+    ),
+    "if negative result": (
+        _main(
+            "%c: i1[], %x: f32[2]",
+            '%r = if(%c, %x) {then = "id", else = "id", ^result = -1} : f32[2]',
+            "f32[2]",
+        ),
+        ("expected an integer >= 0, got -1",),
+    ),
+    "while cond returns no i1": (
+        _main(
+            "%x: f32[2]",
+            '%r = while(%x) {^cond = "id", body = "twice", max_trips = 4, result = 0} : f32[2]',
+            "f32[2]",
+        ),
+        ("cond @id returns (f32[2])", "expected (i1[])"),
+    ),
+    "while body changes the types": (
+        _main(
+            "%x: f32[2]",
+            '%r = while(%x) {cond = "yes", ^body = "half", max_trips = 4, result = 0} : f32[2]',
+            "f32[2]",
+        ),
+        ("loop body @half returns (f16[2])", "expected (f32[2])"),
+    ),
+    "while needs max_trips": (
+        _main(
+            "%x: f32[2]",
+            '%r = ^while(%x) {cond = "yes", body = "id", result = 0} : f32[2]',
+            "f32[2]",
+        ),
+        ("while needs attribute 'max_trips'",),
+    ),
+    "while result out of range": (
+        _main(
+            "%x: f32[2]",
+            '%r = while(%x) {cond = "yes", body = "id", max_trips = 4, ^result = 1} : f32[2]',
+            "f32[2]",
+        ),
+        ("result 1 is out of range: the loop carries 1 value(s)",),
+    ),
+    "scan body takes the whole operand": (
+        _main(
+            "%s: f32[2], %x: f32[3,2]",
+            '%r = scan(%s, %x) {^body = "pair", num_scan_inputs = 1, result = 0} : f32[2]',
+            "f32[2]",
+        ),
+        ("scan body @pair takes (f32[2])", "expected (f32[2], f32[2])"),
+    ),
+    "scan states first": (
+        _main(
+            "%s: f16[2], %x: f32[3,2]",
+            '%r = scan(%s, %x) {^body = "step", num_scan_inputs = 1, result = 0} : f16[2]',
+            "f16[2]",
+        ),
+        ("scan body @step takes (f32[2], f32[2])", "expected (f16[2], f32[2])"),
+    ),
+    "scan written type of an output": (
+        _main(
+            "%s: f32[2], %x: f32[3,2]",
+            '%r = scan(%s, %x) {body = "step", num_scan_inputs = 1, result = 1} : ^f32[2]',
+            "f32[2]",
+        ),
+        ("result type is written f32[2]", "result 1 of scan is f32[3,2]"),
+    ),
+    "scan no scanned operand": (
+        _main(
+            "%s: f32[2]",
+            '%r = scan(%s) {body = "id", ^num_scan_inputs = 0, result = 0} : f32[2]',
+            "f32[2]",
+        ),
+        ("num_scan_inputs 0 must be between 1 and the number of operands (1)",),
+    ),
+    "scan of a scalar": (
+        _main(
+            "%s: f32[]",
+            '%r = scan(^%s) {body = "id", num_scan_inputs = 1, result = 0} : f32[]',
+            "f32[]",
+        ),
+        ("scanned operand 1 is f32[], it needs an axis 0 to scan",),
+    ),
+    "main calls itself": (
+        _main(
+            "%x: f32[2]",
+            '%r = while(%x) {cond = "yes", ^body = "main", max_trips = 2, result = 0} : f32[2]',
+            "f32[2]",
+        ),
+        ("body @main calls itself (@main -> @main)", "not recursive"),
+    ),
+}
+
+CONTROL_CASES["recursion through another function"] = (
+    prog(
+        "%x: f32[2]",
+        '%r = while(%x) {cond = "c", body = "b", max_trips = 3, result = 0} : f32[2]',
+        "f32[2]",
+    )
+    + """
+func @c(%a: f32[2]) -> i1[] {
+  %t = constant() {value = true} : i1[]
+  return %t
+}
+func @b(%a: f32[2]) -> f32[2] {
+  %t = constant() {value = true} : i1[]
+  %r = if(%t, %a) {then = "same", ^else = "main", result = 0} : f32[2]
+  return %r
+}
+func @same(%a: f32[2]) -> f32[2] {
+  return %a
+}
+""",
+    ("else @main calls itself", "@main -> @b -> @main"),
+)
+
+
+@pytest.mark.parametrize("case", sorted(CONTROL_CASES))
+def test_control_flow_rejections(case: str) -> None:
+    marked, fragments = CONTROL_CASES[case]
     assert_rejected(marked, *fragments)
 
 

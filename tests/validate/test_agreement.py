@@ -406,6 +406,69 @@ def c_kernel(draw, name: str) -> Case:
     return types, name, attrs, TensorType(dt, tuple(space[d] for d in out))
 
 
+def _binary_body(name: str, op: str, types: list[TensorType], n_out: int = 1) -> str:
+    """A function `name(a, b) -> (op(a, b), ...)` of `types`, in scope for the control cases
+    (its name says its types, so a later draw never replaces it by another)."""
+    t = types[0]
+    tag = f"{name}.{op}.{t.dtype}.{'x'.join(map(str, t.shape))}.{len(types)}.{n_out}"
+    params = [Param(f"a{i}", u) for i, u in enumerate(types)]
+    ops = [Op("r", op, ["a0", "a1"], {}, t)]
+    KERNEL_BODIES[tag] = Function(tag, params, [t] * n_out, ops, ["r"] * n_out)
+    return tag
+
+
+BINARY_BODY = ["add", "sub", "mul", "max", "min"]
+
+
+def c_if(draw, name: str) -> Case:
+    """if(c, a, b): then op1(a, b), else op2(a, b)."""
+    t = TensorType(draw(st.sampled_from(NUMERIC)), shape(draw))
+    then = _binary_body("then", draw(st.sampled_from(BINARY_BODY)), [t, t])
+    other = _binary_body("else", draw(st.sampled_from(BINARY_BODY)), [t, t])
+    attrs = {"then": then, "else": other, "result": 0}
+    return [TensorType(DType.I1, ()), t, t], name, attrs, t
+
+
+def c_while(draw, name: str) -> Case:
+    """while(x, i, n) {cond: i < n; body: (op(x, x), i + 1, n)} with max_trips 0 .. 5; any of
+    the three results."""
+    t = TensorType(draw(st.sampled_from(NUMERIC)), shape(draw))
+    i32 = TensorType(DType.I32, ())
+    op = draw(st.sampled_from(BINARY_BODY))
+    tag = f"while.{op}.{t.dtype}.{'x'.join(map(str, t.shape))}"
+    params = [Param("x", t), Param("i", i32), Param("n", i32)]
+    KERNEL_BODIES[tag + ".cond"] = Function(
+        tag + ".cond", params, [TensorType(DType.I1, ())],
+        [Op("p", "cmp", ["i", "n"], {"dir": "lt"}, TensorType(DType.I1, ()))], ["p"],
+    )  # fmt: skip
+    KERNEL_BODIES[tag + ".body"] = Function(
+        tag + ".body", params, [t, i32, i32],
+        [Op("y", op, ["x", "x"], {}, t), Op("one", "constant", [], {"value": 1}, i32),
+         Op("j", "add", ["i", "one"], {}, i32)],
+        ["y", "j", "n"],
+    )  # fmt: skip
+    k = draw(st.integers(0, 2))
+    attrs = {
+        "cond": tag + ".cond",
+        "body": tag + ".body",
+        "max_trips": draw(st.integers(0, 5)),
+        "result": k,
+    }
+    return [t, i32, i32], name, attrs, [t, i32, i32][k]
+
+
+def c_scan_op(draw, name: str) -> Case:
+    """scan(s, xs): (s, x) -> (op(s, x), op(s, x)), over a length 0 .. 3; the final state or
+    the stacked outputs."""
+    t = TensorType(draw(st.sampled_from(NUMERIC)), shape(draw, max_dim=2))
+    length = draw(st.integers(0, 3))
+    xs = TensorType(t.dtype, (length, *t.shape))
+    body = _binary_body("scan", draw(st.sampled_from(BINARY_BODY)), [t, t], n_out=2)
+    k = draw(st.integers(0, 1))
+    attrs = {"body": body, "num_scan_inputs": 1, "result": k}
+    return [t, xs], name, attrs, [t, xs][k]
+
+
 CASES: dict[str, Callable[[Any, str], Case]] = {
     **{n: c_unary for n in ("neg", "abs", "sqrt", "floor", "relu")},
     **{n: c_binary for n in ("add", "sub", "mul", "div", "max", "min")},
@@ -434,6 +497,9 @@ CASES: dict[str, Callable[[Any, str], Case]] = {
     "conv2d": c_conv2d,
     "matmul": c_matmul,
     "kernel": c_kernel,
+    "if": c_if,
+    "while": c_while,
+    "scan": c_scan_op,
 }
 
 

@@ -18,9 +18,10 @@ from gdv.validate.equivalence import check_equivalence
 from gdv.validate.evaluate import evaluate
 
 S = load_module("ir/strategies.py")
-# Kernels need body functions in scope; they have their own agreement case.
+# Kernels need body functions in scope; they have their own agreement case. So do the control
+# flow ops (tests/validate/test_control_flow.py).
 OPS = sorted(
-    n for n in REGISTRY if n != "kernel" and REGISTRY[n].family != "collective"
+    n for n in REGISTRY if n != "kernel" and REGISTRY[n].family not in ("collective", "control")
 )  # collectives: only in SPMD functions (tests/validate/test_spmd.py)
 EXACT_OPS = sorted(
     n

@@ -18,6 +18,7 @@ from gdv.validate.bounds import (  # noqa: F401  (importing the families fills R
     collective,
     composite,
     contract,
+    control,
     conv,
     elementwise,
     gather,

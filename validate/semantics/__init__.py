@@ -17,6 +17,7 @@ def load_all() -> None:
         collective,
         composite,
         contract,
+        control,
         conv,
         elementwise,
         gather,

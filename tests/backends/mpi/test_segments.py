@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -145,3 +146,22 @@ def test_the_runtime_calls_no_mpi_collective() -> None:
     source = (Path(__file__).parents[3] / "backends" / "mpi" / "runtime.c").read_text()
     calls = set(re.findall(r"\bMPI_[A-Z][a-z_]+(?=\s*\()", source))
     assert calls <= {"MPI_Irecv", "MPI_Isend", "MPI_Recv", "MPI_Send", "MPI_Waitall"}, calls
+
+
+def test_a_control_flow_op_is_refused_at_the_op() -> None:
+    text = """mesh @m = {a = 2}
+
+func @main(%c: i1[], %x: f32[4]) -> f32[4] {mesh = "m"} {
+  %r = if(%c, %x) {then = "id", else = "id", result = 0} : f32[4]
+  return %r
+}
+
+func @id(%a: f32[4]) -> f32[4] {
+  return %a
+}
+"""
+    with pytest.raises(IRError) as e:
+        check_runnable(parse(text, "b.gdv").entry)
+    assert str(e.value) == (
+        "b.gdv:4:8: error: if is a control flow op: the MPI target does not run control flow yet"
+    )
