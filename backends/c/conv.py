@@ -59,8 +59,6 @@ def _conv2d(prog: Program, op: Op) -> None:
     add = scalar(prog, Op("s", "add", ["a", "b"], {}, scalar_t), ["acc", "p"], [dtype, dtype])
     zero = value_literal(0, dtype)
     taps = cg * kh * kw
-    if 0 < taps <= DIRECT_MAX_TAPS:
-        prog.record(op, "direct taps", f"{taps} taps unrolled per output", "the conv2d op's nest")
     name = prog.new_function()
     macs = n * o * oh * ow * cg * kh * kw
     par = n * o > 1 and macs >= PARALLEL_MIN_MACS
@@ -81,18 +79,16 @@ def _conv2d(prog: Program, op: Op) -> None:
                 row[ox] = first ? p : {add};
               }}"""
 
+    body = None
     if 0 < taps <= DIRECT_MAX_TAPS:
-        plane = _plane(name, op, t, pragma, mul, add, xt.shape, wt.shape, dtype.itemsize)
-        body = plane or _direct(name, op, t, pragma, mul, add, zero, xt.shape, wt.shape)
-        prog.functions.append(body)
-        prog.new_slot(op.result, op.type)
-        args = ", ".join([prog.var(v) for v in op.operands] + [prog.var(op.result)])
-        prog.body.append(f"  {name}({args});  /* %{comment(op.result)} */")
-        return
-
-    # A row of outputs at a time: each output's products are folded left over (c, kh, kw) in
-    # order, as in the reference; the row's outputs are independent lanes of one loop.
-    body = f"""/* conv2d %{comment(op.result)}: a row of {ow} outputs folded at a time */
+        body = _plane(name, op, t, pragma, mul, add, xt.shape, wt.shape, dtype.itemsize)
+        how = "each padded plane one loop" if body else "the window's inside and border apart"
+        prog.record(op, "direct taps", f"{taps} taps unrolled per output, {how}", "the conv2d op")
+        body = body or _direct(name, op, t, pragma, mul, add, zero, xt.shape, wt.shape)
+    # Else a row of outputs at a time: each output's products are folded left over (c, kh, kw)
+    # in order, as in the reference; the row's outputs are independent lanes of one loop.
+    if body is None:
+        body = f"""/* conv2d %{comment(op.result)}: a row of {ow} outputs folded at a time */
 static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r)
 {{
 {pragma}  for (int64_t in = 0; in < {n}; in++)
