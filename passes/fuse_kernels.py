@@ -80,9 +80,7 @@ def _without_reduction(producer: Op | None) -> bool:
     return producer is not None and producer.name == "kernel" and not producer.attrs["reduce"]
 
 
-def fusible(
-    producer: Op | None, uses: int, consumer: Op | None = None, functions: dict | None = None
-) -> bool:
+def fusible(producer: Op | None, uses: int, consumer: Op, functions: dict) -> bool:
     """A kernel without reduction whose result is read exactly once, and not one with a
     transcendental read by a kernel over a larger space: fused, its body would run at every
     point of the consumer's space (batch norm's rsqrt(var + eps), 32 values, broadcast to
@@ -90,8 +88,6 @@ def fusible(
     consumer reads its result."""
     if not (_without_reduction(producer) and uses == 1):
         return False
-    if consumer is None or functions is None:
-        return True
     assert producer is not None
     if math.prod(consumer.attrs["space"]) <= math.prod(producer.attrs["space"]):
         return True
