@@ -36,15 +36,14 @@ from gdv.backends.c import (  # noqa: F401  (importing the families fills RULES)
     layout,
     reduce,
 )
-from gdv.backends.c.emit import CTYPE, UNSUPPORTED_DTYPES, Program, comment, ctype, where
+from gdv.backends.c.emit import CTYPE, UNSUPPORTED_DTYPES, Program, comment, where
+from gdv.backends.c.function import lower_ops
 from gdv.backends.c.registry import LOWERINGS, RULES, UNSUPPORTED
 from gdv.backends.c.simd import simd_choice
 from gdv.backends.c.toolchain import compiler, detect, flags, isa_features
 from gdv.backends.targets import Fallback
 from gdv.ir.core import Module, Op
 from gdv.ir.diagnostics import IRError, Loc
-from gdv.ir.ops import get as get_spec
-from gdv.ir.ops.kernel import group_spans, row_dim
 
 __all__ = [
     "RULES",
@@ -89,29 +88,6 @@ void gdv_set_fallback(gdv_fallback_fn f) { gdv_fallback = f; }
 """
 
 
-def _snapshot(prog: Program) -> tuple:
-    return (
-        len(prog.functions),
-        len(prog.body),
-        dict(prog.slot_of),
-        list(prog.slot_types),
-        set(prog.libm),
-        set(prog.helpers),
-        dict(prog._var),
-        dict(prog.arena_of),
-        len(prog.choices),
-    )
-
-
-def _restore(prog: Program, snap: tuple) -> None:
-    nf, nb, slot_of, slot_types, libm, helpers, var, arena_of, nc = snap
-    del prog.choices[nc:]
-    del prog.functions[nf:]
-    del prog.body[nb:]
-    prog.slot_of, prog.slot_types, prog.libm, prog.helpers = slot_of, slot_types, libm, helpers
-    prog._var, prog.arena_of = var, arena_of
-
-
 def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
     """`module` lowered to C, with the ops left to reference kernels (`allow_fallback`)."""
     entry = module.entry
@@ -126,34 +102,14 @@ def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
             )
     lowered = Lowered(Program(module, entry))
     prog = lowered.program
-    spans = group_spans(entry)
-    for index, op in enumerate(entry.ops):
-        group = spans[index]
-        if group[0] == index and group[1] > index:  # a row group opens: its calls go below
-            group_start = len(prog.body)
-        spec = get_spec(op.name)
-        if spec is None:
-            raise prog.error(op, "unknown op")
-        snap = _snapshot(prog)
-        start = len(prog.body)
-        try:
-            if spec in UNSUPPORTED:
-                raise prog.error(op, UNSUPPORTED[spec].reason)
-            ctype(op.type.dtype, op, module)
-            LOWERINGS[spec](prog, op)
-        except IRError as e:
-            if not allow_fallback or op.type.dtype not in CTYPE:
-                raise
-            _restore(prog, snap)
-            _emit_fallback(lowered, index, op, e)
-        if group[1] > group[0] and index == group[1]:
-            # The group's loop holds every member's call: it is timed (`gdv profile`) as the
-            # last member's span.
-            _row_group_loop(prog, op, group_start)
-            lowered.spans = [sp for sp in lowered.spans if sp[0] < group[0]]
-            start = group_start
-        if len(prog.body) > start:
-            lowered.spans.append((index, start, len(prog.body)))
+
+    def fallback(index: int, op: Op, error: IRError) -> bool:
+        if not allow_fallback or op.type.dtype not in CTYPE:
+            return False
+        _emit_fallback(lowered, index, op, error)
+        return True
+
+    lowered.spans = lower_ops(prog, fallback)
     for r in entry.returns:
         if r in prog.arena_of:
             raise IRError(
@@ -162,29 +118,6 @@ def lower_module(module: Module, allow_fallback: bool = False) -> Lowered:
                 entry.loc or Loc(module.filename, 1, 1),
             )
     return lowered
-
-
-def _row_group_loop(prog: Program, op: Op, start: int) -> None:
-    """Wrap the calls of a row group's members (the body lines from `start`) in the group's
-    loop over blocks of B rows (`row_group = [G, B]`), the blocks shared by the threads: each
-    member runs on rows [r0, r1) of the block, in order (IR_SPEC.md section 7)."""
-    rows = op.attrs["space"][row_dim(op)[1]]
-    block = int(op.attrs["row_group"][1])
-    calls = prog.body[start:]
-    del prog.body[start:]
-    prog.body.append(
-        f"  /* row group {int(op.attrs['row_group'][0])}: {len(calls)} kernels over {rows} rows "
-        f"in blocks of {block} */"
-    )
-    if rows > block:
-        prog.body.append("#pragma omp parallel for schedule(static)")
-    prog.body.append(f"  for (int64_t rb = 0; rb < INT64_C({rows}); rb += INT64_C({block})) {{")
-    prog.body.append(
-        f"    const int64_t r0 = rb, r1 = rb + INT64_C({block}) < INT64_C({rows}) ? "
-        f"rb + INT64_C({block}) : INT64_C({rows});"
-    )
-    prog.body += ["  " + line for line in calls]
-    prog.body.append("  }")
 
 
 def _emit_fallback(lowered: Lowered, index: int, op: Op, error: IRError) -> None:
@@ -268,19 +201,20 @@ class Executable:
         self._lib = _load(str(self.library))
         self._types = self.entry.types()
         self._slot_of = dict(prog.slot_of)
+        aligned = set(prog.aligned_slots)
         self._buffers = [
             _aligned(t.num_elements)
-            if k == prog.arena_slot
+            if k in aligned
             else np.empty(max(1, t.num_elements), dtype=t.dtype.np)
             for k, t in enumerate(prog.slot_types)
         ]
         """One buffer per slot: parameters (replaced by the caller's arrays in each call),
         returned values, values of an unplanned function, and the planned arena."""
-        if prog.arena_slot is not None:
-            # The arena is committed now, when the program is loaded, as onnxruntime sets up
+        for k in aligned:
+            # The arenas are committed now, when the program is loaded, as onnxruntime sets up
             # its buffers when a session is created: a call then touches no new page (no page
             # faults in the first call, and no growth of the process while it runs).
-            self._buffers[prog.arena_slot].fill(False)
+            self._buffers[k].fill(False)
         self._arena_of = {v: (offset, t) for v, (offset, t) in prog.arena_of.items()}
         self._prepacks = list(prog.prepacks)
         """Factors the program can pack once (`bind`): their slots hold NULL until then."""

@@ -232,17 +232,50 @@ class Program:
     """What the printer chose itself, no attribute of the IR deciding it (`record`)."""
     prepacks: list[Prepack] = field(default_factory=list)
     """Factors packed once at `bind` time (`prepack_slot`), in slot order."""
+    is_body: bool = False
+    """This program is a function a control flow op calls (`sub`), not the entry: its C
+    function takes `(buf, args)`, its parameters and then its results' pointers in `args`."""
+    aligned_slots: list[int] = field(default_factory=list)
+    """The slots holding a planned arena (64-byte aligned buffers), the bodies' included."""
+    called: dict[str, str] = field(default_factory=dict)
+    """Module functions lowered as C functions (`sub`), name -> C name (shared by all)."""
+    groups: dict[tuple, list[int]] = field(default_factory=dict)
+    """Per group of control flow ops of this function (`backends/c/control.py`), the slots
+    its first member computed every result into."""
 
     def __post_init__(self) -> None:
-        for p in self.entry.params:
-            self.new_slot(p.name, p.type)
+        if self.is_body:
+            # Parameters and results live in the caller's storage: slot -1 - i is args[i].
+            for i, p in enumerate(self.entry.params):
+                self.slot_of[p.name] = -1 - i
+                self._var[p.name] = f"v{len(self._var)}"
+        else:
+            for p in self.entry.params:
+                self.new_slot(p.name, p.type)
         if "buffers" in self.entry.attrs:
             self.planned = {str(b[0]): (int(b[1]), int(b[2])) for b in self.entry.attrs["buffers"]}
             arena = int(self.entry.attrs.get("arena_bytes", 0))
             self.arena_slot = len(self.slot_types)
+            self.aligned_slots.append(self.arena_slot)
             self.slot_types.append(TensorType(DType.I1, (max(1, arena),)))
         else:
-            self.record(None, "buffers", "one per value", "the entry function has no buffer plan")
+            self.record(None, "buffers", "one per value", "the function has no buffer plan")
+
+    def sub(self, fn: Function) -> Program:
+        """The program of function `fn`, called by a control flow op: its own values and
+        buffer plan, the translation unit (C functions, helpers, slots of `buf`) shared."""
+        return Program(
+            self.module,
+            fn,
+            functions=self.functions,
+            slot_types=self.slot_types,
+            libm=self.libm,
+            helpers=self.helpers,
+            choices=self.choices,
+            is_body=True,
+            aligned_slots=self.aligned_slots,
+            called=self.called,
+        )
 
     # --- names ---------------------------------------------------------------------------
 
@@ -260,8 +293,12 @@ class Program:
             self.arena_of[value] = (offset, type_)
             self._var[value] = f"v{len(self._var)}"
             return
-        self.slot_of[value] = len(self.slot_types)
-        self.slot_types.append(type_)
+        if self.is_body and self.entry.returns.count(value) == 1:
+            # written straight into the caller's result buffer
+            self.slot_of[value] = -1 - len(self.entry.params) - self.entry.returns.index(value)
+        else:
+            self.slot_of[value] = len(self.slot_types)
+            self.slot_types.append(type_)
         self._var[value] = f"v{len(self._var)}"
 
     def share_slot(self, value: str, operand: str) -> None:
@@ -273,7 +310,10 @@ class Program:
         self._var[value] = f"v{len(self._var)}"
 
     def param_of(self, value: str) -> str | None:
-        """The entry parameter whose storage `value` is (itself, or a reshape sharing it)."""
+        """The entry parameter whose storage `value` is (itself, or a reshape sharing it);
+        None in a called function (its parameters are never bound)."""
+        if self.is_body:
+            return None
         slot = self.slot_of.get(value)
         return next((p.name for p in self.entry.params if self.slot_of[p.name] == slot), None)
 
@@ -335,12 +375,23 @@ class Program:
         lines += self.functions
         lines.append("int gdv_entry(void *const *buf)")
         lines.append("{")
+        lines += self._prologue()
+        lines += self.body
+        lines.append("  return 0;")
+        lines.append("}")
+        lines += self._prepack_source()
+        return "\n".join(lines) + "\n"
+
+    def _prologue(self) -> list[str]:
+        """The function's pointer variables: the arena's, and one per value."""
+        lines = []
         if self.arena_slot is not None:
             size = self.slot_types[self.arena_slot].num_elements
             lines.append(
                 f"  uint8_t *const gdv_arena = (uint8_t *)buf[{self.arena_slot}];"
                 f"  /* the planned arena: {size} bytes */"
             )
+        types = self.entry.types()
         for value, var in self._var.items():
             if value in self.arena_of:
                 offset, t = self.arena_of[value]
@@ -349,15 +400,40 @@ class Program:
                     f"INT64_C({offset}));  /* %{comment(value)} : {comment(str(t))}, planned */"
                 )
                 continue
-            t = self.slot_types[self.slot_of[value]]
+            slot = self.slot_of[value]
+            t = types[value] if slot < 0 else self.slot_types[slot]
+            where_ = f"args[{-1 - slot}]" if slot < 0 else f"buf[{slot}]"
             lines.append(
-                f"  {CTYPE[t.dtype]} *const {var} = ({CTYPE[t.dtype]} *)buf[{self.slot_of[value]}];"
+                f"  {CTYPE[t.dtype]} *const {var} = ({CTYPE[t.dtype]} *){where_};"
                 f"  /* %{comment(value)} : {comment(str(t))} */"
             )
-        lines += self.body
-        lines.append("  return 0;")
-        lines.append("}")
-        lines += self._prepack_source()
+        return lines
+
+    def called_source(self, name: str) -> str:
+        """The C function `name(buf, args)` of this called function (`sub`): `args` holds its
+        parameters' pointers, then its results' (buffers of the caller, disjoint from the
+        parameters and from each other); a result not computed in place is copied there."""
+        fn = self.entry
+        lines = [
+            f"/* @{comment(fn.name)}, called by control flow ops */",
+            f"static int {name}(void *const *buf, void *const *args)",
+            "{",
+            "  (void)buf; (void)args;",
+            *self._prologue(),
+            *self.body,
+        ]
+        types = fn.types()
+        n = len(fn.params)
+        for k, r in enumerate(fn.returns):
+            if self.slot_of.get(r) == -1 - n - k:
+                continue
+            t = types[r]
+            nbytes = t.num_elements * t.dtype.itemsize
+            lines.append(
+                f"  memcpy(args[{n + k}], {self.var(r)}, (size_t)INT64_C({nbytes}));"
+                f"  /* result {k} */"
+            )
+        lines += ["  return 0;", "}"]
         return "\n".join(lines) + "\n"
 
     def _prepack_source(self) -> list[str]:

@@ -243,22 +243,29 @@ def test_a_loop_carried_value_that_changes_type_is_refused_by_name() -> None:
         import_model(m)
 
 
-def test_an_imported_loop_compiles_for_the_reference_target(tmp_path) -> None:
-    module, weights = import_model(loop_model(6))
+@pytest.mark.parametrize("target", ["reference", "c"])
+def test_an_imported_loop_compiles_for_each_target(target: str, tmp_path) -> None:
+    """The imported while (its body holding an if) compiles, proved, and runs as ONNX's
+    reference evaluator does, on the reference and the C target."""
+    m = loop_model(6)
+    module, weights = import_model(m)
     result = compile_module(
-        print_module(module), CompileOptions(target="reference", jobs=1, cache_dir=str(tmp_path))
+        print_module(module), CompileOptions(target=target, jobs=1, cache_dir=str(tmp_path))
     )
     assert result.verdict == "proved"
     rng = np.random.default_rng(0)
-    args = dict(weights)
-    args |= {
-        "x": rng.standard_normal((4, 3)).astype(np.float32),
-        "y0": rng.standard_normal(3).astype(np.float32),
-        "lim": np.array(5, np.float32),
-    }
-    want = reference.run(module, args)
-    got = reference.run(result.module, args)
-    assert all(same_bits(g, w).all() for g, w in zip(got, want, strict=True))
+    for lim in (-3.0, 0.5, 5.0, 40.0):
+        feeds = {
+            "x": rng.standard_normal((4, 3)).astype(np.float32),
+            "y0": rng.standard_normal(3).astype(np.float32),
+            "lim": np.array(lim, np.float32),
+        }
+        args = dict(weights)
+        for p in module.entry.params:
+            args.setdefault(p.name, feeds.get(p.attrs.get("onnx_name", p.name)))
+        got = result(**args)
+        want = ReferenceEvaluator(m).run(None, feeds)
+        assert all(same_bits(g, np.asarray(w)).all() for g, w in zip(got, want, strict=True))
 
 
 # --- Scan -------------------------------------------------------------------------------------

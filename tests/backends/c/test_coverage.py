@@ -555,9 +555,9 @@ def _draw_plain(dtype: DType, rng: np.random.Generator) -> np.ndarray:
 def test_every_op_and_dtype_has_a_conformance_case() -> None:
     """Walk the op registry: every op but the graph-stage composites has a C lowering and runs
     here, against the reference, on every dtype it admits; the composites (the pipeline always
-    decomposes them), the collectives (run by the MPI runtime) and the control flow ops (not
-    lowered yet: refused by name, run by the reference backend) are the only ops the C target
-    refuses."""
+    decomposes them) and the collectives (run by the MPI runtime) are the only ops the C target
+    refuses; the control flow ops name functions of the module, and their conformance cases
+    are tests/backends/c/test_control.py's."""
     covered: dict[str, set[DType]] = {}
     for dtype in ALL:
         text, inputs, ulps = _all_ops_module(dtype)
@@ -569,7 +569,7 @@ def test_every_op_and_dtype_has_a_conformance_case() -> None:
     collectives = {s.name for s in ops.all_specs() if s.family == "collective"}
     control = {s.name for s in ops.all_specs() if s.family == "control"}
     assert control == {"if", "while", "scan"}
-    assert {s.name for s in UNSUPPORTED} == composites | collectives | control
+    assert {s.name for s in UNSUPPORTED} == composites | collectives
     for spec in ops.all_specs():
         if spec.is_composite:
             assert "composite" in UNSUPPORTED[spec].reason
@@ -577,8 +577,8 @@ def test_every_op_and_dtype_has_a_conformance_case() -> None:
         if spec.name in collectives:  # run by the MPI runtime: tests/backends/mpi
             assert "MPI" in UNSUPPORTED[spec].reason
             continue
-        if spec.name in control:  # gdv compile refuses them: tests/test_control_compile.py
-            assert "control flow ops are not lowered by the C target" in UNSUPPORTED[spec].reason
+        if spec.name in control:  # run against the reference in tests/backends/c/test_control.py
+            assert spec in LOWERINGS
             continue
         assert spec in LOWERINGS, f"{spec.name} has no C lowering"
         assert spec.name in covered, f"{spec.name} has no conformance case on the C target"
