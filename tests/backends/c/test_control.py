@@ -183,3 +183,28 @@ def test_bind_fixes_an_operand_of_a_loop() -> None:
         (got,) = bound(n=np.array(n, np.int32))
         (want,) = reference.run(parse(NESTED), {"m": m, "n": np.array(n, np.int32)})
         assert reference.bit_equal(got, want)
+
+
+# A body returning one value twice, a reshape of its parameter and a parameter itself: the
+# results that are not computed in their caller's buffer are copied there.
+SHARED = """
+func @main(%s: f32[2,3], %xs: f32[4,6]) -> (f32[2,3], f32[4,6], f32[4,2,3], f32[4,6]) {
+  %a = scan(%s, %xs) {body = "f", num_scan_inputs = 1, result = 0} : f32[2,3]
+  %b = scan(%s, %xs) {body = "f", num_scan_inputs = 1, result = 1} : f32[4,6]
+  %c = scan(%s, %xs) {body = "f", num_scan_inputs = 1, result = 2} : f32[4,2,3]
+  %d = scan(%s, %xs) {body = "f", num_scan_inputs = 1, result = 3} : f32[4,6]
+  return %a, %b, %c, %d
+}
+func @f(%s: f32[2,3], %x: f32[6]) -> (f32[2,3], f32[6], f32[2,3], f32[6]) {
+  %r = reshape(%x) : f32[2,3]
+  %t = add(%s, %r) : f32[2,3]
+  %u = reshape(%s) : f32[6]
+  return %t, %u, %t, %x
+}
+"""
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**16), level=LEVELS)
+def test_results_shared_between_returns(seed: int, level: int) -> None:
+    _same(SHARED, level, reference.random_inputs(parse(SHARED).entry, seed))
