@@ -8,17 +8,24 @@ or, with the fallback allowed, the control op runs on the reference backend."""
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gdv.backends import c, reference
 from gdv.cli import main
 from gdv.driver import CompileOptions, compile_module
+from gdv.fuzzing.programs import inputs as fuzz_inputs
+from gdv.fuzzing.programs import programs
+from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError
+from gdv.ir.dtypes import DType
 from gdv.ir.parser import parse
+from gdv.ir.printer import print_module
+from gdv.ir.types import TensorType
 from tests.backends.reference.test_control import IF, NESTED, SCAN, WHILE
 
 f32 = np.float32
@@ -208,3 +215,90 @@ func @f(%s: f32[2,3], %x: f32[6]) -> (f32[2,3], f32[6], f32[2,3], f32[6]) {
 @given(seed=st.integers(0, 2**16), level=LEVELS)
 def test_results_shared_between_returns(seed: int, level: int) -> None:
     _same(SHARED, level, reference.random_inputs(parse(SHARED).entry, seed))
+
+
+
+# Differential: a drawn program P (`gdv fuzz`'s generator) run as a branch of an `if` and as
+# the body of a `scan` over a stack of inputs gives, on the C target, exactly the bits P gives
+# compiled alone on the C target (the same function through the same pipeline makes the same
+# kernels), so no tolerance is needed even where P holds transcendentals.
+
+
+def _wrapped(program: Module, length: int) -> Module:
+    """@main(cond, P's params, each param stacked `length` times): every result of P as an
+    `if` of P on the params (both branches P), then every result of P scanned over the stacks."""
+    p = program.entry
+    body = Function("body", p.params, p.results, p.ops, p.returns, results_parenthesized=True)
+    params = [q.name for q in p.params]
+    ifs = [
+        Op(f"r{k}", "if", ["cond", *params], {"then": "body", "else": "body", "result": k}, t)
+        for k, t in enumerate(p.results)
+    ]
+    stacked = [
+        Param(f"s_{q.name}", TensorType(q.type.dtype, (length, *q.type.shape)), dict(q.attrs))
+        for q in p.params
+    ]
+    scans = [
+        Op(
+            f"y{k}",
+            "scan",
+            [q.name for q in stacked],
+            {"body": "body", "num_scan_inputs": len(stacked), "result": k},
+            TensorType(t.dtype, (length, *t.shape)),
+        )
+        for k, t in enumerate(p.results)
+    ]
+    main_fn = Function(
+        "main",
+        [Param("cond", TensorType(DType.I1, ())), *p.params, *stacked],
+        [*p.results, *(op.type for op in scans)],
+        [*ifs, *scans],
+        [*(op.result for op in ifs), *(op.result for op in scans)],
+        results_parenthesized=True,
+    )
+    return Module([main_fn, body], "<wrapped>")
+
+
+def _c(module: Module, level: int):
+    comp = compile_module(
+        print_module(module), CompileOptions(target="c", level=level, jobs=1, use_cache=False)
+    )
+    assert comp.verdict == "proved", [o.reason for o in comp.outcomes if o.status != "proved"]
+    return comp
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    program=programs(max_ops=4),
+    length=st.sampled_from([0, 1, 3]),
+    level=LEVELS,
+    seed=st.integers(0, 2**16),
+    cond=st.booleans(),
+)
+def test_a_drawn_program_as_a_branch_and_a_scan_body(program, length, level, seed, cond) -> None:
+    assume(program.entry.params)  # a scan needs an operand to scan
+    try:
+        alone = _c(program, level)
+    except IRError as e:  # a program the C target refuses is refused inside a body too
+        with pytest.raises(IRError, match=re.escape(e.message.split(":")[0])):
+            _c(_wrapped(program, length), level)
+        return
+    wrapped = _c(_wrapped(program, length), level)
+    x = fuzz_inputs(program, seed)
+    stacks = [fuzz_inputs(program, seed + 1 + t) for t in range(length)]
+    inputs = {"cond": np.array(cond), **x}
+    for q in program.entry.params:
+        t = q.type
+        inputs[f"s_{q.name}"] = (
+            np.stack([s[q.name] for s in stacks]) if stacks else np.zeros((0, *t.shape), t.dtype.np)
+        )
+    got = wrapped(**inputs)
+    n = len(program.entry.results)
+    want = alone(**x)
+    steps = [alone(**s) for s in stacks]
+    for k in range(n):
+        assert reference.bit_equal(got[k], want[k])
+        if length:
+            assert reference.bit_equal(got[n + k], np.stack([s[k] for s in steps]))
+        else:
+            assert got[n + k].shape == (0, *want[k].shape)
