@@ -57,7 +57,8 @@ EXCLUDED: dict[str, str] = {
     },
     **{
         spec.name: "control flow: names body functions of the module (IR_SPEC.md section 9), "
-        "which gdv compile refuses; tests/backends/reference/test_control.py draws them"
+        "not drawn in one-function programs; tests/backends/c/test_control.py runs drawn "
+        "programs as branches and scan bodies"
         for spec in CONTROL.specs()
     },
 }
