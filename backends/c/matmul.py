@@ -970,8 +970,8 @@ def _blocked(
                   for (int64_t ii = 0; ii < mr; ii++)
                     for (int64_t jj = 0; jj < nr; jj++) ct[ii * {n_} + jj] = tile[ii * {nr} + jj];
                 }}
-{epilogue}              }}
-            }}
+              }}
+{epilogue}            }}
           }}
         }}
       }}
@@ -994,9 +994,12 @@ def _epilogue(
     tables: dict[str, str],
     sizes: tuple[int, int, int],
 ) -> str:
-    """C applying the kernel's `epilogue` (IR_SPEC.md) to a finished tile: after the tile's
-    last reduce block, each of its outputs becomes E(its fold, the operands at its index with
-    the reduce dims at 0), while the tile is in cache; empty without an epilogue."""
+    """C applying the kernel's `epilogue` (IR_SPEC.md) to a finished row panel: after the last
+    reduce block of a row sliver's tiles across the column block (MR rows by up to NC
+    columns, just written: in L2), each of its outputs becomes E(its fold, the operands at its
+    index with the reduce dims at 0); empty without an epilogue. One long loop per row runs
+    in whole vectors: applied tile by tile (16 x 16), the loop overhead cost more than the
+    epilogue (EPILOGUE_PANELS)."""
     name = op.attrs.get("epilogue")
     if name is None:
         return ""
@@ -1014,8 +1017,8 @@ def _epilogue(
     mr, nr = (int(v) for v in op.attrs["micro"])
 
     def tile(rows: str, cols: str, ind: str) -> list[str]:
-        """The epilogue over `rows` x `cols` outputs of the tile at ct (constants for a full
-        tile, so that the compiler runs each row in whole vectors)."""
+        """The epilogue over `rows` x `cols` outputs at ct (rows a constant for a full row
+        sliver)."""
         lines = [
             f"{ind}for (int64_t ii = 0; ii < {rows}; ii++) {{",
             f"{ind}  const int64_t i = ia + ii;",
@@ -1028,21 +1031,25 @@ def _epilogue(
         lines += [f"{ind}    ct[ii * {n_} + jj] = {expr};", f"{ind}  }}", f"{ind}}}"]
         return lines
 
-    ind = " " * 16
+    ind = " " * 14
+    t = CTYPE[op.type.dtype]
     lines = [
-        f"{ind}if (pc + kc == {k_}) {{  /* the tile is final: its epilogue */",
-        f"{ind}  if (mr == {mr} && nr == {nr}) {{",
-        *tile(str(mr), str(nr), ind + "    "),
+        f"{ind}if (pc + kc == {k_}) {{  /* the row panel is final: its epilogue */",
+        f"{ind}  {t} *ct = c + ia * {n_} + jc;",
+        f"{ind}  const int64_t ja = jc;",
+        f"{ind}  if (mr == {mr}) {{",
+        *tile(str(mr), "nc", ind + "    "),
         f"{ind}  }} else {{",
-        *tile("mr", "nr", ind + "    "),
+        *tile("mr", "nc", ind + "    "),
         f"{ind}  }}",
         f"{ind}}}",
     ]
     prog.record(
         op,
-        "epilogue per tile",
+        "epilogue per row panel",
         [name],
-        "the epilogue runs on each finished tile of the product while it is in cache",
+        "the epilogue runs on each finished row sliver of a column block (MR x NC outputs, "
+        "in cache), one loop per row",
     )
     return "".join(line + "\n" for line in lines)
 
