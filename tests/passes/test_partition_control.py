@@ -233,3 +233,46 @@ def test_gdv_partition_plan_and_the_bundle_accept_control_flow(tmp_path, capsys)
     # The plan gathers %x once, before the exp, rather than %e before each control op.
     assert "%x.p1 = all_gather(%x)" in planned and "all_gather(%e" not in planned
     assert "func @step(" in planned
+
+
+@pytest.mark.parametrize("where", ["the SPMD program", "a claim"])
+def test_a_bundle_whose_body_is_not_the_source_s_is_caught(tmp_path, where: str) -> None:
+    """A tamperer who changes @dbl (rehashing, and re-encoding the claim's query: the claim is
+    then true of the body it holds) is caught by the composition check: every function the
+    SPMD program and its claims hold is the source's."""
+    import json
+
+    from gdv.evidence.bundle import sha256
+    from gdv.evidence.verify import verify_bundle
+    from gdv.validate.spmd import claim_queries
+
+    path, ev = tmp_path / "cf.gdv", tmp_path / "ev"
+    path.write_text(SOURCE.replace("TRIPS", "5"))
+    argv = ["partition", "--mesh", "data=2", *[f"--shard={s}" for s in SHARDS], str(path)]
+    assert main([*argv, "-o", str(tmp_path / "p.gdv"), "--emit-evidence", str(ev)]) == 0
+    m = json.loads((ev / "manifest.json").read_text())
+    old = "func @dbl(%a: f32[4,6]) -> f32[4,6] {\n  %b = add(%a, %a)"
+    new = old.replace("add(", "mul(")
+    if where == "the SPMD program":
+        entries = [m["spmd"]]
+    else:
+        c = next(c for c in m["claims"] if c["op"] == "r")
+        entries = [c["global"], c["spmd"]]
+    for e in entries:
+        f = ev / e["file"]
+        text = f.read_text()
+        assert old in text
+        f.chmod(0o644)
+        f.write_text(text.replace(old, new))
+        e["sha256"] = sha256(f.read_bytes())
+    if where == "a claim":
+        g, s = (parse((ev / c[k]["file"]).read_text()) for k in ("global", "spmd"))
+        for q, text in zip(c["queries"], claim_queries(g, s, c["theory"]), strict=True):
+            (ev / q["file"]).chmod(0o644)
+            (ev / q["file"]).write_text(text)
+            q["sha256"] = sha256(text.encode())
+    (ev / "manifest.json").chmod(0o644)
+    (ev / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+    bad = verify_bundle(ev).failure
+    assert bad is not None and bad.item == "composition", bad
+    assert "function" in bad.detail and "not the source's" in bad.detail
