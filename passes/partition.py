@@ -289,6 +289,13 @@ def partition(
         raise IRError("the function is SPMD already", fn.loc or Loc(module.filename, 1, 1))
     if order not in ORDERS:
         raise IRError(f"--order must be one of {', '.join(ORDERS)}", Loc("<command line>", 1, 1))
+    for callee in called_functions(fn.ops, module):
+        if callee.attrs.get("mesh") is not None:
+            raise IRError(
+                f"@{callee.name}, which @{fn.name}'s ops call, is an SPMD function: the "
+                "functions ops name are ordinary ones (every rank runs them whole)",
+                callee.loc or Loc(module.filename, 1, 1),
+            )
     types = fn.types()
     shardings, choices = propagate(fn, mesh, annotations)
     b = _Builder(mesh, order)
@@ -444,8 +451,8 @@ def _want(dims: list[list[str]], axes_of: dict[str, list[str]]) -> Sharding:
 def called_functions(ops: list[Op], module: Module) -> list[Function]:
     """The functions of `module` that `ops` name (a control flow op's branches, condition and
     body, a kernel's body and epilogue), and those they name in turn, in a stable order: what
-    a claim about `ops` needs in scope. They are ordinary functions (no mesh): every rank runs
-    a control op whole, on replicated operands."""
+    a claim about `ops` needs in scope. `partition` refuses a program where one has a mesh:
+    every rank runs a control op whole, its functions as ordinary ones."""
     from gdv.ir.ops.control import functions_named
     from gdv.ir.ops.kernel import bodies_used
 

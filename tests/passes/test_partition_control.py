@@ -17,6 +17,7 @@ from gdv.backends.reference.compare import bit_equal
 from gdv.backends.reference.spmd import run_spmd
 from gdv.cli import main
 from gdv.ir.core import Module
+from gdv.ir.diagnostics import IRError
 from gdv.ir.ops.control import CONTROL
 from gdv.ir.parser import parse
 from gdv.ir.printer import print_module
@@ -276,3 +277,21 @@ def test_a_bundle_whose_body_is_not_the_source_s_is_caught(tmp_path, where: str)
     bad = verify_bundle(ev).failure
     assert bad is not None and bad.item == "composition", bad
     assert "function" in bad.detail and "not the source's" in bad.detail
+
+
+def test_a_control_op_naming_an_spmd_function_is_not_partitioned() -> None:
+    text = """mesh @m = {data = 2}
+
+func @main(%c: i1[], %x: f32[4]) -> f32[4] {
+  %r = if(%c, %x) {then = "g", else = "g", result = 0} : f32[4]
+  return %r
+}
+
+func @g(%a: f32[4]) -> f32[4] {mesh = "m"} {
+  %b = neg(%a) : f32[4]
+  return %b
+}
+"""
+    with pytest.raises(IRError) as e:
+        partition(parse(text, "gm.gdv"), parse_mesh("data=2"), {})
+    assert str(e.value).startswith("gm.gdv:8:6: error: @g, which @main's ops call, is an SPMD")
