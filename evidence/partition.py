@@ -388,6 +388,15 @@ def _compose(root: Path, manifest: dict, source: Module, spmd: Module, failed) -
         failed("composition", "the SPMD results are not the claims' results")
     if out_shardings(sfn) != [have[r] for r in gfn.returns]:
         failed("composition", "the SPMD results' shardings are not the claims'")
+    # The functions ops name (control flow bodies, kernel bodies) are the source's, in the SPMD
+    # program and in every claim: a claim is about the functions its pair holds.
+    theirs = {f.name: f for f in source.functions if f is not gfn}
+    if {f.name: f for f in spmd.functions if f is not sfn} != theirs:
+        failed("composition", "the SPMD program's other functions are not the source's")
+    for k, (g, s) in pairs.items():
+        for f in [*g.functions, *s.functions]:
+            if f is not g.entry and f is not s.entry and theirs.get(f.name) != f:
+                failed("composition", f"claim {k}: its function @{f.name} is not the source's")
     return pairs
 
 

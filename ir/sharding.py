@@ -15,7 +15,8 @@ reduce_* reduces its axes; softmax, log_softmax, layer_norm, cumsum, cumprod and
 keep their axes replicated (a scan's prefix, or a sort, crosses every block of its axis);
 slice and pad pass through the dims they keep whole, concat every dim but its axis, take the
 table's other dims and the indices' dims, conv2d the batch and (groups = 1) the output
-channels; loop-stage kernels are kept whole.
+channels; loop-stage kernels and the control flow ops (`if`, `while`, `scan`: every operand
+gathered whole, every rank running the whole op) are kept whole.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gdv.ir.core import Op
-from gdv.ir.diagnostics import IRError
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops import OpSpec
 from gdv.ir.types import TensorType
@@ -333,11 +333,11 @@ def _kernel(op: Op, types: list[TensorType]) -> FactorRule:
 
 @rule("if", "while", "scan")
 def _control(op: Op, types: list[TensorType]) -> FactorRule:
-    """Control flow ops (IR_SPEC.md section 9): refused by name, not partitioned yet."""
-    raise IRError(
-        f"{op.name} is a control flow op: partitioning does not handle control flow yet",
-        op.name_loc or op.loc,
-    )
+    """Control flow ops (IR_SPEC.md section 9): every operand and the result replicated, so
+    the partitioner gathers a sharded operand whole first and every rank runs the whole op
+    (its functions, which stay ordinary functions of the module) on full values. Sound for any
+    body; it distributes nothing."""
+    return _replicated_all(op, types)
 
 
 def check_complete() -> list[str]:

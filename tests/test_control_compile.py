@@ -1,7 +1,8 @@
 """Compiling modules with control flow ops (IR_SPEC.md section 9): the reference target runs
 the pipeline on every function (each rewrite proved, the functions a control op names in scope
-of its claim, in the cache key and in the evidence), and so does the C target; the Triton target
-refuses them by name, with a position."""
+of its claim, in the cache key and in the evidence), and so does the C target; `gdv partition`
+and `gdv plan` keep them whole (their operands gathered); the Triton target refuses them by
+name, with a position."""
 
 from __future__ import annotations
 
@@ -154,11 +155,19 @@ func @small(%a: f32[4]) -> i1[] {
     assert reference.bit_equal(got, np.full(4, 1536.0, np.float32))
 
 
-@pytest.mark.parametrize("command", [["partition", "--shard", "x=[data]"], ["plan"]])
-def test_partitioning_refuses_by_name(path, command, capsys) -> None:
-    assert main([command[0], "--mesh", "data=2", *command[1:], path]) == 3
-    err = capsys.readouterr().err
-    assert "cf.gdv:2:8: error: if is a control flow op: partitioning does not handle control" in err
+@pytest.mark.parametrize(
+    "command", [["partition", "--shard", "x=[data]"], ["plan", "--shard", "x=[data]", "--apply"]]
+)
+def test_partitioning_gathers_control_ops_operands(path, command, capsys) -> None:
+    """A control op's operands are replicated (its sharding rule): a sharded %x is gathered
+    whole before the op, every rank runs it, and each op's claim (its named functions in
+    scope) is proved."""
+    assert main([command[0], "--mesh", "data=2", *command[1:], path]) == 0
+    out, err = capsys.readouterr()
+    assert 'all_gather(%x) {axes = ["data"], dim = 0} : f32[4]' in out
+    assert 'if(%c, %x.p1) {then = "dbl", else = "neg", result = 0} : f32[4]' in out
+    assert "func @small(" in out  # the functions named stay in the partitioned module
+    assert "verdict proved" in err + out
 
 
 def test_a_claim_too_large_to_encode_is_unknown_not_an_error(tmp_path) -> None:

@@ -167,7 +167,7 @@ def run_mpi_many(
             mesh.loc or fn.attr_locs.get("mesh") or fn.loc,
         )
     check_function(fn, module.filename)
-    check_runnable(fn)
+    check_runnable(fn, module)
     # An input that is the same object in every set (a model's weights) is written once per
     # rank; the others once per rank and set. Sets are sharded one at a time (memory).
     first = input_sets[0]

@@ -15,7 +15,6 @@ from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError
 from gdv.ir.dtypes import DType
 from gdv.ir.ops.collective import COLLECTIVES
-from gdv.ir.ops.control import CONTROL
 
 FOLDED_DTYPES = {
     DType.F64: 0,
@@ -110,20 +109,24 @@ def _segment(fn: Function, first: int, end: int, types, live_after: set[str]) ->
 
 def segment_module(module: Module, fn: Function, seg: Segment) -> Module:
     """The module a segment compiles as: its function and the module's ordinary functions
-    (kernel bodies), without meshes."""
+    (kernel bodies; the branches, conditions and bodies its control flow ops name, and those
+    they name in turn), without meshes."""
     others = [f for f in module.functions if f is not fn and "mesh" not in f.attrs]
     return Module([seg.function, *others], module.filename)
 
 
-def check_runnable(fn: Function) -> None:
-    """Every folding collective's dtype is one the runtime folds, and no control flow op
-    (IR_SPEC.md section 9) is there (an IRError at the op)."""
+def check_runnable(fn: Function, module: Module | None = None) -> None:
+    """Every folding collective's dtype is one the runtime folds, and every function a control
+    flow op names (in `module`) is an ordinary one (an IRError at the op).
+
+    A control flow op (IR_SPEC.md section 9) is a local op like any other: every rank runs it
+    on its own values in its segment (`gdv partition` gathers its operands whole first), the
+    functions it names being ordinary functions of the module, which `segment_module` keeps.
+    A function with a mesh (an SPMD one, which may hold collectives) is no such body: the
+    segments between collectives could not hold it."""
+    if module is not None:
+        _check_bodies(fn, module)
     for op in fn.ops:
-        if op.name in CONTROL:
-            raise IRError(
-                f"{op.name} is a control flow op: the MPI target does not run control flow yet",
-                op.name_loc or op.loc,
-            )
         if "combiner" in op.attrs and op.type.dtype not in FOLDED_DTYPES:
             known = ", ".join(str(d) for d in FOLDED_DTYPES)
             raise IRError(
@@ -131,3 +134,28 @@ def check_runnable(fn: Function) -> None:
                 f"{op.type.dtype} fold would need its own rounding; not implemented)",
                 op.name_loc or op.loc,
             )
+
+
+def _check_bodies(fn: Function, module: Module) -> None:
+    """No function a control flow op of `fn` reaches (through the functions named in turn) has
+    a mesh."""
+    from gdv.ir.ops.control import FUNCTION_ATTRS
+
+    seen = {fn.name}
+    todo = [fn]
+    while todo:
+        caller = todo.pop()
+        for op in caller.ops:
+            for attr in FUNCTION_ATTRS.get(op.name, ()):
+                callee = module.function(op.attrs[attr])
+                if callee is None or callee.name in seen:
+                    continue
+                if "mesh" in callee.attrs:
+                    raise IRError(
+                        f"{op.name} {attr} @{callee.name} is an SPMD function (it has a mesh): "
+                        "the functions a control flow op names run on every rank as ordinary "
+                        "functions",
+                        op.attr_locs.get(attr) or op.name_loc or op.loc,
+                    )
+                seen.add(callee.name)
+                todo.append(callee)
