@@ -85,7 +85,8 @@ def _group(op: Op, args: list[TB], ctx: Context, run: Callable[[], Group]) -> TB
     attrs = tuple((k, attr_key(v)) for k, v in sorted(op.attrs.items()) if k != "result")
     key = (op.name, tuple(op.operands), attrs)
     hit = ctx.groups.get(key)
-    if hit is None or len(hit[0]) != len(args) or any(x is not y for x, y in zip(hit[0], args)):
+    same = hit is not None and len(hit[0]) == len(args)
+    if not (same and all(x is y for x, y in zip(hit[0], args, strict=True))):
         try:
             hit = (list(args), run())
         except IRError as e:  # analysed without its module: nothing is known of its functions
