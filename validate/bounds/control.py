@@ -53,10 +53,9 @@ bounds neither reach a fixpoint nor a cond that is exactly false by then gets an
 bound."""
 
 
-def _unbounded(op: Op, reason: str, type_: TensorType | None = None) -> TB:
-    type_ = type_ or op.type
-    specials = SPECIALS if type_.dtype.is_float else frozenset()
-    return make_tb(type_, (-math.inf, math.inf), Err.infinite(reason), None, specials)
+def _unbounded(op: Op, reason: str) -> TB:
+    specials = SPECIALS if op.type.dtype.is_float else frozenset()
+    return make_tb(op.type, (-math.inf, math.inf), Err.infinite(reason), None, specials)
 
 
 def _call(fn: Function, args: list[TB], ctx: Context) -> tuple[list[TB], float]:
