@@ -64,6 +64,11 @@ class Context:
     mesh: Any = None
     """The mesh of the SPMD function being bounded (`gdv.ir.mesh.Mesh`), for the group sizes
     of its collectives; None for an ordinary function."""
+    groups: dict[tuple, tuple[list[TB], Any]] = field(default_factory=dict)
+    """The bounds of every result of a control flow op's group (the ops with the same operands
+    and function attributes, another `result`: one evaluation, IR_SPEC.md section 9), by op
+    name, operand names and attributes other than `result`, with the operand bounds they were
+    computed from (`validate/bounds/control.py`)."""
 
     def fmt(self, dtype: DType) -> DType:
         """The float format a value of program dtype `dtype` is rounded to."""

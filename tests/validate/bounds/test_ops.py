@@ -419,8 +419,8 @@ def test_every_op_has_a_rule_and_a_soundness_case() -> None:
     # The collectives' soundness cases need an SPMD function and its simulation:
     # tests/validate/test_spmd.py, test_every_collective_s_error_bound_holds_on_the_simulation.
     covered |= {s.name for s in specs if s.family == "collective"}
-    # Loops are not analysed: their bound is infinite (naming the op), which holds trivially;
-    # tests/test_control_compile.py checks that reason.
+    # The loops' soundness cases carry state across trips and compare with the loop run in
+    # the reals: tests/validate/test_bounds_control.py.
     covered |= {"while", "scan"}
     missing = sorted(s.name for s in specs if s.name not in covered)
     assert not missing, f"ops without a soundness case: {missing}"
