@@ -659,10 +659,57 @@ def _blocked(
     y_unit = not y_k_inner and all(gj.step(coefs[k][0]) in (0, 1) for k in y_offs)
 
     def pack_y_as(ext: str, ind: str) -> str:
+        if ext == str(nr):
+            fast = strided_y(ind)
+            if fast is not None:
+                return fast
         return _pack(
             prog, body, con.right, y_offs, ind, ("jj", ext, "j", "j0 + jj"), y_k_inner,
             f"dst[kk * {nr} + jj]", y_unit,
         )  # fmt: skip
+
+    def strided_y(ind: str) -> str | None:
+        """A full sliver of Y read unchanged at a stride of 2 along j (a stride-2 convolution's
+        input positions), packed per reduce position with two vector loads and a shuffle per
+        vector of lanes: the loads cover exactly the elements the sliver reads (the second
+        starts at the first's last lane), and the shuffle keeps the even ones. The same values
+        in the same places as the element loop, which GCC left as scalar moves."""
+        if y_k_inner or con.right not in pidx or dtype not in (DType.F32, DType.F64):
+            return None
+        k = pidx[con.right]
+        if operand_types[k].dtype != dtype:
+            return None
+        coef = coefs[k][0]
+        step = gj.step(coef)
+        if step is None:
+            live = [(coef[d], z) for d, z in zip(gj.dims, gj.sizes, strict=True) if z != 1]
+            if live and live[-1][1] % nr == 0:
+                step = live[-1][0]
+        vl = vb // dtype.itemsize
+        if step != 2 or nr % vl or vl < 2:
+            return None
+        og = gj.sliver_offset(coef, f"t{k}j", tables, (nr, "j0", "INT64_C(0)"))[0]
+        ok = gk.offset(coef, f"t{k}k", tables)[0]
+        ct, it = CTYPE[dtype], "int32_t" if dtype is DType.F32 else "int64_t"
+        mask = [2 * lane for lane in range(vl // 2)] + [2 * lane + 1 for lane in range(vl // 2, vl)]
+        lines = [
+            f"{ind}{{",
+            f"{ind}  typedef {ct} gdv_sv __attribute__((vector_size({vb}), aligned({dtype.itemsize})));",
+            f"{ind}  typedef {it} gdv_sm __attribute__((vector_size({vb})));",
+            f"{ind}  const gdv_sm even = {{{', '.join(map(str, mask))}}};",
+            f"{ind}  for (int64_t kk = 0; kk < kc; kk++) {{",
+            f"{ind}    const int64_t k = pc + kk, j = j0;",
+            f"{ind}    (void)k; (void)j;",
+            f"{ind}    const {ct} *src = a{k} + o{k} + {og} + {ok};",
+        ]
+        for q in range(nr // vl):
+            lines += [
+                f"{ind}    *(gdv_sv *)(dst + kk * {nr} + {q * vl}) = __builtin_shuffle("
+                f"*(const gdv_sv *)(src + {2 * q * vl}), "
+                f"*(const gdv_sv *)(src + {2 * q * vl + vl - 1}), even);",
+            ]
+        lines += [f"{ind}  }}", f"{ind}}}"]
+        return "".join(line + "\n" for line in lines)
 
     def pack_x_as(ext: str, ind: str) -> str:
         return _pack(

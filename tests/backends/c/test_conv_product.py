@@ -271,3 +271,37 @@ def test_weights_of_a_small_image_are_read_in_place(cout: int, hw: int) -> None:
     want = reference.run(module, {"x": x, "w": w})[0]
     assert np.isfinite(want).mean() > 0.8
     assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize(
+    ("xs", "ws", "stride", "pads"),
+    [
+        # 64 x 64 -> 32 x 32: output rows of 32 positions, every full sliver inside one row
+        ((1, 3, 64, 64), (8, 3, 3, 3), (2, 2), (1, 1, 1, 1)),
+        # one output row: the positions flatten to one stride of 2
+        ((1, 2, 1, 80), (5, 2, 1, 3), (1, 2), (0, 0, 0, 1)),
+        # a 7 x 7 kernel at stride 2 with padding 3, two images
+        ((2, 3, 40, 32), (6, 3, 7, 7), (2, 2), (3, 3, 3, 3)),
+    ],
+)
+@pytest.mark.parametrize("level", [2, 3])
+def test_stride_2_input_slivers_are_packed_by_shuffles(dtype, xs, ws, stride, pads, level) -> None:
+    """A full sliver of a stride-2 convolution's input positions is packed with two vector
+    loads and a shuffle (`strided_y` in backends/c/matmul.py): the same values as the
+    reference, NaN, infinities and signed zeros included, bit for bit."""
+    n, _, h, wd = xs
+    oh = (h + pads[0] + pads[1] - ws[2]) // stride[0] + 1
+    ow = (wd + pads[2] + pads[3] - ws[3]) // stride[1] + 1
+    attrs = _attrs(stride, pads, (1, 1), 1)
+    module = parse(_program(dtype, xs, ws, (n, ws[0], oh, ow), attrs))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lower_to_kernels, "CONV_MIN_MACS", 0)
+        compiled = _compiled(module, level)
+    assert "__builtin_shuffle" in c.lower(compiled)
+    rng = np.random.default_rng(3)
+    npdt = np.float32 if dtype == "f32" else np.float64
+    inputs = {"x": _values(rng, xs, npdt, 0.05), "w": _values(rng, ws, npdt, 0.0)}
+    (got,) = c.run(compiled, inputs)
+    (want,) = reference.run(compiled, inputs)
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
