@@ -94,7 +94,10 @@ def _state(prog: Program, operands: list[str], types: list[TensorType], out: lis
     for i, (v, t) in enumerate(zip(operands, types, strict=True)):
         lines.append(_copy(f"gdv_s[{i}]", prog.var(v), t, "    "))
     end = [f"    if (gdv_s[0] != buf[{out[0]}]) {{  /* an odd number of steps ran */"]
-    end += [_copy(f"buf[{k}]", f"gdv_s[{i}]", t, "      ") for i, (k, t) in enumerate(zip(out, types))]
+    end += [
+        _copy(f"buf[{k}]", f"gdv_s[{i}]", t, "      ")
+        for i, (k, t) in enumerate(zip(out, types, strict=True))
+    ]
     end.append("    }")
     return lines, end
 
@@ -144,8 +147,9 @@ def _evaluate(
     v = [prog.var(x) for x in op.operands]
     outs = [f"buf[{k}]" for k in out]
     if op.name == "if":
-        then, other = called(prog, _function(prog, op, "then")), called(
-            prog, _function(prog, op, "else")
+        then, other = (
+            called(prog, _function(prog, op, "then")),
+            called(prog, _function(prog, op, "else")),
         )
         args = [f"(void *){x}" for x in v[1:]] + outs
         return [
@@ -191,7 +195,8 @@ def _evaluate(
     ys = []
     for slot, t in zip(out[p:], results[p:], strict=True):
         c = CTYPE[t.dtype]
-        ys.append(f"(void *)(({c} *)buf[{slot}] + gdv_t * INT64_C({t.num_elements // max(1, length)}))")
+        step = t.num_elements // max(1, length)
+        ys.append(f"(void *)(({c} *)buf[{slot}] + gdv_t * INT64_C({step}))")
     if not ys and not p:
         raise IRError("internal: a scan with neither states nor outputs", op.loc)
     return [

@@ -694,7 +694,8 @@ def _blocked(
         mask = [2 * lane for lane in range(vl // 2)] + [2 * lane + 1 for lane in range(vl // 2, vl)]
         lines = [
             f"{ind}{{",
-            f"{ind}  typedef {ct} gdv_sv __attribute__((vector_size({vb}), aligned({dtype.itemsize})));",
+            f"{ind}  typedef {ct} gdv_sv"
+            f" __attribute__((vector_size({vb}), aligned({dtype.itemsize})));",
             f"{ind}  typedef {it} gdv_sm __attribute__((vector_size({vb})));",
             f"{ind}  const gdv_sm even = {{{', '.join(map(str, mask))}}};",
             f"{ind}  for (int64_t kk = 0; kk < kc; kk++) {{",
@@ -896,8 +897,8 @@ def _blocked(
             for i, j in enumerate(kernels)
         )
         cols_edge = (
-            f"                }} else if (mr == {mr}{packed_a}) {{ /* an edge of columns: vectors along "
-            "the rows */\n"
+            f"                }} else if (mr == {mr}{packed_a}) {{"
+            " /* an edge of columns: vectors along the rows */\n"
             "                  for (int64_t jj = 0; jj < nr;) {\n"
             f"{steps}\n"
             "                  }\n"
@@ -1008,7 +1009,7 @@ def _blocked(
                 int64_t ldb = {nr};
 {in_place_b}{pre_b}                if (mr == {mr} && nr == {nr}) {{
                   {call_full}
-{cols_edge}{rows_edge}                }} else {{ /* an edge tile: through a full-size tile, partial sums in order */
+{cols_edge}{rows_edge}                }} else {{ /* an edge tile: through a full-size tile */
                   {t} tile[{mr * nr}] __attribute__((aligned(64)));
                   if (pc != 0)
                     for (int64_t ii = 0; ii < mr; ii++)

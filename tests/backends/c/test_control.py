@@ -175,7 +175,8 @@ def test_the_cli_compiles_runs_and_profiles_control_flow(tmp_path, capsys) -> No
     path = tmp_path / "w.gdv"
     path.write_text(WHILE.replace("MAX", "1000"))
     bundle = tmp_path / "ev"
-    assert main(["compile", str(path), "-o", str(tmp_path / "w.so"), "--emit-evidence", str(bundle)]) == 0
+    out = str(tmp_path / "w.so")
+    assert main(["compile", str(path), "-o", out, "--emit-evidence", str(bundle)]) == 0
     assert main(["evidence", "verify", str(bundle)]) == 0
     assert "verified" in capsys.readouterr().out
     assert main(["profile", str(path)]) == 0
@@ -215,7 +216,6 @@ func @f(%s: f32[2,3], %x: f32[6]) -> (f32[2,3], f32[6], f32[2,3], f32[6]) {
 @given(seed=st.integers(0, 2**16), level=LEVELS)
 def test_results_shared_between_returns(seed: int, level: int) -> None:
     _same(SHARED, level, reference.random_inputs(parse(SHARED).entry, seed))
-
 
 
 # Differential: a drawn program P (`gdv fuzz`'s generator) run as a branch of an `if` and as
