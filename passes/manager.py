@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gdv.ir.core import Function, Module
+from gdv.ir.core import Module
 from gdv.ir.diagnostics import IRError
 from gdv.ir.obligation import Obligation
 from gdv.ir.printer import print_module
@@ -103,24 +103,13 @@ def with_called_functions(ob: Obligation, module: Module) -> Obligation:
     turn, kernel bodies included), as the pass's input `module` defines them, in scope. A pass
     rewrites each function of a module with claims of its own, so a call by name means the
     same before and after it, and either side's definition may serve the pair."""
-    from gdv.ir.ops.control import functions_named
-    from gdv.ir.ops.kernel import bodies_used
+    from gdv.ir.ops.control import called_functions, functions_named
 
-    pair = [ob.src, ob.tgt]
-    if not any(functions_named(op) for fn in pair for op in fn.ops):
+    pair = [*ob.src.ops, *ob.tgt.ops]
+    if not any(functions_named(op) for op in pair):
         return ob  # the claims without control flow stay as the pass made them
     have = {f.name for f in ob.functions}
-    found: list[Function] = []
-    todo = list(pair)
-    while todo:
-        fn = todo.pop()
-        names = {n for op in fn.ops for n in functions_named(op)} | bodies_used([fn])
-        for name in sorted(names - have):
-            callee = module.function(name)
-            if callee is not None:
-                have.add(name)
-                found.append(callee)
-                todo.append(callee)
+    found = [f for f in called_functions(pair, module) if f.name not in have]
     if not found:
         return ob
     return dataclasses.replace(ob, functions=[*ob.functions, *found])

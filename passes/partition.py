@@ -31,6 +31,7 @@ from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.mesh import Mesh, check_sharding
 from gdv.ir.ops.collective import COLLECTIVES
+from gdv.ir.ops.control import called_functions
 from gdv.ir.sharding import FactorRule, factor_rule
 from gdv.ir.types import TensorType
 
@@ -289,7 +290,7 @@ def partition(
         raise IRError("the function is SPMD already", fn.loc or Loc(module.filename, 1, 1))
     if order not in ORDERS:
         raise IRError(f"--order must be one of {', '.join(ORDERS)}", Loc("<command line>", 1, 1))
-    for callee in called_functions(fn.ops, module):
+    for callee in called_functions(fn.ops, module):  # every rank runs them whole
         if callee.attrs.get("mesh") is not None:
             raise IRError(
                 f"@{callee.name}, which @{fn.name}'s ops call, is an SPMD function: the "
@@ -446,27 +447,6 @@ def _combiner(op: Op) -> str:
 
 def _want(dims: list[list[str]], axes_of: dict[str, list[str]]) -> Sharding:
     return [list(axes_of.get(f[0], [])) if f else [] for f in dims]
-
-
-def called_functions(ops: list[Op], module: Module) -> list[Function]:
-    """The functions of `module` that `ops` name (a control flow op's branches, condition and
-    body, a kernel's body and epilogue), and those they name in turn, in a stable order: what
-    a claim about `ops` needs in scope. `partition` refuses a program where one has a mesh:
-    every rank runs a control op whole, its functions as ordinary ones."""
-    from gdv.ir.ops.control import functions_named
-    from gdv.ir.ops.kernel import bodies_used
-
-    found: dict[str, Function] = {}
-    todo = [Function("<ops>", [], [], list(ops), [])]
-    while todo:
-        fn = todo.pop()
-        names = {n for o in fn.ops for n in functions_named(o)} | bodies_used([fn])
-        for name in sorted(names - found.keys()):
-            callee = module.function(name)
-            if callee is not None:
-                found[name] = callee
-                todo.append(callee)
-    return [found[n] for n in sorted(found)]
 
 
 def _step(

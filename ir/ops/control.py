@@ -180,6 +180,25 @@ def functions_named(op: Op) -> list[str]:
     ]
 
 
+def called_functions(ops: Iterable[Op], module: Module) -> list[Function]:
+    """The functions of `module` that `ops` name (a control flow op's branches, condition and
+    body; a kernel's body and epilogue), and those they name in turn, sorted by name: what a
+    claim about `ops`, or a target running them, needs besides them."""
+    from gdv.ir.ops.kernel import bodies_used
+
+    found: dict[str, Function] = {}
+    todo = [Function("<ops>", [], [], list(ops), [])]
+    while todo:
+        fn = todo.pop()
+        names = {n for o in fn.ops for n in functions_named(o)} | bodies_used([fn])
+        for name in sorted(names - found.keys()):
+            callee = module.function(name)
+            if callee is not None:
+                found[name] = callee
+                todo.append(callee)
+    return [found[n] for n in sorted(found)]
+
+
 def bodies_called(functions: Iterable[Function]) -> set[str]:
     """Names of the functions the control ops of `functions` call."""
     return {name for f in functions for op in f.ops for name in functions_named(op)}
