@@ -31,7 +31,6 @@ from gdv.backends.c.emit import CTYPE, Program, comment
 from gdv.backends.c.function import lower_ops
 from gdv.backends.c.registry import lowering
 from gdv.ir.core import Function, Op, attr_key
-from gdv.ir.diagnostics import IRError
 from gdv.ir.ops.control import IF, SCAN, WHILE, result_types
 from gdv.ir.types import TensorType
 
@@ -79,7 +78,9 @@ def _call(name: str, args: list[str], indent: str) -> list[str]:
     ]
 
 
-def _state(prog: Program, operands: list[str], types: list[TensorType], out: list[int]) -> list:
+def _state(
+    prog: Program, operands: list[str], types: list[TensorType], out: list[int]
+) -> tuple[list[str], list[str]]:
     """C declaring the state pointers `gdv_s` (in the result slots `out`) and `gdv_n` (a second
     set of slots), the state's initial value copied into `gdv_s`; and the lines that leave the
     final state in `out`."""
@@ -151,14 +152,9 @@ def _evaluate(
             called(prog, _function(prog, op, "then")),
             called(prog, _function(prog, op, "else")),
         )
-        args = [f"(void *){x}" for x in v[1:]] + outs
-        return [
-            "  {",
-            f"    void *const gdv_a[] = {{{', '.join(args)}}};",
-            f"    const int gdv_st = {v[0]}[0] ? {then}(buf, gdv_a) : {other}(buf, gdv_a);",
-            "    if (gdv_st != 0) return gdv_st;",
-            "  }",
-        ]
+        return _call(
+            f"({v[0]}[0] ? {then} : {other})", [*(f"(void *){x}" for x in v[1:]), *outs], "  "
+        )
     if op.name == "while":
         cond = called(prog, _function(prog, op, "cond"))
         body = called(prog, _function(prog, op, "body"))
@@ -197,8 +193,6 @@ def _evaluate(
         c = CTYPE[t.dtype]
         step = t.num_elements // max(1, length)
         ys.append(f"(void *)(({c} *)buf[{slot}] + gdv_t * INT64_C({step}))")
-    if not ys and not p:
-        raise IRError("internal: a scan with neither states nor outputs", op.loc)
     return [
         f"  {{  /* {length} steps */",
         *start,
