@@ -376,11 +376,21 @@ class _Group:
         innermost one's extent is a multiple of the width, a sliver never crosses it, and the
         offset is the table's entry at `base` plus a stride (a convolution's rows)."""
         width, base, counter = sliver
-        live = [(coef[d], z) for d, z in zip(self.dims, self.sizes, strict=True) if z != 1]
-        if self.step(coef) is None and live and live[-1][1] % width == 0:
+        step = self.sliver_step(coef, width)
+        if self.step(coef) is None and step is not None:
             self.offset(coef, table, tables)  # the table
-            return f"{table}[{base}] + INT64_C({live[-1][0]}) * {counter}", abs(live[-1][0])
+            return f"{table}[{base}] + INT64_C({step}) * {counter}", abs(step)
         return self.offset(coef, table, tables)
+
+    def sliver_step(self, coef: list[int], width: int) -> int | None:
+        """How far one step moves in memory inside a sliver of `width` consecutive indices
+        (starting at a multiple of `width`): the flattened step, or where the dims need a table,
+        the innermost dim's when a sliver never crosses it; None otherwise."""
+        step = self.step(coef)
+        if step is not None:
+            return step
+        live = [(coef[d], z) for d, z in zip(self.dims, self.sizes, strict=True) if z != 1]
+        return live[-1][0] if live and live[-1][1] % width == 0 else None
 
     def offset(self, coef: list[int], table: str, tables: dict[str, str]) -> tuple[str, int]:
         """C for sum_d coef[d] * index_d at flattened index `var`, and a stride hint (how far
@@ -680,13 +690,8 @@ def _blocked(
         if operand_types[k].dtype != dtype:
             return None
         coef = coefs[k][0]
-        step = gj.step(coef)
-        if step is None:
-            live = [(coef[d], z) for d, z in zip(gj.dims, gj.sizes, strict=True) if z != 1]
-            if live and live[-1][1] % nr == 0:
-                step = live[-1][0]
         vl = vb // dtype.itemsize
-        if step != 2 or nr % vl or vl < 2:
+        if gj.sliver_step(coef, nr) != 2 or nr % vl or vl < 2:
             return None
         og = gj.sliver_offset(coef, f"t{k}j", tables, (nr, "j0", "INT64_C(0)"))[0]
         ok = gk.offset(coef, f"t{k}k", tables)[0]
@@ -890,7 +895,7 @@ def _blocked(
             for j in EDGE_COLUMNS
             if j < nr
         }
-    if packed_a is not None and kernels:
+    if kernels:
         steps = "\n".join(
             f"                    {'if' if i == 0 else 'else if'} (nr - jj >= {j}) {{ "
             f"{kernels[j]}(kc, pa, pb + jj, ldb, ct + jj, {n_}, pc == 0); jj += {j}; }}"
