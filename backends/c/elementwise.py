@@ -12,7 +12,8 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
   cmp compare in C's own types: the promotions keep every value, so unsigned dtypes compare
   unsigned.
 - max/min: NaN if either is NaN, max(-0.0, +0.0) = +0.0, min gives -0.0 (helpers below, the
-  reference's `float_max`/`float_min` step by step); relu is max(x, +0.0).
+  reference's `float_max`/`float_min` step by step); relu is max(x, +0.0). Against a body
+  constant that is not NaN, one compare gives the same bits (`_extreme_with_constant`).
 - neg flips the sign (C's unary minus), abs clears it (fabs), floor is exact (floor).
 - transcendentals (exp log tanh erf sin cos pow tan asin acos atan sinh cosh asinh acosh atanh,
   rsqrt = 1/sqrt, sigmoid = 1/(1+exp(-x))):
@@ -51,6 +52,7 @@ Meaning, exactly as the reference backend (`backends/reference/elementwise.py`):
 
 from __future__ import annotations
 
+import math
 import os
 
 from gdv.backends.c import float8, narrow
@@ -151,6 +153,41 @@ def _float_to_int(dst: DType) -> str:
         f"  return ({t})({held})t;\n"
         "}\n"
     )
+
+
+class Literal(str):
+    """The C literal of a body `constant` (what `scalar` returns for one), carrying its value:
+    the callers keep it in place of a variable (`bind_scalar`), so an op reading it sees the
+    constant (`_extreme_with_constant`)."""
+
+    value: float
+
+    def __new__(cls, text: str, value: float) -> Literal:
+        lit = super().__new__(cls, text)
+        lit.value = value
+        return lit
+
+
+def _extreme_with_constant(kind: str, args: list[str]) -> str | None:
+    """f32/f64 max (min) of a value and a constant that is not NaN as one compare, or None.
+
+    With c not NaN, IR_SPEC's max(a, c) = max(c, a) is a when a is NaN, the larger otherwise,
+    +0.0 over -0.0: `a <= c ? c : a` (a NaN compares false and stays; a = -0.0 against c = +0.0
+    gives c), or `a < c ? c : a` when c is -0.0 (so that a = +0.0 stays). min mirrors it: `a > c
+    ? c : a`, or `a >= c ? c : a` when c is -0.0. Equal nonzero values have equal bits. Two
+    vector instructions instead of the order keys' dozen (the clip of relu6 after every conv);
+    tests/backends/c/test_extremes.py checks both sides of every special value."""
+    consts = [k for k, a in enumerate(args) if isinstance(a, Literal) and a.value == a.value]
+    if not consts:
+        return None
+    c = args[consts[-1]]
+    a = args[1 - consts[-1]]
+    negative_zero = c.value == 0.0 and math.copysign(1.0, c.value) < 0
+    if kind == "max":
+        rel = "<" if negative_zero else "<="
+    else:
+        rel = ">=" if negative_zero else ">"
+    return f"(({a}) {rel} ({c}) ? ({c}) : ({a}))"
 
 
 def _narrow_extreme(kind: str, dtype: DType) -> str:
@@ -439,7 +476,8 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
             prog.helpers.add(NARROW_HELPER)
     if name == "constant":
         leaves = list(iter_leaves(op.attrs["value"]))
-        return attr_literal(leaves[0], dtype)
+        value = literal_to_array(leaves[0], dtype)[()]
+        return Literal(attr_literal(leaves[0], dtype), float(value) if dtype.is_float else value)
     if name == "convert":
         src = arg_dtypes[0]
         prog.helpers.update(convert_helpers(src, dtype))
@@ -468,11 +506,14 @@ def scalar(prog: Program, op: Op, args: list[str], arg_dtypes: list[DType]) -> s
     if name in _ARITH:
         return f"(({args[0]}) {_ARITH[name]} ({args[1]}))"
     if name in ("max", "min"):
+        one = _extreme_with_constant(name, args)
+        if one is not None:
+            return one
         prog.helpers.add(f"gdv_{name}_{SUFFIX[dtype]}")
         return f"gdv_{name}_{SUFFIX[dtype]}({args[0]}, {args[1]})"
     if name == "relu":
-        prog.helpers.add(f"gdv_max_{SUFFIX[dtype]}")
-        return f"gdv_max_{SUFFIX[dtype]}({args[0]}, {value_literal(0.0, dtype)})"
+        zero = Literal(value_literal(0.0, dtype), 0.0)
+        return _extreme_with_constant("max", [args[0], zero])  # type: ignore[return-value]
     if name == "neg":
         return f"(-({args[0]}))"
     if name in ("abs", "sqrt", "floor"):
@@ -519,6 +560,26 @@ def _elementwise(prog: Program, op: Op) -> None:
 
 # Every op with operands that has scalar code stands alone as a one-op nest.
 lowering(*(s for s, r in SCALAR.items() if r is scalar and s.min_operands > 0))(_elementwise)
+
+
+def bind_scalar(
+    prog: Program,
+    op: Op,
+    env: dict[str, tuple[str, DType]],
+    lines: list[str],
+    indent: str,
+    var: str,
+) -> None:
+    """Body op `op` (rank 0) on the values `env` holds (name -> C expression, dtype): a
+    `const` variable `var` is declared to its C expression and `env` maps the result to it; a
+    constant's literal goes into `env` itself, so the ops reading it see the value."""
+    expr = scalar(prog, op, [env[o][0] for o in op.operands], [env[o][1] for o in op.operands])
+    if isinstance(expr, Literal):
+        env[op.result] = (expr, op.type.dtype)
+        return
+    t = ctype(op.type.dtype, op, prog.module)
+    lines.append(f"{indent}const {t} {var} = {expr};  /* %{comment(op.result)} */")
+    env[op.result] = (var, op.type.dtype)
 
 
 @lowering(OPS["constant"])

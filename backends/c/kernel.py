@@ -8,7 +8,7 @@ neither."""
 from __future__ import annotations
 
 from gdv.backends.c import matmul
-from gdv.backends.c.elementwise import scalar
+from gdv.backends.c.elementwise import bind_scalar
 from gdv.backends.c.emit import CTYPE, Program, comment, ctype
 from gdv.backends.c.nest import Nest, emit_nest
 from gdv.backends.c.registry import lowering
@@ -27,12 +27,7 @@ def body_code(prog: Program, body: Function):
         for k, b in enumerate(body.ops):
             if b.name not in BODY_OPS or b.type.rank != 0:
                 raise prog.error(b, "only scalar elementwise ops may appear in a kernel body")
-            args = [env[o][0] for o in b.operands]
-            dtypes = [env[o][1] for o in b.operands]
-            expr = scalar(prog, b, args, dtypes)
-            t = ctype(b.type.dtype, b, prog.module)
-            lines.append(f"{indent}const {t} s{k} = {expr};  /* %{comment(b.result)} */")
-            env[b.result] = (f"s{k}", b.type.dtype)
+            bind_scalar(prog, b, env, lines, indent, f"s{k}")
         (name,) = body.returns
         return env[name][0]
 

@@ -35,7 +35,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gdv.backends.c.elementwise import scalar
+from gdv.backends.c.elementwise import bind_scalar
 from gdv.backends.c.emit import CTYPE, SUFFIX, Program, comment, ctype, strides
 from gdv.ir import products
 from gdv.ir.core import Function, Op
@@ -1198,10 +1198,5 @@ def eval_value(
     for s, b in enumerate(body.ops):
         if b.result not in need:
             continue
-        expr = scalar(prog, b, [env[o][0] for o in b.operands], [env[o][1] for o in b.operands])
-        lines.append(
-            f"{ind}const {ctype(b.type.dtype, b, prog.module)} s{s} = {expr};"
-            f"  /* %{comment(b.result)} */"
-        )
-        env[b.result] = (f"s{s}", b.type.dtype)
+        bind_scalar(prog, b, env, lines, ind, f"s{s}")
     return env[value][0]

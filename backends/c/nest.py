@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gdv.backends.c.elementwise import scalar
+from gdv.backends.c.elementwise import bind_scalar, scalar
 from gdv.backends.c.emit import (
     CTYPE,
     SUFFIX,
@@ -140,7 +140,6 @@ def load_operands(
 
 def combine_expr(prog: Program, combiner: str, dtype: Any, a: str, b: str) -> str:
     """C for the combiner applied to `a` and `b`: the elementwise op it folds with."""
-    from gdv.backends.c.elementwise import scalar
 
     fake = Op("acc", COMBINER_OP[combiner], ["a", "b"], {}, TensorType(dtype, ()))
     return scalar(prog, fake, [a, b], [dtype, dtype])
@@ -349,11 +348,7 @@ class _Hoist:
                 env[p.name] = (f"x{k}", p.type.dtype)
         for s, b in enumerate(self.function.ops):
             if b.result in names and b.result not in env:
-                args = [env[o][0] for o in b.operands]
-                expr = scalar(self.prog, b, args, [env[o][1] for o in b.operands])
-                t = ctype(b.type.dtype, b, self.prog.module)
-                lines.append(f"{indent}const {t} s{s} = {expr};  /* %{comment(b.result)} */")
-                env[b.result] = (f"s{s}", b.type.dtype)
+                bind_scalar(self.prog, b, env, lines, indent, f"s{s}")
 
     def before(self, lines: list[str], indent: str) -> None:
         self.env: dict = {}

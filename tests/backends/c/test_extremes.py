@@ -1,10 +1,10 @@
 """f32/f64 max and min on the C target against the reference (IR_SPEC's order: NaN operands
 kept, `a`'s first; -0.0 < +0.0), with one operand a constant on either side and every special
 value on the other: signed zeros, infinities, NaNs of both signs with payloads, subnormals.
-At -O2 the constant is a literal inside the kernel's body, which the compiler folds into
-`gdv_max_*` (`backends/c/elementwise.py`, `_float_extreme`); at -O0 it is a buffer. Both must
-give the reference's bits (a one-compare form for constant operands was tried: it made
-mobilenet_v2 slower, so the helper keeps one form)."""
+At -O2 the constant is a literal inside the kernel's body, and max/min against a literal that
+is not NaN print as one compare (`backends/c/elementwise.py`, `_extreme_with_constant`; a
+-0.0 constant takes the strict compare); a NaN literal and the -O0 buffer keep the order-key
+helper `gdv_max_*`. Every form must give the reference's bits."""
 
 from __future__ import annotations
 
