@@ -18,7 +18,7 @@ largest error and its input, how many results are not the correctly rounded one 
 1/2 ulp), how many are more than 1 ulp off, and NaN or sign mismatches. --no-fma measures the
 functions as compiled for a target without FMA (GDV_FMAF a separate multiply and add).
 
---fit recomputes the f32 coefficient tables (vmath.EXPF_Q, ERFF_R, ERFCF_PIECES) with
+--fit recomputes the f32 coefficient tables (vmath.EXPF_Q, SIGMOIDF_Q, ERFF_R, ERFCF_PIECES) with
 mpmath, as the vmath docstring describes, and prints each with its fit's largest relative error.
 
 tests/backends/c/test_transcendentals.py runs the same program on a strided sample plus edge
@@ -279,6 +279,13 @@ def fit() -> None:
             6,
             (0.5,),
         ),
+        "SIGMOIDF_Q": (
+            lambda r: (mpmath.exp(nz(r)) - 1 - nz(r)) / nz(r) ** 2,
+            lambda r: mpmath.exp(r) / nz(r) ** 2,  # EXPF_Q with one coefficient fewer
+            (-h, h),
+            5,
+            (0.5,),
+        ),
         "ERFF_R": (
             lambda s: mpmath.erf(sq(s)) / sq(s) - 1,
             lambda s: mpmath.erf(sq(s)) / sq(s),  # erf = x + x R
@@ -291,6 +298,7 @@ def fit() -> None:
     }
     current = {
         "EXPF_Q": vmath.EXPF_Q,
+        "SIGMOIDF_Q": getattr(vmath, "SIGMOIDF_Q", ()),
         "ERFF_R": vmath.ERFF_R,
         "ERFCF_PIECES[0]": vmath.ERFCF_PIECES[0][1],
         "ERFCF_PIECES[1]": vmath.ERFCF_PIECES[1][1],

@@ -56,7 +56,7 @@ TARGET_INFO: Mapping[str, TargetInfo] = MappingProxyType(
             ".c",
             # backends/c/vmath.py, F32_MAX_ULP (tests/validate/bounds/test_c_target.py keeps
             # the two equal): gdv's own f32 exp, tanh, erf and sigmoid.
-            f32_ulps=MappingProxyType({"exp": 0.77, "tanh": 2.43, "erf": 0.98, "sigmoid": 1.48}),
+            f32_ulps=MappingProxyType({"exp": 0.77, "tanh": 2.43, "erf": 0.98, "sigmoid": 2.41}),
             reference_transcendentals=False,
             planned_memory=True,
         ),

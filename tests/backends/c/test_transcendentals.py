@@ -180,9 +180,9 @@ def test_f32_sweep_within_the_documented_error() -> None:
     # it lies near a midpoint the result may be its other neighbour: 1 to 2.5% of this sweep's
     # points, which crowd the functions' non-trivial ranges (0.06% of all inputs for exp, 0.2
     # to 0.7% of the ones strided through 0.9 <= |x| for erf); tanh, which trades accuracy
-    # (2.42 ulp) for speed, 6.2% here (3.9% of all inputs); sigmoid, which does too (1.48
-    # ulp), 10.3% here (1.8% of all inputs).
-    limit = {"tanh": 0.07, "sigmoid": 0.11}
+    # (2.42 ulp) for speed, 6.2% here (3.9% of all inputs); sigmoid, which does too (2.41
+    # ulp), 28.3% here (2.9% of all inputs).
+    limit = {"tanh": 0.07, "sigmoid": 0.29}
     for name, (off, _) in stats.items():
         assert off <= limit.get(name, 0.03) * x.size, (name, off)
 
