@@ -29,10 +29,11 @@ whole window lies inside the input run as one `omp simd` loop of straight-line c
 sweep below, one tap at a time over a row of outputs."""
 
 PLANE_MAX_BYTES = 64 << 10
-"""A stride-1 conv2d op with one input channel per group (depthwise) whose padded input plane
-takes at most this many bytes copies each plane, padded with +0.0, into a buffer on the stack
-and folds every output of the plane in one `omp simd` loop over the plane's positions (`_plane`):
-no border code, no remainder loop per row."""
+"""A conv2d op with one input channel per group (depthwise) and stride 1 or 2 on both axes
+whose padded input plane takes at most this many bytes copies each plane, padded with +0.0,
+into a buffer on the stack (at stride 2, four phase buffers of every other row and column) and
+folds every output of the plane in one `omp simd` loop over the buffer's positions with
+contiguous loads (`_plane`): no border code, no remainder loop per row, no strided reads."""
 
 PARALLEL_MIN_MACS = 1 << 16
 """A conv2d op with at least this many multiply-adds runs its (batch, output channel) pairs on
@@ -232,45 +233,71 @@ def _plane(
     wshape: tuple[int, ...],
     itemsize: int,
 ) -> str | None:
-    """C for a stride-1 conv2d with one input channel per group (depthwise), or None where it
-    does not apply: per (batch, output channel), the input plane is copied into a zeroed
-    buffer of the padded plane's shape (PH x PW: the padding's +0.0 in place), and output
-    (oy, ox) reads the buffer at q + i dh PW + j dw with q = oy PW + ox. So one `omp simd`
-    loop over q in [0, (OH - 1) PW + OW) folds every output, its taps unrolled in IR order
-    (positions with ox >= OW are computed and dropped); the rows are then copied out."""
+    """C for a conv2d with one input channel per group (depthwise) and one stride s (1 or 2)
+    on both axes, or None where it does not apply: per (batch, output channel), the padded
+    input plane (PH x PW, the padding's +0.0 in place) is copied into s x s zeroed phase
+    buffers of PHs x PWs = ceil(PH / s) x ceil(PW / s), phase (a, b) holding padded position
+    (s yy + a, s xx + b) at (yy, xx). Output (oy, ox)'s tap (i, j) reads padded position
+    (s oy + i dh, s ox + j dw): phase ((i dh) % s, (j dw) % s) at q + ((i dh) / s) PWs +
+    (j dw) / s with q = oy PWs + ox. So one `omp simd` loop over q in [0, (OH - 1) PWs + OW)
+    folds every output with contiguous loads, its taps unrolled in IR order (positions with
+    ox >= OW are computed and dropped); the rows are then copied out. A stride-2 conv's rows
+    would otherwise be short gathers (efficientnet's 5x5/2 over 7 to 28 columns)."""
     n, c, h, wd = xshape
     o, cg, kh, kw = wshape
-    if cg != 1 or tuple(op.attrs["stride"]) != (1, 1):
+    sh, sw = op.attrs["stride"]
+    if cg != 1 or sh != sw or sh not in (1, 2):
         return None
+    s = sh
     (pt, pb), (pl, pr) = op.attrs["padding"]
     dh, dw = op.attrs["dilation"]
     _, _, oh, ow = op.type.shape
     ph, pw = h + pt + pb, wd + pl + pr
-    span = (oh - 1) * pw + ow
-    if oh < 1 or ow < 1 or max(ph * pw, span) * itemsize > PLANE_MAX_BYTES:
+    phs, pws = -(-ph // s), -(-pw // s)
+    span = (oh - 1) * pws + ow
+    if oh < 1 or ow < 1 or max(s * s * phs * pws, span) * itemsize > PLANE_MAX_BYTES:
         return None
     og = o // op.attrs["groups"]
     lines = []
     for q, (i, j) in enumerate((i, j) for i in range(kh) for j in range(kw)):
+        phase = ((i * dh) % s) * s + (j * dw) % s
+        at = ((i * dh) // s) * pws + (j * dw) // s
         lines.append(
-            f"          {{ const {t} xv = pb[q + {i * dh * pw + j * dw}]; const {t} wv = w{q};"
+            f"          {{ const {t} xv = pb[{phase}][q + {at}]; const {t} wv = w{q};"
             f" const {t} p = {mul};" + (" acc = p; }" if q == 0 else f" acc = {add}; }}")
         )
     weights = "\n".join(f"      const {t} w{q} = wp[{q}];" for q in range(kh * kw))
     fold = "\n".join(lines)
+    if s == 1:
+        fill = (
+            f"      for (int64_t y = 0; y < {h}; y++)\n"
+            f"        memcpy(pb[0] + (y + {pt}) * {pws} + {pl}, xc + y * {wd},"
+            f" {wd} * sizeof({t}));"
+        )
+    else:  # input (y, x) is padded (y + pt, x + pl): phase ((y + pt) % 2, (x + pl) % 2)
+        fill = (
+            f"      for (int64_t y = 0; y < {h}; y++)\n"
+            "        for (int64_t b = 0; b < 2; b++) {\n"
+            f"          {t} *restrict dst = pb[((y + {pt}) % 2) * 2 + b]"
+            f" + ((y + {pt}) / 2) * {pws};\n"
+            f"          const int64_t x0 = (b + {pl % 2}) % 2;  /* (x0 + pl) % 2 == b */\n"
+            f"          for (int64_t x = x0; x < {wd}; x += 2)"
+            f" dst[(x + {pl}) / 2] = xc[y * {wd} + x];\n"
+            "        }"
+        )
+    how = "padded in a buffer" if s == 1 else "split into 2 x 2 phase buffers"
     return f"""/* conv2d %{comment(op.result)}: {kh * kw} taps unrolled per output,
-   each plane padded in a buffer and folded as one loop over its positions */
+   each plane {how} and folded as one loop over its positions */
 static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r)
 {{
 {pragma}  for (int64_t in = 0; in < {n}; in++)
     for (int64_t io = 0; io < {o}; io++) {{
-      {t} pb[{ph * pw}] __attribute__((aligned(64)));
+      {t} pb[{s * s}][{phs * pws}] __attribute__((aligned(64)));
       {t} out[{span}] __attribute__((aligned(64)));
       const {t} *restrict xc = x + (in * {c} + io / {max(1, og)}) * {h * wd};
       const {t} *restrict wp = w + io * {kh * kw};
       memset(pb, 0, sizeof pb);
-      for (int64_t y = 0; y < {h}; y++)
-        memcpy(pb + (y + {pt}) * {pw} + {pl}, xc + y * {wd}, {wd} * sizeof({t}));
+{fill}
 {weights}
 #pragma omp simd
       for (int64_t q = 0; q < {span}; q++) {{
@@ -280,7 +307,7 @@ static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r
       }}
       {t} *restrict rc = r + (in * {o} + io) * {oh * ow};
       for (int64_t oy = 0; oy < {oh}; oy++)
-        memcpy(rc + oy * {ow}, out + oy * {pw}, {ow} * sizeof({t}));
+        memcpy(rc + oy * {ow}, out + oy * {pws}, {ow} * sizeof({t}));
     }}
 }}
 """
