@@ -35,6 +35,15 @@ into a buffer on the stack (at stride 2, four phase buffers of every other row a
 folds every output of the plane in one `omp simd` loop over the buffer's positions with
 contiguous loads (`_plane`): no border code, no remainder loop per row, no strided reads."""
 
+PHASE_MAX_KW = 3
+PHASE_MIN_WIDTH = 16
+"""A stride-2 depthwise conv2d op with windows at most PHASE_MAX_KW wide and rows of at least
+PHASE_MIN_WIDTH outputs keeps `_direct` (strided reads row by row); the others fold from phase
+buffers (`_plane`). One core, Zen 4, the C alone, best of 200 (2026-12-05), direct -> phases:
+3x3 over 96x112 0.222 -> 0.269 ms and 144x56 0.080 -> 0.086 (kept direct); 3x3 over 192x28
+0.053 -> 0.031, 576x14 0.038 -> 0.032; 5x5 over 144x56 0.340 -> 0.141, 672x14 0.194 -> 0.117
+(efficientnet_b0's)."""
+
 PARALLEL_MIN_MACS = 1 << 16
 """A conv2d op with at least this many multiply-adds runs its (batch, output channel) pairs on
 OpenMP threads (each output still folded by one thread, in order)."""
@@ -246,12 +255,14 @@ def _plane(
     n, c, h, wd = xshape
     o, cg, kh, kw = wshape
     sh, sw = op.attrs["stride"]
+    _, _, oh, ow = op.type.shape
     if cg != 1 or sh != sw or sh not in (1, 2):
         return None
+    if sh == 2 and kw <= PHASE_MAX_KW and ow >= PHASE_MIN_WIDTH:
+        return None  # `_direct`'s strided rows are as fast here (PHASE_MAX_KW)
     s = sh
     (pt, pb), (pl, pr) = op.attrs["padding"]
     dh, dw = op.attrs["dilation"]
-    _, _, oh, ow = op.type.shape
     ph, pw = h + pt + pb, wd + pl + pr
     phs, pws = -(-ph // s), -(-pw // s)
     span = (oh - 1) * pws + ow
@@ -275,16 +286,19 @@ def _plane(
             f" {wd} * sizeof({t}));"
         )
     else:  # input (y, x) is padded (y + pt, x + pl): phase ((y + pt) % 2, (x + pl) % 2)
-        fill = (
-            f"      for (int64_t y = 0; y < {h}; y++)\n"
-            "        for (int64_t b = 0; b < 2; b++) {\n"
-            f"          {t} *restrict dst = pb[((y + {pt}) % 2) * 2 + b]"
-            f" + ((y + {pt}) / 2) * {pws};\n"
-            f"          const int64_t x0 = (b + {pl % 2}) % 2;  /* (x0 + pl) % 2 == b */\n"
-            f"          for (int64_t x = x0; x < {wd}; x += 2)"
-            f" dst[(x + {pl}) / 2] = xc[y * {wd} + x];\n"
-            "        }"
-        )
+        rows = [
+            f"      for (int64_t y = 0; y < {h}; y++) {{",
+            f"        const {t} *restrict xr = xc + y * {wd};",
+            f"        const int64_t a = (y + {pt}) % 2, yy = (y + {pt}) / 2;",
+        ]
+        for b in range(2):
+            x0 = (b - pl) % 2  # the first input column of phase b: (x0 + pl) % 2 == b
+            count = max(0, -(-(wd - x0) // 2))
+            rows.append(
+                f"        for (int64_t xx = 0; xx < {count}; xx++)"
+                f" pb[a * 2 + {b}][yy * {pws} + {(x0 + pl) // 2} + xx] = xr[{x0} + 2 * xx];"
+            )
+        fill = "\n".join([*rows, "      }"])
     how = "padded in a buffer" if s == 1 else "split into 2 x 2 phase buffers"
     return f"""/* conv2d %{comment(op.result)}: {kh * kw} taps unrolled per output,
    each plane {how} and folded as one loop over its positions */
