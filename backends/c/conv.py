@@ -44,6 +44,13 @@ buffers (`_plane`). One core, Zen 4, the C alone, best of 200 (2026-12-05), dire
 0.053 -> 0.031, 576x14 0.038 -> 0.032; 5x5 over 144x56 0.340 -> 0.141, 672x14 0.194 -> 0.117
 (efficientnet_b0's)."""
 
+ROWS_MIN_WIDTH = 48
+"""`_plane` folds a row of outputs at a time straight into the result when rows have at least
+this many outputs (three 16-lane vectors), else every buffer position in one loop and copies
+the rows out. One core, Zen 4, the C alone, best of 200 (2026-12-05), one loop -> rows: 3x3
+over 144x56 0.193 -> 0.160 ms and 32x56 0.051 -> 0.037; over 192x28 0.066 -> 0.096 and 5x5
+over 240x28 0.247 -> 0.409 (kept one loop)."""
+
 PARALLEL_MIN_MACS = 1 << 16
 """A conv2d op with at least this many multiply-adds runs its (batch, output channel) pairs on
 OpenMP threads (each output still folded by one thread, in order)."""
@@ -300,6 +307,24 @@ def _plane(
             )
         fill = "\n".join([*rows, "      }"])
     how = "padded in a buffer" if s == 1 else "split into 2 x 2 phase buffers"
+    rc = f"      {t} *restrict rc = r + (in * {o} + io) * {oh * ow};"
+    if ow >= ROWS_MIN_WIDTH:  # each row of outputs straight into the result
+        how += ", a row of outputs at a time"
+        scratch = ""
+        loop = (
+            f"{rc}\n      for (int64_t oy = 0; oy < {oh}; oy++) {{\n#pragma omp simd\n"
+            f"        for (int64_t ox = 0; ox < {ow}; ox++) {{\n"
+            f"          const int64_t q = oy * {pws} + ox;\n          {t} acc;\n{fold}\n"
+            f"          rc[oy * {ow} + ox] = acc;\n        }}\n      }}"
+        )
+    else:  # every position of the buffer, the rows copied out
+        scratch = f"      {t} out[{span}] __attribute__((aligned(64)));\n"
+        loop = (
+            f"#pragma omp simd\n      for (int64_t q = 0; q < {span}; q++) {{\n"
+            f"        {t} acc;\n{fold}\n        out[q] = acc;\n      }}\n{rc}\n"
+            f"      for (int64_t oy = 0; oy < {oh}; oy++)\n"
+            f"        memcpy(rc + oy * {ow}, out + oy * {pws}, {ow} * sizeof({t}));"
+        )
     return f"""/* conv2d %{comment(op.result)}: {kh * kw} taps unrolled per output,
    each plane {how} and folded as one loop over its positions */
 static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r)
@@ -307,21 +332,12 @@ static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r
 {pragma}  for (int64_t in = 0; in < {n}; in++)
     for (int64_t io = 0; io < {o}; io++) {{
       {t} pb[{s * s}][{phs * pws}] __attribute__((aligned(64)));
-      {t} out[{span}] __attribute__((aligned(64)));
-      const {t} *restrict xc = x + (in * {c} + io / {max(1, og)}) * {h * wd};
+{scratch}      const {t} *restrict xc = x + (in * {c} + io / {max(1, og)}) * {h * wd};
       const {t} *restrict wp = w + io * {kh * kw};
       memset(pb, 0, sizeof pb);
 {fill}
 {weights}
-#pragma omp simd
-      for (int64_t q = 0; q < {span}; q++) {{
-        {t} acc;
-{fold}
-        out[q] = acc;
-      }}
-      {t} *restrict rc = r + (in * {o} + io) * {oh * ow};
-      for (int64_t oy = 0; oy < {oh}; oy++)
-        memcpy(rc + oy * {ow}, out + oy * {pws}, {ow} * sizeof({t}));
+{loop}
     }}
 }}
 """

@@ -199,29 +199,35 @@ def test_small_plane_depthwise_stays_an_op_run_a_plane_at_a_time() -> None:
     assert reference.bit_equal(c.run(compiled, inputs)[0], reference.run(module, inputs)[0])
 
 
-@settings(max_examples=30)
+@settings(max_examples=40)
 @given(
     st.sampled_from([(3, 3), (5, 5), (3, 5), (1, 1)]),
     st.tuples(*[st.integers(0, 3)] * 4),
     st.tuples(st.integers(1, 2), st.integers(1, 2)),
-    st.tuples(st.integers(5, 30), st.integers(5, 30)),
+    st.tuples(st.integers(5, 12), st.integers(5, 110)),
+    st.sampled_from([1, 2]),
     st.sampled_from(["f32", "f64"]),
     st.integers(0, 2**32 - 1),
 )
-def test_stride_two_depthwise_runs_from_phase_buffers_bit_exact(k, p, d, hw, dtype, seed):
-    """A stride-2 depthwise conv op with a wide window or short rows folds each plane from
-    its four phase buffers (every other row and column, `conv._plane`), the others row by
-    row: odd and even sizes, asymmetric padding, dilation, and NaN, infinities, signed zeros
-    and subnormals in inputs and weights give the reference's bits."""
+def test_depthwise_planes_are_bit_exact(k, p, d, hw, stride, dtype, seed):
+    """A depthwise conv op folds each plane from a padded buffer (`conv._plane`): at stride 2
+    from four phase buffers (every other row and column) when the window is wide or the rows
+    short (else row by row, `_direct`); rows of at least ROWS_MIN_WIDTH outputs straight into
+    the result, shorter ones through a buffer. Odd and even sizes, asymmetric padding,
+    dilation, and NaN, infinities, signed zeros and subnormals in inputs and weights give the
+    reference's bits."""
     h, wd = hw
     if (k[0] - 1) * d[0] + 1 > h + p[0] + p[1] or (k[1] - 1) * d[1] + 1 > wd + p[2] + p[3]:
         return
-    xs, ws, out, attrs = _geometry((1, 6, h, wd), 6, k, (2, 2), p, d, 6)
+    xs, ws, out, attrs = _geometry((1, 6, h, wd), 6, k, (stride, stride), p, d, 6)
     module = parse(_program(dtype, xs, ws, out, attrs))
     compiled = _compiled(module)
     assert [op.name for op in compiled.entry.ops] == ["conv2d"]
-    phases = k[1] > conv.PHASE_MAX_KW or out[3] < conv.PHASE_MIN_WIDTH
-    assert ("split into 2 x 2 phase buffers" in c.lower(compiled)) == phases
+    source = c.lower(compiled)
+    phases = stride == 2 and (k[1] > conv.PHASE_MAX_KW or out[3] < conv.PHASE_MIN_WIDTH)
+    assert ("split into 2 x 2 phase buffers" in source) == phases
+    planes = stride == 1 or phases
+    assert ("a row of outputs at a time" in source) == (planes and out[3] >= conv.ROWS_MIN_WIDTH)
     rng = np.random.default_rng(seed)
     inputs = {"x": _values(rng, xs, dtype, 0.1), "w": _values(rng, ws, dtype, 0.1)}
     got, want = c.run(compiled, inputs)[0], reference.run(module, inputs)[0]
