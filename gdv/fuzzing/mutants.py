@@ -262,9 +262,9 @@ def _overlapping_buffers():
 
 def _c_swap_operands():
     """The C printer's scalar code computes `b - a` and `b / a` for sub(a, b) and div(a, b)."""
-    from gdv.backends.c import kernel, nest
+    from gdv.backends.c import elementwise, nest
 
-    original = kernel.scalar
+    original = elementwise.scalar
 
     def scalar(prog, op, args, arg_dtypes):
         if op.name in ("sub", "div") and len(args) == 2:
@@ -273,7 +273,7 @@ def _c_swap_operands():
         return original(prog, op, args, arg_dtypes)
 
     stack = contextlib.ExitStack()
-    stack.enter_context(mock.patch.object(kernel, "scalar", scalar))
+    stack.enter_context(mock.patch.object(elementwise, "scalar", scalar))
     stack.enter_context(mock.patch.object(nest, "scalar", scalar))
     return stack
 
@@ -439,7 +439,7 @@ MUTANTS: dict[str, Mutant] = {
         ),
         Mutant(
             "c-swapped-operands",
-            "backends/c/kernel.py + nest.py scalar",
+            "backends/c/elementwise.py + nest.py scalar",
             "the C scalar code of sub(a, b) and div(a, b) computes b - a and b / a",
             "conformance",
             ("elementwise",),
