@@ -217,7 +217,8 @@ calls cycling through 40 weights, timed in interleaved turns): 12 x 16 columns 0
 32 0.38, 6 x 64 0.23 (numpy's OpenBLAS 0.26); with the weight in cache 0.11 for both. 16 x
 384 @ 384 x 1536: 0.57 against 0.30. The 8 x 784 @ 784 x 128 of the mlp example (weights in
 L2) was faster narrow: 0.014 against 0.022. AVX2's 16 registers hold only 2 rows of 4 ymm
-vectors, which was slower than 12 x 8 (0.37 against 0.35 cold, 0.25 against 0.21 warm)."""
+vectors, which was slower than 12 x 8 (0.37 against 0.35 cold, 0.25 against 0.21 warm); AVX2
+now takes 6 x 16 there (`micro_tile`: 94.6 against 84.3 GFLOP/s warm, one thread)."""
 
 LOOP_OVERHEAD = 2
 """Issue slots one k step of the micro-kernel spends besides its multiplies and adds (the B
@@ -274,9 +275,19 @@ def micro_tile(
       B vector serves every row. MR is the count in [chains, min(2 * chains, registers - 2)]
       that minimises ceil(rows / MR) * (MR + LOOP_OVERHEAD), the issue slots per k step over
       all row slivers (edge waste included).
+    - Two vectors per row where one column cannot hold 2 * chains accumulators (16 registers:
+      AVX2, SSE2) and there are more columns than one vector: MR = (registers - 3) // 2 rows
+      of NV = 2 (6 x 2 on 16 registers), when that still makes `chains` accumulators. A step
+      of a one-vector tile loads MR broadcasts and one B vector for MR multiply-adds; 6 x 2
+      loads 8 for 12. Measured on the 2-core Zen 4 host with `GDV_C_ISA=avx2` (one thread,
+      interleaved with onnxruntime, medians): resnet18 at -O3 49.3 ms with 13 x 1 against
+      40.3 with 6 x 2 (onnxruntime 37.3 and 34.2 in the same runs), at -O2 49.7 against 43.9;
+      mobilenet_v2 9.84 against 8.99; efficientnet_b0 17.2 against 16.5; the 2-layer BERT at
+      -O3 15.75 against 12.83, at -O2 15.94 against 13.38. (A square 512^3 product at -O3 is
+      the exception: 88.6 against 77.0 GFLOP/s.)
 
     With the descriptor's numbers (f32): AVX-512 (32 zmm, 4 x 2 chains) 16 x 16; AVX2 (16 ymm)
-    14 x 8; SSE2 (16 xmm) 14 x 4; NEON (32 v, 3 x 2) 12 x 4. Measured on Zen 4 with vmulps /
+    6 x 16; SSE2 (16 xmm) 6 x 8; NEON (32 v, 3 x 2) 12 x 4. Measured on Zen 4 with vmulps /
     vaddps: 16 x 1 vectors runs at the multiply/add peak where wide tiles (6x64, 8x32) reach
     70-80% of it; on a 2-core AVX-512 Xeon (1024^3 f32, both cores) every tile from 6 x 64 to
     30 x 16 is within about 10% of the others once warm (README, "Host tuning").
@@ -301,6 +312,9 @@ def micro_tile(
         fit = max(1, (registers - 1) // (rows + 1))
         nv = max(1, min(4, fit, -(-chains // rows), -(-cols // vl)))
         return rows, nv, vl
+    pair = (registers - 3) // 2
+    if top < 2 * chains and 2 * pair >= chains and cols > vl:
+        return min(pair, rows), 2, vl
     if 0 < rows <= top:
         return rows, 1, vl
     span = range(top, low - 1, -1)  # taller first: ties go to the taller tile
@@ -329,7 +343,7 @@ def blocking(
       of L2 beside the panel (a multiple of MR).
 
     With this host's caches (48 KiB L1d, 2 MiB L2), f32: AVX-512 16 x 16 -> KC 192, MC 672,
-    NC 1360; AVX2 14 x 8 -> KC 272, MC 476, NC 960. `caches`: (L1 data, L2) bytes; `override`:
+    NC 1360; AVX2 6 x 16 -> KC 272, MC 480, NC 960. `caches`: (L1 data, L2) bytes; `override`:
     (KC, MC, NC) wanted instead (MC and NC rounded down to whole slivers)."""
     if override is not None:
         kc, mc, nc = override

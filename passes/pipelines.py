@@ -62,6 +62,7 @@ def pipeline(
     chains: int | None = None,
     tuned: tuple | list = (),
     bound: frozenset[str] | tuple[str, ...] = frozenset(),
+    fma: bool = True,
 ) -> list[Pass]:
     """The passes `gdv compile` runs for `target` at `-O{level}`. The rest are numbers from the
     target's capability descriptor (`Target.schedule_parameters()`): `vector_bytes`, its vector
@@ -74,7 +75,8 @@ def pipeline(
     and above: float sums in vector orders and products with fused multiply-adds, each a
     `real` claim. `bound` names the parameters the caller will fix once
     (`Compilation.bind`): `select-products` then plans the products that read them for their
-    factors packed at bind time (`SelectProducts.bound`)."""
+    factors packed at bind time (`SelectProducts.bound`). `fma`: whether the target has a fused
+    multiply-add instruction; without one `reassociate-reductions` leaves products unfused."""
     if target not in TARGETS:
         raise IRError(f"unknown target '{target}' (available: {', '.join(TARGETS)})")
     if level not in LEVELS:
@@ -120,7 +122,7 @@ def pipeline(
             )
         ]
     if reassociate and level >= 1:
-        passes += [ReassociateReductions(block_products=compiled and not cpu)]
+        passes += [ReassociateReductions(block_products=compiled and not cpu, fma=fma)]
     if level >= 2 and cpu:
         # A product's elementwise consumer (bias, activation, residual) runs on each of its
         # tiles while the tile is in cache.

@@ -123,6 +123,10 @@ class ReassociateReductions(Pass):
     block_products: bool = False
     """Nests that are matrix products get `contract` too (`matrix_product`): set for a target
     without packed products that runs them as blocked dots of fused multiply-adds (triton)."""
+    fma: bool = True
+    """Whether the target has a fused multiply-add instruction: without one (x86-64 baseline,
+    SSE2) every fused step is a software `fmaf`, far slower than the separate multiply and add,
+    so products are left as they are (sums still get lanes)."""
 
     def run(self, module: Module) -> PassResult:
         bodies = bodies_used(module.functions)
@@ -135,7 +139,7 @@ class ReassociateReductions(Pass):
             for op in fn.ops:
                 change = None
                 if op.name == "kernel" and fn.name not in bodies and "tile" in op.attrs:
-                    if contracts(op, module, types if self.block_products else None):
+                    if self.fma and contracts(op, module, types if self.block_products else None):
                         change = ({"contract": "fma"}, [], "fuses each multiply with its add")
                     elif (lanes := lanes_for(op, types)) > 1:
                         change = ({"lanes": lanes}, ["nest"], f"sums in {lanes} lanes")

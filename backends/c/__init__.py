@@ -465,8 +465,10 @@ def schedule_parameters() -> dict:
     `select-products`, the vector registers of that width, the add chains (latency x pipes)
     of the active ISA (`GDV_C_ISA`), the (L1 data, L2) cache bytes, the (KC, MC, NC) blocking
     `GDV_C_BLOCKING` imposes (None: none) and the autotune cache's choices when
-    `GDV_C_AUTOTUNE` is on (`tuned`: (dtype, MR, NV, KC, MC, NC) rows; empty: the model)."""
+    `GDV_C_AUTOTUNE` is on (`tuned`: (dtype, MR, NV, KC, MC, NC) rows; empty: the model);
+    for `reassociate-reductions`, whether the ISA has a fused multiply-add (`fma`)."""
     from gdv.backends.c.simd import (
+        active_isa,
         add_chains,
         blocking_override,
         l1_l2,
@@ -484,6 +486,7 @@ def schedule_parameters() -> dict:
         "cache_bytes": l1_l2(),
         "blocking": blocking_override(),
         "tuned": rows,
+        "fma": active_isa().fma,
     }
 
 

@@ -151,6 +151,7 @@ def test_descriptor_and_schedule_parameters_per_isa(
     assert params["vector_registers"] == want.registers
     assert params["chains"] == want.add_latency * want.add_pipes
     assert params["tuned"] == ()
+    assert params["fma"] is (name != "sse2")
     d = c.capabilities(measure=False)
     jsonschema.validate(d, SCHEMA)
     v = d["execution"]["vectorization"]
@@ -167,6 +168,31 @@ def test_descriptor_and_schedule_parameters_per_isa(
     assert d["available"]["ok"] is runs
     if not runs:
         assert name in d["available"]["reason"]
+
+
+@pytest.mark.parametrize("name", [*X86, "neon"])
+def test_o3_fuses_products_only_with_an_fma_instruction(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """-O3 contracts a product into fused multiply-adds where the ISA has the instruction; on
+    SSE2 each would be a software `fmaf`, so the products keep the exact mode's steps there."""
+    monkeypatch.setenv(isas.ISA_ENV, name)
+    passes = pipeline("c", 3, False, **c.schedule_parameters())
+    text = (EXAMPLES / "mlp.gdv").read_text()
+    found = _products(PassManager(passes).run(parse(text, "mlp.gdv")).module)
+    assert found
+    assert all(("contract" in op.attrs) is (name != "sse2") for op in found)
+
+
+def test_native_fma_follows_the_host_flags() -> None:
+    """`native` resolves to the host's class; its FMA comes from the host's flags (an AVX host
+    without FMA runs as `avx2` without it), and only with `-march=native` accepted."""
+    if isas.host_arch() != "x86_64":
+        pytest.skip("the x86 flag sets below describe an x86-64 host")
+    assert isas.native({"avx", "avx2", "fma"}, True).fma
+    assert not isas.native({"avx"}, True).fma
+    assert not isas.native({"avx2", "fma"}, False).fma
+    assert isas.native({"avx512f", "fma"}, True).fma
 
 
 def _numbers(i: isas.Isa) -> tuple[int, int, int]:
