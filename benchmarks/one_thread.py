@@ -1,0 +1,108 @@
+"""gdv's C target against onnxruntime on one thread, model by model (issue 16): the A/B used to
+tune the products, where `benchmarks/models.py` gives the two-thread figures of record.
+
+    HF_HUB_OFFLINE=1 python benchmarks/one_thread.py [--models resnet18,bert2] [--isa avx2]
+                                                     [--level 3] [--rounds 20] [--out FILE]
+                                                     [--cache-dir DIR]
+
+Each model (`models.build`, batch 1, seeded) goes through the ONNX path (`torch.onnx.export`,
+then `gdv.import_onnx`), is compiled with its weights bound (`--bound`, then
+`Compilation.bind`) at `--level` under `GDV_C_ISA=--isa` (default: the host's own class), and
+runs beside an onnxruntime session of the same file with one intra-op thread. The two engines
+alternate call by call, `--rounds` times, each call timed by the process's CPU time (less
+exposed to other jobs than wall time); the medians are reported with their ratio. onnxruntime
+picks its own kernels for this host whatever `--isa` says: with `--isa avx2` on an AVX-512
+host the ratio is gdv's AVX2 code against onnxruntime's AVX-512 code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="resnet18,mobilenet_v2,efficientnet_b0,bert2,minilm")
+    ap.add_argument("--isa", default="native", help="GDV_C_ISA for gdv's code")
+    ap.add_argument("--level", type=int, default=3, choices=(2, 3))
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--out", default=None, help="JSON file (default: none)")
+    ap.add_argument("--cache-dir", default=None, help="proof cache (default: a fresh one)")
+    args = ap.parse_args(argv)
+    # before anything loads OpenMP or onnxruntime
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["GDV_C_ISA"] = args.isa
+    sys.path.insert(0, str(HERE))
+    import models as bench  # benchmarks/models.py: the same models, seeds and export
+    import numpy as np
+    import onnxruntime as ort
+
+    import gdv
+    from gdv.driver import CompileOptions, compile_module
+    from gdv.ir.printer import print_module
+
+    rows = []
+    work = Path(tempfile.mkdtemp(prefix="gdv-one-thread-"))
+    for name in args.models.split(","):
+        model, inputs, what = bench.build(name, False)
+        onnx_file = work / f"{name}.onnx"
+        bench.export_onnx(model, inputs, onnx_file)
+        module, weights = gdv.import_onnx(onnx_file)
+        source = work / f"{name}.gdv"
+        source.write_text(print_module(module), encoding="utf-8")
+        cache = args.cache_dir or str(work / "proofs")
+        bound_names = tuple(weights)
+        options = CompileOptions(target="c", level=args.level, cache_dir=cache, bound=bound_names)
+        comp = compile_module(str(source), options)
+        if comp.verdict != "proved":
+            raise SystemExit(f"{name}: the compile is {comp.verdict}")
+        bound = comp.bind(**weights)
+        feed = {k: v.numpy() for k, v in inputs.items()}
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        sess = ort.InferenceSession(str(onnx_file), opts, providers=["CPUExecutionProvider"])
+        diff = float(np.abs(bound(**feed)[0] - sess.run(None, feed)[0]).max())
+        calls = {
+            "gdv": functools.partial(bound, **feed),
+            "ort": functools.partial(sess.run, None, feed),
+        }
+        for _ in range(3):
+            for fn in calls.values():
+                fn()
+        times: dict[str, list[float]] = {k: [] for k in calls}
+        for _ in range(args.rounds):
+            for k, fn in calls.items():
+                t = time.process_time()
+                fn()
+                times[k].append(time.process_time() - t)
+        g, o = (statistics.median(times[k]) for k in ("gdv", "ort"))
+        row = {"model": name, "what": what, "gdv_ms": g * 1e3, "ort_ms": o * 1e3}
+        row.update(ratio=g / o, max_abs_diff=diff)
+        rows.append(row)
+        print(f"{name}: gdv {g * 1e3:.2f} ms, onnxruntime {o * 1e3:.2f} ms, {g / o:.3f}x")
+    result = {
+        "isa": args.isa,
+        "level": args.level,
+        "rounds": args.rounds,
+        "machine": platform.processor() or platform.machine(),
+        "rows": rows,
+    }
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
