@@ -71,6 +71,7 @@ def scheduled(module: Module) -> Module:
     get their `strategy = "product"` attributes from select-products, which the printer
     follows. Other kernels keep their (unscheduled) nests, as the tests wrote them."""
     params = c.schedule_parameters()
+    params.pop("fma")  # for reassociate-reductions, which these tests do not run
     passes = [ScheduleKernels(vector_bytes=params["vector_bytes"]), SelectProducts(**params)]
     done = PassManager(passes).run(module).module
     fns = []
