@@ -283,8 +283,9 @@ def micro_tile(
       interleaved with onnxruntime, medians): resnet18 at -O3 49.3 ms with 13 x 1 against
       40.3 with 6 x 2 (onnxruntime 37.3 and 34.2 in the same runs), at -O2 49.7 against 43.9;
       mobilenet_v2 9.84 against 8.99; efficientnet_b0 17.2 against 16.5; the 2-layer BERT at
-      -O3 15.75 against 12.83, at -O2 15.94 against 13.38. (A square 512^3 product at -O3 is
-      the exception: 88.6 against 77.0 GFLOP/s.)
+      -O3 15.75 against 12.83, at -O2 15.94 against 13.38; 1024^3 at -O3 97.3 and 86.7 GFLOP/s
+      against 78.4 and 82.0. (A square 512^3 product at -O3 was the exception: 88.6 against
+      77.0.)
 
     With the descriptor's numbers (f32): AVX-512 (32 zmm, 4 x 2 chains) 16 x 16; AVX2 (16 ymm)
     6 x 16; SSE2 (16 xmm) 6 x 8; NEON (32 v, 3 x 2) 12 x 4. Measured on Zen 4 with vmulps /
@@ -312,9 +313,9 @@ def micro_tile(
         fit = max(1, (registers - 1) // (rows + 1))
         nv = max(1, min(4, fit, -(-chains // rows), -(-cols // vl)))
         return rows, nv, vl
-    pair = (registers - 3) // 2
-    if top < 2 * chains and 2 * pair >= chains and cols > vl:
-        return min(pair, rows), 2, vl
+    pair = (registers - 3) // 2  # below `low`, so below `rows` here
+    if rows >= low and top < 2 * chains and 2 * pair >= chains and cols > vl:
+        return pair, 2, vl
     if 0 < rows <= top:
         return rows, 1, vl
     span = range(top, low - 1, -1)  # taller first: ties go to the taller tile

@@ -97,6 +97,15 @@ def test_sixteen_registers_take_two_vectors_a_row(rows: int, cols: int, vb: int)
         assert nv == 1 and 8 <= mr <= 14
 
 
+def test_an_empty_product_still_gets_a_tile() -> None:
+    """A product of 0 rows (a size-0 batch) gets a tile of at least one row on every register
+    file: the two-vector rule of 16 registers applies to rows that fill it, not to none."""
+    for vb, registers in ((64, 32), (32, 16), (16, 16)):
+        for cols in (0, 512):
+            mr, nv, _ = products.micro_tile(4, 0, cols, vb, registers, 8)
+            assert mr >= 1 and nv >= 1
+
+
 @given(
     rows=st.integers(1, 40),
     cols=st.integers(1, 5000),
