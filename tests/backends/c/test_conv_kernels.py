@@ -356,9 +356,9 @@ def test_row_aligned_slivers_are_packed_in_vector_lanes(
 ) -> None:
     """A 3x3 stride-1 conv whose output width is a multiple of NR: no sliver of its input
     positions crosses a row, so each full sliver's reduce step is a copy of NR adjacent
-    elements at the table's first entry, under `omp simd` (GCC had left it as scalar moves,
-    17% of a 64-channel AVX2 conv's time). Bit-exact against the reference, specials
-    included."""
+    elements at the table's first entry, under `omp simd` (GCC had left it as scalar moves:
+    about 15% of a 64-channel conv's `perf` samples under AVX2's former 8-column slivers).
+    Bit-exact against the reference, specials included."""
     from gdv.backends.c import isa as isas
 
     if isa != "native" and isas.runnable(isas.ISAS[isa], set(c.toolchain.isa_features())):
