@@ -194,17 +194,19 @@ def emit_nest(
     # Out dims just outside the innermost contiguous loop that continue its stride in the
     # result and in every operand (H of an NCHW image, whose rows are W long) run inside it:
     # one loop over H * W, with i_H = 0 (every index is affine in the loop variables, so
-    # i_H * W + i_W = f exactly), and a per-channel value is computed once per channel.
+    # i_H * W + i_W = f exactly), and a per-channel value is computed once per channel. A
+    # row group's kernel merges them too, up to its row dim (efficientnet_b0's torch.export
+    # path: batch norm + SiLU over 7x7 planes 0.160 -> 0.046 ms, one core).
     merged: list[int] = []
     inner_extent = nest.space[simd] if simd >= 0 else 0
-    if simd >= 0 and row is None:
+    if simd >= 0:
         flat = [_coefficients(nest.maps[k], ot, n) for k, ot in enumerate(operand_types)]
         out_coef = [0] * n
         for p, d in enumerate(nest.out):
             out_coef[d] = out_st[p]
         for d in reversed(order[:-1]):
-            if d in parallel and points >= PARALLEL_MIN_POINTS:
-                break  # the threads' loop
+            if d == row or (row is None and d in parallel and points >= PARALLEL_MIN_POINTS):
+                break  # the row group's rows [r0, r1), or the threads' loop
             if nest.space[d] > 1 and any(c[d] != c[simd] * inner_extent for c in [*flat, out_coef]):
                 break
             merged.append(d)

@@ -488,3 +488,56 @@ def test_merged_image_dims_bit_exact(data, shape, level) -> None:
     assert reference.bit_equal(got, want), reference.describe_difference(got, want)
     merged = [ch_ for ch_ in c.printer_choices(comp.module) if ch_["value"] == "dims merged"]
     assert merged or not (h > 1 and w > 1), c.printer_choices(comp.module)
+
+
+def _grouped_image(shape: tuple[int, ...]) -> str:
+    """A squeeze-excite-like tail: an elementwise kernel over NCHW, its per-channel sum, and
+    the product of the two (the sum's reduce and that product run as one row group)."""
+    t, v, s = _ty(DType.F32, shape), _ty(DType.F32, shape[1:2]), _ty(DType.F32, shape[:2])
+    return (
+        f"func @main(%x: {t}, %m: {v}) -> {t} {{\n"
+        f"  %bm = broadcast(%m) {{dims = [1]}} : {t}\n"
+        f"  %d = sub(%x, %bm) : {t}\n"
+        f"  %y = mul(%d, %d) : {t}\n"
+        f"  %r = reduce_sum(%y) {{axes = [2, 3]}} : {s}\n"
+        f"  %rb = broadcast(%r) {{dims = [0, 1]}} : {t}\n"
+        f"  %o = mul(%y, %rb) : {t}\n"
+        "  return %o\n}"
+    )
+
+
+def test_row_grouped_image_kernels_merge_their_dims() -> None:
+    """A kernel of a row group (its function computes rows [r0, r1) of the channel dim) runs
+    H and W as one loop too: efficientnet_b0's torch.export path ran its batch-norm + SiLU
+    kernels over 7x7 planes as 7-wide `omp simd` loops, 5.5x slower an element than the
+    ONNX path's merged ones (0.160 against 0.029 ms, one core)."""
+    from gdv.driver import CompileOptions, compile_module
+
+    text = _grouped_image((1, 64, 7, 7))
+    comp = compile_module(text, CompileOptions(target="c", level=2, jobs=1))
+    assert comp.verdict == "proved"
+    source = comp.artifact.text
+    assert "/* row group 0: 2 kernels over 64 rows" in source
+    head = source.index("/* kernel %o body")
+    function = source[head : source.index("\n}\n", head)]
+    assert "int64_t r0, int64_t r1" in function
+    assert "/* merged into i3 */" in function and "i3 < INT64_C(49)" in function
+    assert "for (int64_t i1 = r0; i1 < r1; i1++)" in function
+
+
+@settings(max_examples=20)
+@given(
+    data=st.data(),
+    shape=st.tuples(st.integers(1, 2), st.integers(1, 40), st.integers(1, 9), st.integers(1, 9)),
+)
+def test_row_grouped_merged_dims_bit_exact(data, shape) -> None:
+    """The row-grouped kernels with merged H and W give the reference's bits."""
+    from gdv.driver import CompileOptions, compile_module
+
+    text = _grouped_image(shape)
+    comp = compile_module(text, CompileOptions(target="c", level=2, jobs=1))
+    assert comp.verdict == "proved"
+    inputs = {k: data.draw(_array(DType.F32, s)) for k, s in (("x", shape), ("m", shape[1:2]))}
+    got = comp(**inputs)[0]
+    want = reference.run(parse(text), inputs)[0]
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
