@@ -231,16 +231,75 @@ def test_depthwise_planes_are_bit_exact(k, p, d, hw, stride, dtype, seed):
     planes = stride == 1 or phases
     rows = planes and out[3] >= conv.ROWS_MIN_WIDTH
     assert ("a row of outputs at a time" in source) == rows
+    lanes = vector_bytes() // np.dtype(NUMPY[dtype]).itemsize
+    vector = (
+        planes
+        and not rows
+        and dtype == "f32"
+        and vector_bytes() == conv.VECTOR_FOLD_BYTES
+        and k[0] * k[1] >= conv.VECTOR_FOLD_MIN_TAPS
+    )
+    assert ("in 16-lane vectors" in source) == vector
     if planes and not rows:
         # the flattened loop runs whole vectors (no scalar remainder); the extra positions
-        # read the buffers' zeroed tail and are dropped
-        lanes = vector_bytes() // np.dtype(NUMPY[dtype]).itemsize
-        bound = re.search(r"for \(int64_t q = 0; q < (\d+); q\+\+\)", source)
+        # read the buffers' zeroed tail and are dropped. In vector types, each iteration
+        # folds `step / lanes` vectors side by side, and the loop runs whole iterations.
+        bound = re.search(r"for \(int64_t q = 0; q < (\d+); q(\+\+| \+= (\d+))\)", source)
         assert bound and int(bound.group(1)) % lanes == 0
+        step = int(bound.group(3) or 1)
+        assert (step > 1) == vector and int(bound.group(1)) % step == 0
+        if vector:
+            assert step // lanes <= conv.VECTOR_FOLD_MAX_UNROLL
     rng = np.random.default_rng(seed)
     inputs = {"x": _values(rng, xs, dtype, 0.1), "w": _values(rng, ws, dtype, 0.1)}
     got, want = c.run(compiled, inputs)[0], reference.run(module, inputs)[0]
     assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+
+
+WIDE_WINDOWS = [
+    # x, kernel, stride, padding, dilation: efficientnet_b0's 5x5 at stride 1 and 2, odd sizes
+    # and asymmetric padding, a dilated 5x5, a 7x7 over a plane narrower than the window
+    ((1, 5, 11, 13), (5, 5), 1, (2, 2, 2, 2), (1, 1)),
+    ((1, 7, 14, 14), (5, 5), 2, (1, 2, 2, 1), (1, 1)),
+    ((2, 3, 9, 23), (5, 5), 1, (0, 3, 1, 2), (1, 2)),
+    ((1, 4, 6, 5), (7, 7), 1, (3, 3, 3, 3), (1, 1)),
+]
+
+
+@pytest.mark.parametrize(
+    "cfg", WIDE_WINDOWS, ids=lambda cfg: f"{cfg[0][2]}x{cfg[0][3]}-k{cfg[1][0]}"
+)
+def test_wide_depthwise_windows_fold_in_vector_types(cfg, monkeypatch) -> None:
+    """With 64-byte vectors, an f32 depthwise plane of a 5x5 or wider window folds in GCC
+    vector types, a tap's inputs shifted out of two aligned vectors (`conv._vector_fold`):
+    the reference's bits with NaN, infinities, signed zeros and subnormals in inputs and
+    weights. A shuffle one lane off gives other bits, which this test sees."""
+    xs, k, s, p, d = cfg
+    xs, ws, out, attrs = _geometry(xs, xs[1], k, (s, s), p, d, xs[1])
+    module = parse(_program("f32", xs, ws, out, attrs))
+    compiled = _compiled(module)
+    assert [op.name for op in compiled.entry.ops] == ["conv2d"]
+    wide = vector_bytes() == conv.VECTOR_FOLD_BYTES
+    assert ("in 16-lane vectors" in c.lower(compiled)) == wide
+    rng = np.random.default_rng(sum(xs) + k[0])
+    inputs = {"x": _values(rng, xs, "f32", 0.1), "w": _values(rng, ws, "f32", 0.1)}
+    want = reference.run(module, inputs)[0]
+    got = c.run(compiled, inputs)[0]
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+    if not wide:
+        return
+    fold = conv._vector_fold
+
+    def off_by_one(taps, width, lanes, unroll, padded):
+        # every shuffle takes the next lane of the pair: each shifted tap reads its neighbour
+        def later(m: re.Match) -> str:
+            return "(gdv_pm){" + ", ".join(str(int(v) + 1) for v in m.group(1).split(",")) + "}"
+
+        return re.sub(r"\(gdv_pm\)\{([^}]*)\}", later, fold(taps, width, lanes, unroll, padded))
+
+    monkeypatch.setattr(conv, "_vector_fold", off_by_one)
+    bad = c.run(_compiled(module), inputs)[0]
+    assert not reference.bit_equal(bad, want)
 
 
 def test_depthwise_c_is_vector_lanes_not_the_scalar_nest() -> None:
