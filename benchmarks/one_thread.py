@@ -3,16 +3,18 @@ tune the products, where `benchmarks/models.py` gives the two-thread figures of 
 
     HF_HUB_OFFLINE=1 python benchmarks/one_thread.py [--models resnet18,bert2] [--isa avx2]
                                                      [--level 3] [--rounds 20] [--out FILE]
-                                                     [--cache-dir DIR]
+                                                     [--cache-dir DIR] [--path torch.export]
 
 Each model (`models.build`, batch 1, seeded) goes through the ONNX path (`torch.onnx.export`,
-then `gdv.import_onnx`), is compiled with its weights bound (`--bound`, then
-`Compilation.bind`) at `--level` under `GDV_C_ISA=--isa` (default: the host's own class), and
-runs beside an onnxruntime session of the same file with one intra-op thread. The two engines
-alternate call by call, `--rounds` times, each call timed by the process's CPU time (less
-exposed to other jobs than wall time); the medians are reported with their ratio. onnxruntime
-picks its own kernels for this host whatever `--isa` says: with `--isa avx2` on an AVX-512
-host the ratio is gdv's AVX2 code against onnxruntime's AVX-512 code.
+then `gdv.import_onnx`; with `--path torch.export`, `torch.export` and `gdv.import_torch`
+instead, against the same onnxruntime session of the exported file), is compiled with its
+weights bound (`--bound`, then `Compilation.bind`) at `--level` under `GDV_C_ISA=--isa`
+(default: the host's own class), and runs beside an onnxruntime session of the ONNX file
+with one intra-op thread. The two engines alternate call by call, `--rounds` times, each call
+timed by the process's CPU time (less exposed to other jobs than wall time); the medians are
+reported with their ratio. onnxruntime picks its own kernels for this host whatever `--isa`
+says: with `--isa avx2` on an AVX-512 host the ratio is gdv's AVX2 code against onnxruntime's
+AVX-512 code.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--out", default=None, help="JSON file (default: none)")
     ap.add_argument("--cache-dir", default=None, help="proof cache (default: a fresh one)")
+    ap.add_argument("--path", default="onnx", choices=("onnx", "torch.export"), help="gdv's import")
     args = ap.parse_args(argv)
     # before anything loads OpenMP or onnxruntime
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -48,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import onnxruntime as ort
 
-    import gdv
     from gdv.driver import CompileOptions, compile_module
     from gdv.ir.printer import print_module
 
@@ -58,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         model, inputs, what = bench.build(name, False)
         onnx_file = work / f"{name}.onnx"
         bench.export_onnx(model, inputs, onnx_file)
-        module, weights = gdv.import_onnx(onnx_file)
+        module, weights = bench.import_path(args.path, model, inputs, onnx_file)
+        weights = {k: np.asarray(v) for k, v in weights.items()}
         source = work / f"{name}.gdv"
         source.write_text(print_module(module), encoding="utf-8")
         cache = args.cache_dir or str(work / "proofs")
@@ -94,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: gdv {g * 1e3:.2f} ms, onnxruntime {o * 1e3:.2f} ms, {g / o:.3f}x")
     result = {
         "isa": args.isa,
+        "path": args.path,
         "level": args.level,
         "rounds": args.rounds,
         "machine": platform.processor() or platform.machine(),
