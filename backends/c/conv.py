@@ -64,7 +64,7 @@ the taps of a window row. The same products and sums in the same order: the same
 core, Zen 4, the C alone, best of 300 (2026-12-05), 5x5 over 240x28 (efficientnet_b0's), the
 whole op: 0.225 ms as the `omp simd` loop, 0.210 in vector types one vector an iteration,
 0.161 four, 0.152 seven; with the unroll capped at seven and the loads per window row, 5x5
-over 1152x7 0.142 -> 0.099, over 672x14 at stride 2 0.119 -> 0.069, over 144x56 at stride 2
+over 1152x7 0.142 -> 0.099, over 672x14 at stride 2 0.121 -> 0.078, over 144x56 at stride 2
 0.149 -> 0.152; 3x3 ones within 5% either way (384x14 0.029 -> 0.031, 576x14 at stride 2
 0.045 -> 0.039), so they keep the `omp simd` loop. Narrower vectors keep it too (an AVX2
 two-source shuffle across 128-bit lanes is two instructions on one port)."""
