@@ -355,6 +355,7 @@ def _plane(
         and kh * kw >= VECTOR_FOLD_MIN_TAPS
         and ow < ROWS_MIN_WIDTH
         and t == "float"
+        # the vector code writes f32's own * and +: only where the scalar code is just that
         and (mul, add) == ("((xv) * (wv))", "((acc) + (p))")
     )
     if vector:
@@ -399,15 +400,7 @@ def _plane(
         fill = "\n".join([*rows, "      }"])
     how = "padded in a buffer" if s == 1 else "split into 2 x 2 phase buffers"
     rc = f"      {t} *restrict rc = r + (in * {o} + io) * {oh * ow};"
-    if vector:
-        how += f", in 16-lane vectors, {unroll} an iteration"
-        scratch = f"      {t} out[{padded}] __attribute__((aligned(64)));\n"
-        loop = (
-            _vector_fold(taps, kw, lanes, unroll, padded)
-            + f"\n{rc}\n      for (int64_t oy = 0; oy < {oh}; oy++)\n"
-            f"        memcpy(rc + oy * {ow}, out + oy * {pws}, {ow} * sizeof({t}));"
-        )
-    elif ow >= ROWS_MIN_WIDTH:  # each row of outputs straight into the result
+    if ow >= ROWS_MIN_WIDTH:  # each row of outputs straight into the result (never vector)
         how += ", a row of outputs at a time"
         scratch = ""
         loop = (
@@ -416,12 +409,18 @@ def _plane(
             f"          const int64_t q = oy * {pws} + ox;\n          {t} acc;\n{fold}\n"
             f"          rc[oy * {ow} + ox] = acc;\n        }}\n      }}"
         )
-    else:  # every position of the buffer, the rows copied out
+    else:  # every position of the buffer into `out`, the rows copied out
         scratch = f"      {t} out[{padded}] __attribute__((aligned(64)));\n"
-        loop = (
-            f"#pragma omp simd\n      for (int64_t q = 0; q < {padded}; q++) {{\n"
-            f"        {t} acc;\n{fold}\n        out[q] = acc;\n      }}\n{rc}\n"
-            f"      for (int64_t oy = 0; oy < {oh}; oy++)\n"
+        if vector:
+            how += f", in {lanes}-lane vectors, {unroll} an iteration"
+            loop = _vector_fold(taps, kw, lanes, unroll, padded)
+        else:
+            loop = (
+                f"#pragma omp simd\n      for (int64_t q = 0; q < {padded}; q++) {{\n"
+                f"        {t} acc;\n{fold}\n        out[q] = acc;\n      }}"
+            )
+        loop += (
+            f"\n{rc}\n      for (int64_t oy = 0; oy < {oh}; oy++)\n"
             f"        memcpy(rc + oy * {ow}, out + oy * {pws}, {ow} * sizeof({t}));"
         )
     return f"""/* conv2d %{comment(op.result)}: {kh * kw} taps unrolled per output,
