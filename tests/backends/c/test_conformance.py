@@ -525,6 +525,33 @@ def test_row_grouped_image_kernels_merge_their_dims() -> None:
     assert "for (int64_t i1 = r0; i1 < r1; i1++)" in function
 
 
+def test_a_row_grouped_kernel_merges_no_further_than_its_rows() -> None:
+    """The merge stops at a grouped kernel's row dim even where every operand would let it go
+    on (no per-channel operand stops it first): the function still computes only its rows
+    [r0, r1), so the group's row blocks do not each compute, and write, the whole result."""
+    from dataclasses import replace
+
+    from gdv.driver import compile as gdv_compile
+
+    t = _ty(DType.F32, (1, 64, 7, 7))
+    text = (
+        f"func @main(%x: {t}, %z: {t}) -> {t} {{\n"
+        f"  %e = exp(%z) : {t}\n  %o = add(%x, %e) : {t}\n  return %o\n}}"
+    )
+    module = gdv_compile(text, target="c", level=2, jobs=1).module
+    ops = list(module.entry.ops)
+    (k,) = [i for i, o in enumerate(ops) if o.name == "kernel"]
+    ops[k] = replace(ops[k], attrs={**ops[k].attrs, "row_group": [0, 8]})
+    grouped = replace(module, functions=[replace(module.entry, ops=ops), *module.functions[1:]])
+    source = c.lower(grouped)
+    head = source.index("/* kernel %o body")
+    function = source[head : source.index("\n}\n", head)]
+    assert "int64_t r0, int64_t r1" in function
+    assert "for (int64_t i1 = r0; i1 < r1; i1++)" in function
+    assert "const int64_t i2 = 0;  /* merged into i3 */" in function
+    assert "const int64_t i1 = 0;" not in function
+
+
 @settings(max_examples=20)
 @given(
     data=st.data(),
