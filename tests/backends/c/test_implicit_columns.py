@@ -1,0 +1,129 @@
+"""A stride-1 convolution's input read in place by the micro-kernel (`matmul.IMPLICIT_COLUMNS`,
+issue 16): a full column sliver whose NR output positions are one run of an input row, or two
+runs (it crosses one row end), is not packed; the micro-kernel loads row k of the sliver at the
+input plus the reduce position's table entry, blending the two runs' loads by lane. Same values
+in the same lanes, so every output must keep the reference's bits. Hypothesis draws geometries
+whose slivers take each mode (one run, two runs, three or more runs packed, edge slivers),
+output channels that leave an edge of rows, several reduce and column blocks, both vector
+widths, and the weights bound (packed at bind time, the path -O3 models take) or not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gdv.api import parse
+from gdv.backends import c, reference
+from gdv.backends.c import matmul
+from gdv.backends.c.simd import BLOCKING_ENV, VECTOR_BYTES_ENV
+from gdv.passes import lower_to_kernels
+from gdv.passes.manager import PassManager
+from gdv.passes.pipelines import pipeline
+
+from .test_conv_product import _values
+from .test_fast_kernels import _env
+
+
+def _conv(n: int, cin: int, cout: int, h: int, w: int, k: tuple, pad: tuple, dil: tuple) -> str:
+    kh, kw = k
+    oh = h + pad[0] + pad[1] - (kh - 1) * dil[0]
+    ow = w + pad[2] + pad[3] - (kw - 1) * dil[1]
+    return (
+        f"func @main(%x: f32[{n},{cin},{h},{w}], %w: f32[{cout},{cin},{kh},{kw}]) "
+        f"-> f32[{n},{cout},{oh},{ow}] {{\n"
+        f"  %y = conv2d(%x, %w) {{stride = [1, 1], padding = [[{pad[0]}, {pad[1]}], "
+        f"[{pad[2]}, {pad[3]}]], dilation = [{dil[0]}, {dil[1]}], groups = 1}} "
+        f": f32[{n},{cout},{oh},{ow}]\n  return %y\n}}\n"
+    )
+
+
+def _executable(text: str, vector: str, blocking: str | None) -> tuple:
+    env = _env(**{VECTOR_BYTES_ENV: vector, BLOCKING_ENV: blocking})
+    with env, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lower_to_kernels, "CONV_MIN_MACS", 0)
+        module = PassManager(pipeline("c", 2)).run(parse(text)).module
+        return module, c.Executable(module), c.lower(module)
+
+
+@st.composite
+def geometry(draw):
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    pad = tuple(draw(st.integers(0, 2)) for _ in range(4))
+    h = draw(st.integers((kh - 1) * dil[0] + 1, 9))
+    # widths under, around and over one sliver (16 columns): three runs, two, one
+    w = draw(st.sampled_from([5, 7, 9, 14, 15, 17, 24, 31, 40]))
+    w = max(w, (kw - 1) * dil[1] + 1)
+    return draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(1, 19)), h, w, (
+        kh, kw), pad, dil  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    g=geometry(),
+    vector=st.sampled_from(["64", "32"]),
+    blocking=st.sampled_from([None, "8,5,32", "16,20,48"]),
+    bind=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+    share=st.sampled_from([0.0, 0.1]),
+)
+def test_convolutions_reading_their_input_in_place_are_bit_exact(
+    g, vector: str, blocking: str | None, bind: bool, seed: int, share: float
+) -> None:
+    n, cin, cout, h, w, k, pad, dil = g
+    text = _conv(n, cin, cout, h, w, k, pad, dil)
+    module, exe, source = _executable(text, vector, blocking)
+    (kernel,) = [op for op in module.entry.ops if op.name == "kernel"]
+    assert kernel.attrs["strategy"] == "product"
+    rng = np.random.default_rng(seed)
+    inputs = {
+        "x": _values(rng, (n, cin, h, w), np.float32, share),
+        "w": _values(rng, (cout, cin, *k), np.float32, share),
+    }
+    (want,) = reference.run(parse(text), inputs)
+    run = exe.bind({"w": inputs["w"]}) if bind else exe
+    (got,) = run({"x": inputs["x"]}) if bind else run(inputs)
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want) + source
+
+
+def _choices(module) -> set[str]:
+    return {ch["choice"] for ch in c.printer_choices(module)}
+
+
+@pytest.mark.parametrize("vector", ["64", "32"])
+def test_the_slivers_of_a_wide_image_are_read_in_place(vector: str) -> None:
+    """A 3x3 conv over 40 x 40 (rows of 40: slivers of one run and of two) reads them in
+    place, records the choice, and computes the bits it computes with the slivers packed."""
+    text = _conv(1, 3, 20, 40, 40, (3, 3), (1, 1, 1, 1), (1, 1))
+    module, exe, source = _executable(text, vector, None)
+    assert "implicit columns" in _choices(module)
+    assert "_r1" in source and "_r2" in source
+    rng = np.random.default_rng(7)
+    inputs = {
+        "x": _values(rng, (1, 3, 40, 40), np.float32, 0.1),
+        "w": _values(rng, (20, 3, 3, 3), np.float32, 0.1),
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(matmul, "IMPLICIT_COLUMNS", False)
+        packed_module, packed, packed_source = _executable(text, vector, None)
+        assert "implicit columns" not in _choices(packed_module) and "_r2" not in packed_source
+    for bound in (False, True):
+        a = exe.bind({"w": inputs["w"]})({"x": inputs["x"]}) if bound else exe(inputs)
+        b = packed.bind({"w": inputs["w"]})({"x": inputs["x"]}) if bound else packed(inputs)
+        assert reference.bit_equal(a[0], b[0]), reference.describe_difference(a[0], b[0])
+
+
+def test_strided_and_pointwise_convolutions_keep_packing() -> None:
+    """Stride 2 moves two elements a column (no run), and a 1x1 conv's columns need no table:
+    neither takes the in-place path."""
+    strided = (
+        _conv(1, 3, 8, 20, 20, (3, 3), (1, 1, 1, 1), (1, 1))
+        .replace("stride = [1, 1]", "stride = [2, 2]")
+        .replace("f32[1,8,20,20]", "f32[1,8,10,10]")
+    )
+    pointwise = _conv(1, 8, 8, 20, 20, (1, 1), (0, 0, 0, 0), (1, 1))
+    for text in (strided, pointwise):
+        module, _, source = _executable(text, "64", None)
+        assert "implicit columns" not in _choices(module) and "_r1" not in source
