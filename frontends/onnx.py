@@ -4118,6 +4118,33 @@ def _pool_indices(
     return cur_idx
 
 
+def window_max(
+    imp: Importer, xp: str, kernel: list[int], strides: list[int], dilations: list[int],
+    outs: list[int],
+) -> str:  # fmt: skip
+    """The max over each pooling window of the padded input xp (N, C, spatial...), one spatial
+    axis at a time: the window's rows are maxed first (strided slices along that axis only),
+    then the columns of those maxima, and so on. `max` is exact in any order (IR_SPEC: NaN
+    wins, max(-0.0, +0.0) = +0.0), so this is the max over the whole window; it takes
+    k_h + k_w - 2 maxes per output instead of k_h * k_w - 1 and reads each input row once."""
+    cur = xp
+    for axis, (k, st, d, o) in enumerate(zip(kernel, strides, dilations, outs, strict=True)):
+        shape = list(imp.type_of(cur).shape)
+        acc = None
+        for kk in range(k):
+            start = [0] * len(shape)
+            limit = list(shape)
+            stride = [1] * len(shape)
+            start[2 + axis] = kk * d
+            limit[2 + axis] = kk * d + (o - 1) * st + 1
+            stride[2 + axis] = st
+            win = imp.emit("slice", [cur], start=start, limit=limit, stride=stride)
+            acc = win if acc is None else imp.emit("max", [acc, win])
+        assert acc is not None
+        cur = acc
+    return cur
+
+
 @handler("MaxPool", "AveragePool", "LpPool")
 def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
     """Windows as strided slices of the padded input, combined elementwise: max (exact in any
@@ -4168,6 +4195,9 @@ def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
     lows = [0, 0] + [lo for lo, _ in pads]
     highs = [0, 0] + [hi + e for (_, hi), e in zip(pads, extra, strict=True)]
     xp = x if not any(lows + highs) else imp.emit("pad", [x], low=lows, high=highs, value=fill)
+    if is_max and not want_indices and sum(k > 1 for k in kernel) > 1:
+        _out(imp, node, window_max(imp, xp, kernel, strides, dilations, outs))
+        return
     acc = None
     wins = []
     for offs in np.ndindex(*kernel):

@@ -52,6 +52,7 @@ from gdv.frontends.onnx import (
     mangle,
     reshape,
     sort_along,
+    window_max,
 )
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
@@ -1668,6 +1669,23 @@ def _windows(
 ) -> tuple[list[str], list[int]]:  # fmt: skip
     """The pooling windows of x (N, C, H, W) as strided slices of the padded input, in window
     order (kh, then kw), and the output's spatial sizes (torch's formula, ceil_mode too)."""
+    xp, outs = _padded(imp, x, kernel, stride, padding, dilation, ceil_mode, fill)
+    t = imp.type_of(x)
+    wins = []
+    for offs in np.ndindex(*kernel):
+        start = [0, 0] + [kk * d for kk, d in zip(offs, dilation, strict=True)]
+        ends = zip(offs, dilation, outs, stride, strict=True)
+        limit = [t.shape[0], t.shape[1]] + [kk * d + (o - 1) * st + 1 for kk, d, o, st in ends]
+        wins.append(imp.emit("slice", [xp], start=start, limit=limit, stride=[1, 1, *stride]))
+    return wins, outs
+
+
+def _padded(
+    imp: Importer, x: str, kernel: list[int], stride: list[int], padding: list[int],
+    dilation: list[int], ceil_mode: bool, fill: float,
+) -> tuple[str, list[int]]:  # fmt: skip
+    """x (N, C, H, W) padded with `fill` for pooling windows, and the output's spatial sizes
+    (torch's formula, ceil_mode too): the high side grows so every window position exists."""
     t = imp.type_of(x)
     spatial = list(t.shape[2:])
     outs = []
@@ -1686,13 +1704,7 @@ def _windows(
     lows = [0, 0, *padding]
     highs = [0, 0, *[p + e for p, e in zip(padding, extra, strict=True)]]
     xp = x if not any(lows + highs) else imp.emit("pad", [x], low=lows, high=highs, value=fill)
-    wins = []
-    for offs in np.ndindex(*kernel):
-        start = [0, 0] + [kk * d for kk, d in zip(offs, dilation, strict=True)]
-        ends = zip(offs, dilation, outs, stride, strict=True)
-        limit = [t.shape[0], t.shape[1]] + [kk * d + (o - 1) * st + 1 for kk, d, o, st in ends]
-        wins.append(imp.emit("slice", [xp], start=start, limit=limit, stride=[1, 1, *stride]))
-    return wins, outs
+    return xp, outs
 
 
 def _pool_args(imp: Importer, a: dict[str, Any], rank: int) -> tuple[list[int], ...]:
@@ -1716,10 +1728,9 @@ def _max_pool(imp: Importer, node: Any, a: dict[str, Any]) -> None:
         raise imp.unsupported("boolean operands are not supported")
     kernel, stride, padding, dilation = _pool_args(imp, a, t.rank)
     fill = -math.inf if t.dtype.is_float else t.dtype.int_min
-    wins, _ = _windows(imp, x, kernel, stride, padding, dilation, bool(a.get("ceil_mode")), fill)
-    acc = wins[0]
-    for w in wins[1:]:
-        acc = imp.emit("max", [acc, w])
+    ceil = bool(a.get("ceil_mode"))
+    xp, outs = _padded(imp, x, kernel, stride, padding, dilation, ceil, fill)
+    acc = window_max(imp, xp, kernel, stride, dilation, outs)
     if _op_name(node.target) == "aten.max_pool2d.default":
         imp.set(node, acc)
     else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
@@ -523,3 +523,74 @@ def test_col2im_on_c_and_refusals() -> None:
         import_model(m)
     with pytest.raises(Unsupported, match=r"does not hold blocks \[2, 3\] of \[2, 2\]"):
         import_model(m, known_inputs={"i": np.array([3, 4], np.int64)})
+
+
+def _window_max(x: np.ndarray, kernel, strides, dilations, pads, outs) -> np.ndarray:
+    """MaxPool's values by IR_SPEC's max, window by window: NaN if the window holds one, and
+    +0.0 over -0.0; padding never counts."""
+    n, ch = x.shape[:2]
+    y = np.empty((n, ch, *outs), x.dtype)
+    for b, cc, *o in np.ndindex(n, ch, *outs):
+        idx = [
+            [i * st - p + kk * d for kk in range(k)]
+            for i, st, p, k, d in zip(o, strides, pads, kernel, dilations, strict=True)
+        ]
+        vals = [
+            x[(b, cc, *pos)]
+            for pos in np.ndindex(*kernel)
+            for pos in [[idx[a][pos[a]] for a in range(len(kernel))]]
+            if all(0 <= q < s for q, s in zip(pos, x.shape[2:], strict=True))
+        ]
+        v = np.array(vals, x.dtype)
+        if x.dtype.kind == "f" and np.isnan(v).any():
+            y[(b, cc, *o)] = np.nan
+        elif x.dtype.kind == "f" and v.max() == 0 and (np.signbit(v[v == 0]) == 0).any():
+            y[(b, cc, *o)] = 0.0
+        else:
+            y[(b, cc, *o)] = v.max()
+    return y
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_maxpool_values_fold_axis_by_axis(data) -> None:
+    """MaxPool without Indices maxes a window's rows, then the columns of those maxima
+    (`window_max`: k_h + k_w - 2 maxes an output): on 1-, 2- and 3-D pools with pads, strides,
+    dilations and ceil mode, over NaN, infinities and signed zeros or integers, every value is
+    the window's max, on the reference backend and on C."""
+    nsp = data.draw(st.integers(1, 3))
+    dtype = data.draw(st.sampled_from([np.float32, np.float64, np.int32]))
+    kernel = [data.draw(st.integers(1, 3)) for _ in range(nsp)]
+    dil = [data.draw(st.integers(1, 2)) for _ in range(nsp)]
+    strides = [data.draw(st.integers(1, 3)) for _ in range(nsp)]
+    pads = [data.draw(st.integers(0, k - 1)) for k in kernel]
+    spatial = [
+        data.draw(st.integers((k - 1) * d + 1, (k - 1) * d + 5))
+        for k, d in zip(kernel, dil, strict=True)
+    ]
+    shape = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), *spatial)
+    pool = SPECIAL if dtype != np.int32 else [0, 1, -1, 7, -(2**31), 2**31 - 1]
+    n = int(np.prod(shape))
+    x = np.array(data.draw(st.lists(st.sampled_from(pool), min_size=n, max_size=n)))
+    x = x.astype(dtype).reshape(shape)
+    ceil = data.draw(st.integers(0, 1))
+    outs = []
+    for s, k, st_, d, p in zip(spatial, kernel, strides, dil, pads, strict=True):
+        span = s + 2 * p - d * (k - 1) - 1
+        o = (-(-span // st_) if ceil else span // st_) + 1
+        outs.append(o - 1 if ceil and (o - 1) * st_ >= s + p else o)
+    g = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=kernel, strides=strides,
+                          dilations=dil, pads=pads * 2, ceil_mode=ceil)], "g",
+        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+    )  # fmt: skip
+    module, weights = import_model(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)])
+    )
+    maxes = sum(op.name == "max" for op in module.entry.ops)
+    big = sum(k > 1 for k in kernel)
+    assert maxes == (sum(k - 1 for k in kernel) if big > 1 else int(np.prod(kernel)) - 1)
+    want = _window_max(x, kernel, strides, dil, pads, outs)
+    for got in (reference.run(module, dict(weights, x=x))[0], c.run(module, dict(weights, x=x))[0]):
+        assert got.shape == want.shape and same_bits(got, want).all(), (x, got, want)
