@@ -57,11 +57,27 @@ def test_the_sizes_are_the_hosts() -> None:
     assert len(found) == 2
     for op in found:
         size = op.type.dtype.itemsize
-        _, m, n, _ = products.sizes(op.attrs, products.recorded(op.attrs))
+        _, m, n, k = products.sizes(op.attrs, products.recorded(op.attrs))
         mr, nv, vl = simd.micro_tile(size, m, n, op.attrs["vector"] * size)
         kc, mc, nc = simd.blocking(size, mr, nv * vl)
+        if kc < k <= kc + kc // products.KC_STRETCH:
+            kc = k
         assert op.attrs["micro"] == [mr, nv * vl]
         assert op.attrs["blocks"] == [mc, kc, nc]
+
+
+@pytest.mark.parametrize(("k", "one_block"), [(128, True), (147, True), (160, True), (161, False)])
+def test_a_reduction_a_little_longer_than_kc_runs_as_one_block(k: int, one_block: bool) -> None:
+    """KC 128 (imposed through the cache sizes: 32 KiB L1d, 16 x 16 tiles): K up to 160 runs
+    as one reduce block (`products.KC_STRETCH`), a longer one in blocks of KC."""
+    text = (
+        f"func @main(%a: f32[64,{k}], %b: f32[{k},256]) -> f32[64,256] {{\n"
+        "  %y = matmul(%a, %b) : f32[64,256]\n  return %y\n}\n"
+    )
+    passes = pipeline("c", 2, vector_bytes=64, vector_registers=32, cache_bytes=(32768, 1 << 20))
+    (op,) = _products(PassManager(passes).run(parse(text)).module)
+    assert op.attrs["micro"] == [16, 16]
+    assert op.attrs["blocks"][1] == (k if one_block else 128)
 
 
 def test_the_coverage_claims_prove(tmp_path: Path) -> None:
