@@ -4,6 +4,7 @@ four host classes of backends/c/isa.py are the ones the README's table gives."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -128,6 +129,19 @@ def test_wide_tiles_for_streamed_weights(rows: int, cols: int, vb: int, register
     mr, nv, vl = wide
     assert rows <= products.WIDE_ROWS_MAX and vb * 4 >= products.WIDE_BYTES
     assert mr * nv + nv + 1 <= registers and 1 <= mr <= rows
+    # never more row slivers than 4 vectors a row would take, and 3 only for fewer
+    four = min(rows, (registers - 5) // 4)
+    assert -(-rows // mr) <= -(-rows // four)
+    assert nv != 3 or -(-rows // mr) < -(-rows // four) or -(-cols // vl) == 3
+
+
+@pytest.mark.parametrize(
+    ("rows", "want"), [(16, (8, 3, 16)), (12, (6, 4, 16)), (7, (7, 3, 16)), (4, (4, 4, 16))]
+)
+def test_wide_tiles_take_three_vectors_where_that_saves_a_sliver(rows: int, want: tuple) -> None:
+    """AVX-512, 32 registers: 4 vectors a row hold 6 rows, 3 hold 9; 16 rows take two slivers
+    of 8 instead of three (6 + 6 + 4), 12 rows two of 6 either way (4 vectors kept)."""
+    assert products.wide_tile(rows, 1536, 16, 64, 32) == want
 
 
 def test_the_plan_widens_only_streamed_weights() -> None:
