@@ -175,6 +175,11 @@ prefetchers alone left them at 12 GB/s. Measured on the 2-core Zen 4 host (-O3, 
 MiniLM end to end 4.13 against 3.58 ms (40 rounds; onnxruntime 3.69 in the same rounds)."""
 
 
+IMPLICIT_STRIDE2_BYTES = 64
+"""Stride-2 convolutions read their column slivers in place only with vectors of this many
+bytes (AVX-512: one two-source shuffle a vector, `valignd`/`vpermt2ps`; AVX2 has no
+two-source shuffle across its 128-bit lanes and would spend several instructions)."""
+
 IMPLICIT_COLUMNS = True
 """A product whose column factor is a stride-1 convolution's (padded) input reads each full
 column sliver in place where its NR columns are one run of an input row, or two runs (it
@@ -205,6 +210,7 @@ def micro_kernel(
     fma: bool = False,
     a_step: int | None = None,
     b_runs: int = 0,
+    b_step: int = 1,
 ) -> str:
     """The name of the MR x (NV vectors) micro-kernel for `dtype` (emitted once per program).
 
@@ -223,7 +229,10 @@ def micro_kernel(
     convolution's input, see `IMPLICIT_COLUMNS`) the arguments `bp, ldb` become `bp, koff`
     (one run: row k of the sliver is bp[koff[k] + j]) or `bp, bq, cut, koff` (two runs: lanes
     j < cut from bp[koff[k] + j], the others from bq[koff[k] + j]); the same values in the same
-    lanes as the packed sliver, so the same steps."""
+    lanes as the packed sliver, so the same steps. With `b_step = 2` (`_s2`, a stride-2
+    convolution's input) the sliver's column j is at bp[koff[k] + 2 j]: each vector of lanes
+    comes from two loads and one two-source shuffle keeping the even elements, as
+    `strided_y`'s packing builds it."""
     t, s = CTYPE[dtype], SUFFIX[dtype]
     va, vu = _vector_types(prog, dtype, vb)
     vl = vb // dtype.itemsize
@@ -235,6 +244,7 @@ def micro_kernel(
         + ("_ai" if a_in_place else "")
         + (f"_a{step}" if step != mr else "")
         + (f"_r{b_runs}" if b_runs else "")
+        + ("_s2" if b_runs and b_step == 2 else "")
         + ("_fma" if fma else "")
     )
     vfma = fma_helper(prog, dtype, vb) if fma else None
@@ -275,17 +285,31 @@ def micro_kernel(
             lanes = ", ".join(str(v * vl + lane) for lane in range(vl))
             cuts = ", ".join(["cut"] * vl)
             lines.append(f"  const gdv_mi m{v} = (gdv_mi){{{lanes}}} < (gdv_mi){{{cuts}}};")
+    if b_runs and b_step == 2:
+        it = "int32_t" if dtype.itemsize == 4 else "int64_t"
+        even = [2 * lane for lane in range(vl // 2)] + [2 * lane + 1 for lane in range(vl // 2, vl)]
+        lines.append(f"  typedef {it} gdv_si __attribute__((vector_size({vb})));")
+        lines.append(f"  const gdv_si even = {{{', '.join(map(str, even))}}};")
+
+    def load_b(at: str, v: int) -> str:
+        """Vector v of the sliver row at `at` (its lanes b_step elements apart)."""
+        if b_step == 1:
+            return f"*(const {vu} *)({at} + {v * vl})"
+        first = 2 * v * vl
+        return (
+            f"__builtin_shuffle(*(const {vu} *)({at} + {first}), "
+            f"*(const {vu} *)({at} + {first + vl - 1}), even)"
+        )
+
     lines.append("  for (int64_t k = 0; k < kc; k++) {")
     if b_runs:
         lines.append(f"    const {t} *restrict bk = bp + koff[k];")
-        lines += [f"    {va} b{v} = *(const {vu} *)(bk + {v * vl});" for v in range(nv)]
+        lines += [f"    {va} b{v} = {load_b('bk', v)};" for v in range(nv)]
         if b_runs == 2:
             lines.append(f"    const {t} *restrict qk = bq + koff[k];")
             for v in range(nv):
-                lines.append(
-                    f"    b{v} = ({va})((m{v} & (gdv_mi)b{v}) | "
-                    f"(~m{v} & (gdv_mi)*(const {vu} *)(qk + {v * vl})));"
-                )
+                q = load_b("qk", v)
+                lines.append(f"    b{v} = ({va})((m{v} & (gdv_mi)b{v}) | (~m{v} & (gdv_mi)({q})));")
     else:
         # The B stream is prefetched PREFETCH_STEPS reduce steps ahead (a hint: no value
         # changes).
@@ -957,10 +981,12 @@ def _blocked(
         sliver's mode: its runs read in place, else `plain` (the packed sliver's call)."""
         if implicit is None:
             return plain
-        ky, _, ktable = implicit
+        ky, _, ktable, b_step = implicit
         step = None if rows == mr else mr
         one, two = (
-            micro_kernel(prog, dtype, rows, nr * dtype.itemsize // vb, vb, False, fma, step, n)
+            micro_kernel(
+                prog, dtype, rows, nr * dtype.itemsize // vb, vb, False, fma, step, n, b_step
+            )
             for n in (1, 2)
         )
         at, koff = f"a{ky} + o{ky}", f"{ktable} + pc"
@@ -971,7 +997,8 @@ def _blocked(
         )
 
     if implicit is not None:
-        _, table, _ = implicit
+        _, table, _, b_step = implicit
+        sc = "" if b_step == 1 else f"{b_step} * "
         width = -(-min(nc_max, n_) // nr)
         y_state = f"      int64_t ymode[{width}], yb[{width}], yq[{width}], ycut[{width}];\n"
         ind = " " * 12
@@ -979,12 +1006,12 @@ def _blocked(
             f"{ind}ymode[s] = 0;\n"
             f"{ind}if (nr == {nr}{' && ' + x_packed if x_packed else ''}) {{\n"
             f"{ind}  int64_t cut = 1;\n"
-            f"{ind}  while (cut < {nr} && {table}[j0 + cut] == {table}[j0] + cut) cut++;\n"
-            f"{ind}  int two = cut < {nr} && {table}[j0 + cut] - cut >= {table}[j0];\n"
+            f"{ind}  while (cut < {nr} && {table}[j0 + cut] == {table}[j0] + {sc}cut) cut++;\n"
+            f"{ind}  int two = cut < {nr} && {table}[j0 + cut] - {sc}cut >= {table}[j0];\n"
             f"{ind}  for (int64_t jj = cut + 1; jj < {nr}; jj++)\n"
-            f"{ind}    two = two && {table}[j0 + jj] == {table}[j0 + cut] + (jj - cut);\n"
+            f"{ind}    two = two && {table}[j0 + jj] == {table}[j0 + cut] + {sc}(jj - cut);\n"
             f"{ind}  yb[s] = {table}[j0];\n"
-            f"{ind}  yq[s] = {table}[j0 + (cut < {nr} ? cut : 0)] - (cut < {nr} ? cut : 0);\n"
+            f"{ind}  yq[s] = {table}[j0 + (cut < {nr} ? cut : 0)] - {sc}(cut < {nr} ? cut : 0);\n"
             f"{ind}  ycut[s] = cut;\n"
             f"{ind}  ymode[s] = cut == {nr} ? 1 : two ? 2 : 0;\n"
             f"{ind}  if (ymode[s]) continue;  /* read where it lies, below */\n"
@@ -999,10 +1026,10 @@ def _blocked(
         prog.record(
             op,
             "implicit columns",
-            "input rows read in place",
-            "a stride-1 convolution's full column slivers lying in one run or two of the "
-            "input's rows are read there by the micro-kernel instead of being packed (the same "
-            "values in the same lanes)",
+            f"input rows read in place, stride {b_step}",
+            "a stride-1 (or, with 64-byte vectors, stride-2) convolution's full column slivers "
+            "lying in one run or two of the input's rows are read there by the micro-kernel "
+            "instead of being packed (the same values in the same lanes)",
         )
     cols_edge = ""
     # An edge tile of full rows reads A's packed sliver with vectors along its rows: A packed
@@ -1174,11 +1201,12 @@ def _implicit_columns(
     gk: _Group,
     tables: dict[str, str],
     tile: tuple[int, int, int],
-) -> tuple[int, str, str] | None:
-    """(operand, its column table, its reduce table) when Y is an operand of the product's
-    dtype read unchanged through two index tables, one step along the innermost column dim
-    moving one element: a stride-1 convolution's input, whose full column slivers
-    `IMPLICIT_COLUMNS` reads in place; else None."""
+) -> tuple[int, str, str, int] | None:
+    """(operand, its column table, its reduce table, step) when Y is an operand of the
+    product's dtype read unchanged through two index tables, one step along the innermost
+    column dim moving `step` elements: 1, a stride-1 convolution's input, or 2 (a stride-2
+    one's) with vectors of IMPLICIT_STRIDE2_BYTES; its full column slivers `IMPLICIT_COLUMNS`
+    reads in place. Else None."""
     mr, nr, vb = tile
     dtype = op.type.dtype
     k = pidx.get(con.right)
@@ -1195,7 +1223,10 @@ def _implicit_columns(
     if table not in tables or ktable not in tables:
         return None
     live = [(coefs[k][0][d], z) for d, z in zip(gj.dims, gj.sizes, strict=True) if z != 1]
-    return (k, table, ktable) if live and live[-1][0] == 1 else None
+    step = live[-1][0] if live else 0
+    if step == 1 or (step == 2 and vb == IMPLICIT_STRIDE2_BYTES):
+        return k, table, ktable, step
+    return None
 
 
 def _epilogue(

@@ -1,11 +1,13 @@
-"""A stride-1 convolution's input read in place by the micro-kernel (`matmul.IMPLICIT_COLUMNS`,
-issue 16): a full column sliver whose NR output positions are one run of an input row, or two
-runs (it crosses one row end), is not packed; the micro-kernel loads row k of the sliver at the
-input plus the reduce position's table entry, blending the two runs' loads by lane. Same values
-in the same lanes, so every output must keep the reference's bits. Hypothesis draws geometries
-whose slivers take each mode (one run, two runs, three or more runs packed, edge slivers),
-output channels that leave an edge of rows, several reduce and column blocks, both vector
-widths, and the weights bound (packed at bind time, the path -O3 models take) or not."""
+"""A convolution's input read in place by the micro-kernel (`matmul.IMPLICIT_COLUMNS`, issue
+16; stride 1, and stride 2 with 64-byte vectors): a full column sliver whose NR output positions
+are one run of an input row, or two runs (it crosses one row end), is not packed; the
+micro-kernel loads row k of the sliver at the input plus the reduce position's table entry,
+blending the two runs' loads by lane (at stride 2, each vector one two-source shuffle of two
+loads). Same values in the same lanes, so every output must keep the reference's bits.
+Hypothesis draws geometries whose slivers take each mode (one run, two runs, three or more runs
+packed, edge slivers), strides 1 and 2, output channels that leave an edge of rows, several
+reduce and column blocks, both vector widths, and the weights bound (packed at bind time, the
+path -O3 models take) or not."""
 
 from __future__ import annotations
 
@@ -26,14 +28,17 @@ from .test_conv_product import _values
 from .test_fast_kernels import _env
 
 
-def _conv(n: int, cin: int, cout: int, h: int, w: int, k: tuple, pad: tuple, dil: tuple) -> str:
+def _conv(
+    n: int, cin: int, cout: int, h: int, w: int, k: tuple, pad: tuple, dil: tuple, stride: int = 1
+) -> str:
     kh, kw = k
-    oh = h + pad[0] + pad[1] - (kh - 1) * dil[0]
-    ow = w + pad[2] + pad[3] - (kw - 1) * dil[1]
+    oh = (h + pad[0] + pad[1] - (kh - 1) * dil[0] - 1) // stride + 1
+    ow = (w + pad[2] + pad[3] - (kw - 1) * dil[1] - 1) // stride + 1
     return (
         f"func @main(%x: f32[{n},{cin},{h},{w}], %w: f32[{cout},{cin},{kh},{kw}]) "
         f"-> f32[{n},{cout},{oh},{ow}] {{\n"
-        f"  %y = conv2d(%x, %w) {{stride = [1, 1], padding = [[{pad[0]}, {pad[1]}], "
+        f"  %y = conv2d(%x, %w) {{stride = [{stride}, {stride}], "
+        f"padding = [[{pad[0]}, {pad[1]}], "
         f"[{pad[2]}, {pad[3]}]], dilation = [{dil[0]}, {dil[1]}], groups = 1}} "
         f": f32[{n},{cout},{oh},{ow}]\n  return %y\n}}\n"
     )
@@ -43,7 +48,8 @@ def _executable(text: str, vector: str, blocking: str | None) -> tuple:
     env = _env(**{VECTOR_BYTES_ENV: vector, BLOCKING_ENV: blocking})
     with env, pytest.MonkeyPatch.context() as mp:
         mp.setattr(lower_to_kernels, "CONV_MIN_MACS", 0)
-        module = PassManager(pipeline("c", 2)).run(parse(text)).module
+        passes = pipeline("c", 2, **c.schedule_parameters())  # the vector bytes set above
+        module = PassManager(passes).run(parse(text)).module
         return module, c.Executable(module), c.lower(module)
 
 
@@ -57,7 +63,7 @@ def geometry(draw):
     w = draw(st.sampled_from([5, 7, 9, 14, 15, 17, 24, 31, 40]))
     w = max(w, (kw - 1) * dil[1] + 1)
     return draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(1, 19)), h, w, (
-        kh, kw), pad, dil  # fmt: skip
+        kh, kw), pad, dil, draw(st.integers(1, 2))  # fmt: skip
 
 
 @settings(max_examples=40, deadline=None)
@@ -72,8 +78,8 @@ def geometry(draw):
 def test_convolutions_reading_their_input_in_place_are_bit_exact(
     g, vector: str, blocking: str | None, bind: bool, seed: int, share: float
 ) -> None:
-    n, cin, cout, h, w, k, pad, dil = g
-    text = _conv(n, cin, cout, h, w, k, pad, dil)
+    n, cin, cout, h, w, k, pad, dil, stride = g
+    text = _conv(n, cin, cout, h, w, k, pad, dil, stride)
     module, exe, source = _executable(text, vector, blocking)
     (kernel,) = [op for op in module.entry.ops if op.name == "kernel"]
     assert kernel.attrs["strategy"] == "product"
@@ -115,15 +121,26 @@ def test_the_slivers_of_a_wide_image_are_read_in_place(vector: str) -> None:
         assert reference.bit_equal(a[0], b[0]), reference.describe_difference(a[0], b[0])
 
 
-def test_strided_and_pointwise_convolutions_keep_packing() -> None:
-    """Stride 2 moves two elements a column (no run), and a 1x1 conv's columns need no table:
-    neither takes the in-place path."""
-    strided = (
-        _conv(1, 3, 8, 20, 20, (3, 3), (1, 1, 1, 1), (1, 1))
-        .replace("stride = [1, 1]", "stride = [2, 2]")
-        .replace("f32[1,8,20,20]", "f32[1,8,10,10]")
-    )
+def test_stride_two_reads_in_place_only_with_64_byte_vectors() -> None:
+    """Stride 2 moves two elements a column: with 64-byte vectors the slivers are read in place
+    through a two-source shuffle (`_s2`, the bits of the packed path); with 32-byte ones, and
+    for a 1x1 conv (its columns need no table), they are packed."""
+    text = _conv(1, 3, 20, 40, 40, (3, 3), (1, 1, 1, 1), (1, 1), 2)
+    module, exe, source = _executable(text, "64", None)
+    assert "implicit columns" in _choices(module) and "_r1_s2" in source
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(matmul, "IMPLICIT_STRIDE2_BYTES", 0)
+        _, packed, packed_source = _executable(text, "64", None)
+    assert "_s2" not in packed_source
+    rng = np.random.default_rng(11)
+    inputs = {
+        "x": _values(rng, (1, 3, 40, 40), np.float32, 0.1),
+        "w": _values(rng, (20, 3, 3, 3), np.float32, 0.1),
+    }
+    a, b = exe(inputs)[0], packed(inputs)[0]
+    assert reference.bit_equal(a, b), reference.describe_difference(a, b)
+    module, _, source = _executable(text, "32", None)
+    assert "implicit columns" not in _choices(module) and "_r1" not in source
     pointwise = _conv(1, 8, 8, 20, 20, (1, 1), (0, 0, 0, 0), (1, 1))
-    for text in (strided, pointwise):
-        module, _, source = _executable(text, "64", None)
-        assert "implicit columns" not in _choices(module) and "_r1" not in source
+    module, _, source = _executable(pointwise, "64", None)
+    assert "implicit columns" not in _choices(module) and "_r1" not in source
