@@ -175,6 +175,12 @@ prefetchers alone left them at 12 GB/s. Measured on the 2-core Zen 4 host (-O3, 
 MiniLM end to end 4.13 against 3.58 ms (40 rounds; onnxruntime 3.69 in the same rounds)."""
 
 
+IMPLICIT_MIN_BYTES = 64
+"""Column slivers are read in place only with vectors of at least this many bytes. AVX2's
+6 x 16 tile (two 8-lane vectors a row) lost by it: resnet18 with `GDV_C_ISA=avx2`, one thread,
+interleaved, 38.3 ms packed against 40.3 in place (each B load serves 6 multiply-adds there,
+16 in AVX-512's 16 x 16 tile, so unaligned and blended loads weigh more)."""
+
 IMPLICIT_STRIDE2_BYTES = 64
 """Stride-2 convolutions read their column slivers in place only with vectors of this many
 bytes (AVX-512: one two-source shuffle a vector, `valignd`/`vpermt2ps`; AVX2 has no
@@ -1202,8 +1208,9 @@ def _implicit_columns(
     tables: dict[str, str],
     tile: tuple[int, int, int],
 ) -> tuple[int, str, str, int] | None:
-    """(operand, its column table, its reduce table, step) when Y is an operand of the
-    product's dtype read unchanged through two index tables, one step along the innermost
+    """(operand, its column table, its reduce table, step) when, with vectors of at least
+    IMPLICIT_MIN_BYTES, Y is an operand of the product's dtype read unchanged through two
+    index tables, one step along the innermost
     column dim moving `step` elements: 1, a stride-1 convolution's input, or 2 (a stride-2
     one's) with vectors of IMPLICIT_STRIDE2_BYTES; its full column slivers `IMPLICIT_COLUMNS`
     reads in place. Else None."""
@@ -1215,6 +1222,7 @@ def _implicit_columns(
         or k is None
         or dtype not in (DType.F32, DType.F64)
         or operand_types[k].dtype != dtype
+        or vb < IMPLICIT_MIN_BYTES
         or vb // dtype.itemsize < 2
         or nr % (vb // dtype.itemsize)
     ):

@@ -1,13 +1,13 @@
 """A convolution's input read in place by the micro-kernel (`matmul.IMPLICIT_COLUMNS`, issue
-16; stride 1, and stride 2 with 64-byte vectors): a full column sliver whose NR output positions
+16; with 64-byte vectors, stride 1 and 2): a full column sliver whose NR output positions
 are one run of an input row, or two runs (it crosses one row end), is not packed; the
 micro-kernel loads row k of the sliver at the input plus the reduce position's table entry,
 blending the two runs' loads by lane (at stride 2, each vector one two-source shuffle of two
 loads). Same values in the same lanes, so every output must keep the reference's bits.
 Hypothesis draws geometries whose slivers take each mode (one run, two runs, three or more runs
 packed, edge slivers), strides 1 and 2, output channels that leave an edge of rows, several
-reduce and column blocks, both vector widths, and the weights bound (packed at bind time, the
-path -O3 models take) or not."""
+reduce and column blocks, both vector widths (32-byte ones pack: `IMPLICIT_MIN_BYTES`), and
+the weights bound (packed at bind time, the path -O3 models take) or not."""
 
 from __future__ import annotations
 
@@ -98,7 +98,14 @@ def _choices(module) -> set[str]:
     return {ch["choice"] for ch in c.printer_choices(module)}
 
 
-@pytest.mark.parametrize("vector", ["64", "32"])
+def test_32_byte_vectors_keep_packing() -> None:
+    """AVX2's tiles pack every sliver (`IMPLICIT_MIN_BYTES`)."""
+    text = _conv(1, 3, 20, 40, 40, (3, 3), (1, 1, 1, 1), (1, 1))
+    module, _, source = _executable(text, "32", None)
+    assert "implicit columns" not in _choices(module) and "_r1" not in source
+
+
+@pytest.mark.parametrize("vector", ["64"])
 def test_the_slivers_of_a_wide_image_are_read_in_place(vector: str) -> None:
     """A 3x3 conv over 40 x 40 (rows of 40: slivers of one run and of two) reads them in
     place, records the choice, and computes the bits it computes with the slivers packed."""
