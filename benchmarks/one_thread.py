@@ -4,6 +4,7 @@ tune the products, where `benchmarks/models.py` gives the two-thread figures of 
     HF_HUB_OFFLINE=1 python benchmarks/one_thread.py [--models resnet18,bert2] [--isa avx2]
                                                      [--level 3] [--rounds 20] [--out FILE]
                                                      [--cache-dir DIR] [--path torch.export]
+                                                     [--no-history]
 
 Each model (`models.build`, batch 1, seeded) goes through the ONNX path (`torch.onnx.export`,
 then `gdv.import_onnx`; with `--path torch.export`, `torch.export` and `gdv.import_torch`
@@ -15,6 +16,9 @@ timed by the process's CPU time (less exposed to other jobs than wall time); the
 reported with their ratio. onnxruntime picks its own kernels for this host whatever `--isa`
 says: with `--isa avx2` on an AVX-512 host the ratio is gdv's AVX2 code against onnxruntime's
 AVX-512 code.
+
+gdv's median per model is appended to `benchmarks/history/<machine>.json` (suite
+`one_thread_<isa>_<path>_O<level>`), which `python benchmarks/check_regressions.py` reads.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="JSON file (default: none)")
     ap.add_argument("--cache-dir", default=None, help="proof cache (default: a fresh one)")
     ap.add_argument("--path", default="onnx", choices=("onnx", "torch.export"), help="gdv's import")
+    ap.add_argument(
+        "--no-history", action="store_true", help="do not append gdv's times to benchmarks/history"
+    )
     args = ap.parse_args(argv)
     # before anything loads OpenMP or onnxruntime
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -105,6 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    if not args.no_history:
+        from history import record  # benchmarks/history.py, keyed by machine
+
+        # gdv's median per model, one suite per (ISA, import path, level), so that
+        # `check_regressions.py` compares a model's time only with its own earlier runs
+        suite = f"one_thread_{args.isa}_{args.path}_O{args.level}"
+        command = "python benchmarks/one_thread.py " + " ".join(argv or sys.argv[1:])
+        times = {row["model"]: row["gdv_ms"] / 1e3 for row in rows}
+        print(f"history: {record(suite, times, command=command.strip())}")
     return 0
 
 
