@@ -351,6 +351,7 @@ def blocking(
     nr: int,
     caches: tuple[int, int] = DEFAULT_CACHES,
     override: tuple[int, int, int] | None = None,
+    reduce: int | None = None,
 ) -> tuple[int, int, int]:
     """(KC, MC, NC) for the packed product's loop order (`backends/c/matmul.py`: column panels
     of NC, reduce blocks of KC, row blocks of MC; in each, every MR x KC sliver of A sweeps
@@ -367,7 +368,8 @@ def blocking(
 
     With this host's caches (48 KiB L1d, 2 MiB L2), f32: AVX-512 16 x 16 -> KC 192, MC 672,
     NC 1360; AVX2 6 x 16 -> KC 272, MC 480, NC 960. `caches`: (L1 data, L2) bytes; `override`:
-    (KC, MC, NC) wanted instead (MC and NC rounded down to whole slivers)."""
+    (KC, MC, NC) wanted instead (MC and NC rounded down to whole slivers). `reduce`: the
+    product's reduction length K; one at most KC / KC_STRETCH longer than KC is one block."""
     if override is not None:
         kc, mc, nc = override
         return kc, max(mr, mc - mc % mr), max(nr, nc - nc % nr)
@@ -378,6 +380,8 @@ def blocking(
     nc -= nc % nr
     mc = max(mr, (l2 // 4) // (kc * elem_bytes))
     mc -= mc % mr
+    if reduce is not None and kc < reduce <= kc + kc // KC_STRETCH:
+        kc = reduce  # one reduce block, not a full one and a short tail
     return kc, mc, nc
 
 
@@ -431,9 +435,7 @@ def plan(
         if streamed is None:
             streamed = k * n * size > caches[1]  # the column factor is larger than L2
         mr, nv, vl = micro_tile(size, m, n, vector_bytes, registers, chains, streamed)
-        kc, mc, nc = blocking(size, mr, nv * vl, caches, override)
-        if override is None and kc < k <= kc + kc // KC_STRETCH:
-            kc = k  # one reduce block, not a full one and a short tail (KC_STRETCH)
+        kc, mc, nc = blocking(size, mr, nv * vl, caches, override, reduce=k)
     return {
         "strategy": "product",
         **p.attrs(),

@@ -112,10 +112,10 @@ def micro_tile(
     return products.micro_tile(elem_bytes, rows, cols, vb, vector_registers(vb), add_chains())
 
 
-def blocking(elem_bytes: int, mr: int, nr: int) -> tuple[int, int, int]:
+def blocking(elem_bytes: int, mr: int, nr: int, reduce: int | None = None) -> tuple[int, int, int]:
     """(KC, MC, NC) on this host (`gdv.ir.products.blocking` with its caches, or what
-    `GDV_C_BLOCKING` imposes)."""
-    return products.blocking(elem_bytes, mr, nr, l1_l2(), blocking_override())
+    `GDV_C_BLOCKING` imposes), for a reduction of `reduce` positions when given."""
+    return products.blocking(elem_bytes, mr, nr, l1_l2(), blocking_override(), reduce=reduce)
 
 
 def tuned() -> tuple[dict[str, products.Tuned], str]:

@@ -59,9 +59,7 @@ def test_the_sizes_are_the_hosts() -> None:
         size = op.type.dtype.itemsize
         _, m, n, k = products.sizes(op.attrs, products.recorded(op.attrs))
         mr, nv, vl = simd.micro_tile(size, m, n, op.attrs["vector"] * size)
-        kc, mc, nc = simd.blocking(size, mr, nv * vl)
-        if kc < k <= kc + kc // products.KC_STRETCH:
-            kc = k
+        kc, mc, nc = simd.blocking(size, mr, nv * vl, reduce=k)
         assert op.attrs["micro"] == [mr, nv * vl]
         assert op.attrs["blocks"] == [mc, kc, nc]
 
