@@ -187,15 +187,17 @@ bytes (AVX-512: one two-source shuffle a vector, `valignd`/`vpermt2ps`; AVX2 has
 two-source shuffle across its 128-bit lanes and would spend several instructions)."""
 
 IMPLICIT_COLUMNS = True
-"""A product whose column factor is a stride-1 convolution's (padded) input reads each full
-column sliver in place where its NR columns are one run of an input row, or two runs (it
-crosses one row end; the second run at or after the first's end): the micro-kernel loads row
-k of the sliver at the input plus the reduce position's table entry, and for two runs blends
-the two runs' loads by lane. The same values reach the same lanes as from the packed sliver,
-so every output's steps are unchanged. Slivers of three or more runs, and edge slivers, are
-packed as before. Measured on resnet18 (-O3, bound, one thread, gdv profile on the 2-core
-Zen 4 host): packing the column slivers was 2.27 ms of 37.6 (the whole packing loop removed,
-for its cost)."""
+"""A product whose column factor is a convolution's (padded) input, at stride 1 or (with
+IMPLICIT_STRIDE2_BYTES) 2, reads each full column sliver in place where its NR columns are one
+run of an input row, or two runs (it crosses one row end; the second run at or after the
+first's end): the micro-kernel loads row k of the sliver at the input plus the reduce
+position's table entry (at stride 2, two loads and a shuffle a vector), and for two runs
+blends the two runs' loads by lane. The same values reach the same lanes as from the packed
+sliver, so every output's steps are unchanged. Slivers of three or more runs, and edge
+slivers, are packed as before (their run split is found again by the packing code). Measured
+on resnet18 (-O3, bound, one thread, the 2-core Zen 4 host): packing the column slivers was
+2.27 ms of 37.6 (`gdv profile` with the packing loop cut out); in place, interleaved, the
+whole model 37.3 -> 36.2 ms at stride 1; its 7x7/2 stem alone 2.272 -> 2.142 ms at stride 2."""
 
 
 PREFETCH_A = True
@@ -283,16 +285,15 @@ def micro_kernel(
         for v in range(nv)
     ]
     lines.append("  }")
+    it = "int32_t" if dtype.itemsize == 4 else "int64_t"  # a lane's integer, for masks
     if b_runs == 2:
         # Lane masks, all ones where the lane's column is in the first run (j < cut).
-        it = "int32_t" if dtype.itemsize == 4 else "int64_t"
         lines.append(f"  typedef {it} gdv_mi __attribute__((vector_size({vb})));")
         for v in range(nv):
             lanes = ", ".join(str(v * vl + lane) for lane in range(vl))
             cuts = ", ".join(["cut"] * vl)
             lines.append(f"  const gdv_mi m{v} = (gdv_mi){{{lanes}}} < (gdv_mi){{{cuts}}};")
     if b_runs and b_step == 2:
-        it = "int32_t" if dtype.itemsize == 4 else "int64_t"
         even = [2 * lane for lane in range(vl // 2)] + [2 * lane + 1 for lane in range(vl // 2, vl)]
         lines.append(f"  typedef {it} gdv_si __attribute__((vector_size({vb})));")
         lines.append(f"  const gdv_si even = {{{', '.join(map(str, even))}}};")
@@ -866,13 +867,8 @@ def _blocked(
             f"dst[kk * {nr} + cut + jq]",
         )
         return (
-            f"{ind}int64_t cut = 1;\n"
-            f"{ind}while (cut < {ext} && {table}[j0 + cut] == {table}[j0] + "
-            f"INT64_C({step}) * cut) cut++;\n"
-            f"{ind}int two = 1;\n"
-            f"{ind}for (int64_t jj = cut + 1; jj < {ext}; jj++) two = two && "
-            f"{table}[j0 + jj] == {table}[j0 + cut] + INT64_C({step}) * (jj - cut);\n"
-            f"{ind}if (cut == {ext}) {{\n{whole}{ind}}} else if (two) {{\n{two_runs}"
+            _run_split(table, step, ext, ind)
+            + f"{ind}if (cut == {ext}) {{\n{whole}{ind}}} else if (two) {{\n{two_runs}"
             f"{ind}}} else {{\n{generic}{ind}}}\n"
         )
 
@@ -972,9 +968,7 @@ def _blocked(
             call_tile = call_tile.replace(f"if (mr == {mr})", f"if (mr == {mr} && !pre_x)", 1)
     # Full column slivers of a stride-1 convolution's input read where they lie
     # (IMPLICIT_COLUMNS): per sliver, one run or two of the input's rows, else packed.
-    implicit = _implicit_columns(
-        prog, op, con, operand_types, pidx, coefs, gj, gk, tables, (mr, nr, vb)
-    )
+    implicit = _implicit_columns(op, con, operand_types, pidx, coefs, gj, tables, nr, vb)
     # With X read in place (few columns), only a call with X packed at bind time takes them.
     x_packed = "pre_x" if x_in else ""
     if y_in or (x_in and bindable["x"] is None) or bindable["y"] is not None:
@@ -1004,22 +998,20 @@ def _blocked(
 
     if implicit is not None:
         _, table, _, b_step = implicit
-        sc = "" if b_step == 1 else f"{b_step} * "
         width = -(-min(nc_max, n_) // nr)
         y_state = f"      int64_t ymode[{width}], yb[{width}], yq[{width}], ycut[{width}];\n"
         ind = " " * 12
+        # Two runs are read in place only when the second starts at or after the first's
+        # end, so that both loads stay between the sliver's first and last elements.
+        after = f"{table}[j0 + cut] - INT64_C({b_step}) * cut >= {table}[j0]"
         y_modes = (
             f"{ind}ymode[s] = 0;\n"
             f"{ind}if (nr == {nr}{' && ' + x_packed if x_packed else ''}) {{\n"
-            f"{ind}  int64_t cut = 1;\n"
-            f"{ind}  while (cut < {nr} && {table}[j0 + cut] == {table}[j0] + {sc}cut) cut++;\n"
-            f"{ind}  int two = cut < {nr} && {table}[j0 + cut] - {sc}cut >= {table}[j0];\n"
-            f"{ind}  for (int64_t jj = cut + 1; jj < {nr}; jj++)\n"
-            f"{ind}    two = two && {table}[j0 + jj] == {table}[j0 + cut] + {sc}(jj - cut);\n"
-            f"{ind}  yb[s] = {table}[j0];\n"
-            f"{ind}  yq[s] = {table}[j0 + (cut < {nr} ? cut : 0)] - {sc}(cut < {nr} ? cut : 0);\n"
+            + _run_split(table, b_step, str(nr), ind + "  ")
+            + f"{ind}  yb[s] = {table}[j0];\n"
+            f"{ind}  yq[s] = cut < {nr} ? {table}[j0 + cut] - INT64_C({b_step}) * cut : 0;\n"
             f"{ind}  ycut[s] = cut;\n"
-            f"{ind}  ymode[s] = cut == {nr} ? 1 : two ? 2 : 0;\n"
+            f"{ind}  ymode[s] = cut == {nr} ? 1 : two && {after} ? 2 : 0;\n"
             f"{ind}  if (ymode[s]) continue;  /* read where it lies, below */\n"
             f"{ind}}}\n"
         )
@@ -1196,25 +1188,37 @@ def _blocked(
     )
 
 
+def _run_split(table: str, step: int, ext: str, ind: str) -> str:
+    """C finding how the `ext` columns of a sliver from j0 lie along a column table: `cut`,
+    the length of the first run (entries one `step` apart from the first), and `two`, whether
+    the entries from cut on are one more such run."""
+    return (
+        f"{ind}int64_t cut = 1;\n"
+        f"{ind}while (cut < {ext} && {table}[j0 + cut] == {table}[j0] + "
+        f"INT64_C({step}) * cut) cut++;\n"
+        f"{ind}int two = 1;\n"
+        f"{ind}for (int64_t jj = cut + 1; jj < {ext}; jj++) two = two && "
+        f"{table}[j0 + jj] == {table}[j0 + cut] + INT64_C({step}) * (jj - cut);\n"
+    )
+
+
 def _implicit_columns(
-    prog: Program,
     op: Op,
     con: Contraction,
     operand_types: list[TensorType],
     pidx: dict[str, int],
     coefs: list[tuple[list[int], int]],
     gj: _Group,
-    gk: _Group,
     tables: dict[str, str],
-    tile: tuple[int, int, int],
+    nr: int,
+    vb: int,
 ) -> tuple[int, str, str, int] | None:
     """(operand, its column table, its reduce table, step) when, with vectors of at least
     IMPLICIT_MIN_BYTES, Y is an operand of the product's dtype read unchanged through two
-    index tables, one step along the innermost
-    column dim moving `step` elements: 1, a stride-1 convolution's input, or 2 (a stride-2
-    one's) with vectors of IMPLICIT_STRIDE2_BYTES; its full column slivers `IMPLICIT_COLUMNS`
-    reads in place. Else None."""
-    mr, nr, vb = tile
+    index tables, one step along the innermost column dim moving `step` elements: 1, a
+    stride-1 convolution's input, or 2 (a stride-2 one's) with vectors of
+    IMPLICIT_STRIDE2_BYTES; its full column slivers `IMPLICIT_COLUMNS` reads in place. Else
+    None."""
     dtype = op.type.dtype
     k = pidx.get(con.right)
     if (

@@ -105,22 +105,29 @@ def test_32_byte_vectors_keep_packing() -> None:
     assert "implicit columns" not in _choices(module) and "_r1" not in source
 
 
-@pytest.mark.parametrize("vector", ["64"])
-def test_the_slivers_of_a_wide_image_are_read_in_place(vector: str) -> None:
-    """A 3x3 conv over 40 x 40 (rows of 40: slivers of one run and of two) reads them in
-    place, records the choice, and computes the bits it computes with the slivers packed."""
-    text = _conv(1, 3, 20, 40, 40, (3, 3), (1, 1, 1, 1), (1, 1))
-    module, exe, source = _executable(text, vector, None)
+@pytest.mark.parametrize(
+    ("h", "w", "stride"),
+    [(40, 40, 1), (60, 6, 1), (40, 40, 2), (60, 12, 2)],
+    ids=["rows-of-40", "rows-of-6", "rows-of-20-stride-2", "rows-of-6-stride-2"],
+)
+def test_in_place_slivers_compute_the_packed_bits(h: int, w: int, stride: int) -> None:
+    """3x3 convs, 64-byte vectors, 20 output channels (more than the few-rows paths take):
+    rows of 40 or 20 outputs make slivers of one run and of two, which are read in place
+    (the choice recorded); rows of 6 make slivers of three runs, which must stay packed. Every
+    case computes the bits it computes with the in-place path switched off, the weights bound
+    (packed at bind time, as -O3 models run) or not."""
+    text = _conv(1, 3, 20, h, w, (3, 3), (1, 1, 1, 1), (1, 1), stride)
+    module, exe, source = _executable(text, "64", None)
     assert "implicit columns" in _choices(module)
     assert "_r1" in source and "_r2" in source
     rng = np.random.default_rng(7)
     inputs = {
-        "x": _values(rng, (1, 3, 40, 40), np.float32, 0.1),
+        "x": _values(rng, (1, 3, h, w), np.float32, 0.1),
         "w": _values(rng, (20, 3, 3, 3), np.float32, 0.1),
     }
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(matmul, "IMPLICIT_COLUMNS", False)
-        packed_module, packed, packed_source = _executable(text, vector, None)
+        packed_module, packed, packed_source = _executable(text, "64", None)
         assert "implicit columns" not in _choices(packed_module) and "_r2" not in packed_source
     for bound in (False, True):
         a = exe.bind({"w": inputs["w"]})({"x": inputs["x"]}) if bound else exe(inputs)
