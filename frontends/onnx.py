@@ -4118,15 +4118,38 @@ def _pool_indices(
     return cur_idx
 
 
+def window_slices(
+    imp: Importer, xp: str, kernel: list[int], strides: list[int], dilations: list[int],
+    outs: list[int],
+) -> list[str]:  # fmt: skip
+    """The pooling windows of the padded input xp (N, C, spatial...) as strided slices, one a
+    window position, in window order (row-major over `kernel`)."""
+    n, c = imp.type_of(xp).shape[:2]
+    wins = []
+    for offs in np.ndindex(*kernel):
+        start = [0, 0] + [kk * d for kk, d in zip(offs, dilations, strict=True)]
+        ends = zip(offs, dilations, outs, strides, strict=True)
+        limit = [n, c] + [kk * d + (o - 1) * st + 1 for kk, d, o, st in ends]
+        wins.append(imp.emit("slice", [xp], start=start, limit=limit, stride=[1, 1, *strides]))
+    return wins
+
+
 def window_max(
     imp: Importer, xp: str, kernel: list[int], strides: list[int], dilations: list[int],
     outs: list[int],
 ) -> str:  # fmt: skip
-    """The max over each pooling window of the padded input xp (N, C, spatial...), one spatial
-    axis at a time: the window's rows are maxed first (strided slices along that axis only),
-    then the columns of those maxima, and so on. `max` is exact in any order (IR_SPEC: NaN
-    wins, max(-0.0, +0.0) = +0.0), so this is the max over the whole window; it takes
-    k_h + k_w - 2 maxes per output instead of k_h * k_w - 1 and reads each input row once."""
+    """The max over each pooling window of the padded input xp (N, C, spatial...). With two
+    or more window axes longer than 1, one spatial axis at a time: the window's rows are
+    maxed first (strided slices along that axis only), then the columns of those maxima, and
+    so on; `max` is exact in any order (IR_SPEC: NaN wins, max(-0.0, +0.0) = +0.0), so this is
+    the max over the whole window, in k_h + k_w - 2 maxes per output instead of k_h * k_w - 1.
+    Otherwise the window's slices in window order (`window_slices`), maxed left to right."""
+    if sum(k > 1 for k in kernel) < 2:
+        wins = window_slices(imp, xp, kernel, strides, dilations, outs)
+        acc = wins[0]
+        for win in wins[1:]:
+            acc = imp.emit("max", [acc, win])
+        return acc
     cur = xp
     for axis, (k, st, d, o) in enumerate(zip(kernel, strides, dilations, outs, strict=True)):
         shape = list(imp.type_of(cur).shape)
@@ -4195,21 +4218,14 @@ def _pool(imp: Importer, node: Any, ins: list[str], attrs: dict[str, Any]) -> No
     lows = [0, 0] + [lo for lo, _ in pads]
     highs = [0, 0] + [hi + e for (_, hi), e in zip(pads, extra, strict=True)]
     xp = x if not any(lows + highs) else imp.emit("pad", [x], low=lows, high=highs, value=fill)
-    if is_max and not want_indices and sum(k > 1 for k in kernel) > 1:
+    if is_max and not want_indices:
         _out(imp, node, window_max(imp, xp, kernel, strides, dilations, outs))
         return
-    acc = None
-    wins = []
-    for offs in np.ndindex(*kernel):
-        start = [0, 0] + [kk * d for kk, d in zip(offs, dilations, strict=True)]
-        limit = [t.shape[0], t.shape[1]] + [
-            kk * d + (o - 1) * st + 1
-            for kk, d, o, st in zip(offs, dilations, outs, strides, strict=True)
-        ]
-        win = imp.emit("slice", [xp], start=start, limit=limit, stride=[1, 1, *strides])
-        wins.append((offs, win))
-        acc = win if acc is None else imp.emit("max" if is_max else "add", [acc, win])
-    assert acc is not None
+    slices = window_slices(imp, xp, kernel, strides, dilations, outs)
+    wins = list(zip(np.ndindex(*kernel), slices, strict=True))
+    acc = slices[0]
+    for win in slices[1:]:
+        acc = imp.emit("max" if is_max else "add", [acc, win])
     if want_indices:
         _out(imp, node, _pool_indices(imp, t, wins, outs, strides, dilations, pads, attrs), 1)
     if lp is not None:

@@ -53,6 +53,7 @@ from gdv.frontends.onnx import (
     reshape,
     sort_along,
     window_max,
+    window_slices,
 )
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.diagnostics import IRError, Loc, printable
@@ -1670,14 +1671,7 @@ def _windows(
     """The pooling windows of x (N, C, H, W) as strided slices of the padded input, in window
     order (kh, then kw), and the output's spatial sizes (torch's formula, ceil_mode too)."""
     xp, outs = _padded(imp, x, kernel, stride, padding, dilation, ceil_mode, fill)
-    t = imp.type_of(x)
-    wins = []
-    for offs in np.ndindex(*kernel):
-        start = [0, 0] + [kk * d for kk, d in zip(offs, dilation, strict=True)]
-        ends = zip(offs, dilation, outs, stride, strict=True)
-        limit = [t.shape[0], t.shape[1]] + [kk * d + (o - 1) * st + 1 for kk, d, o, st in ends]
-        wins.append(imp.emit("slice", [xp], start=start, limit=limit, stride=[1, 1, *stride]))
-    return wins, outs
+    return window_slices(imp, xp, kernel, stride, dilation, outs), outs
 
 
 def _padded(
