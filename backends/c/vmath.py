@@ -102,18 +102,25 @@ fits' errors, relative to the result, quoted here):
   where erfc/erf < 0.005 scales it down), the piece's coefficients chosen by selects (one
   polynomial over [0.89, 4.01] reached 0.97 ulp: its Horner roundings at |a - centre| ~ 1.7
   are too large where erfc/erf is 1/4); a - centre is exact (Sterbenz); a^2 = hi + lo exactly
-  (Dekker's split into 12-bit halves), exp(-hi) as exp's p + pl, 1 - erfc by Fast2Sum;
+  (Dekker's split into 12-bit halves), exp(-hi) as exp's p + pl times one power of two
+  (-16 <= -hi keeps 2^k normal, where exp splits it in two: the same bits on every input,
+  1.29 ns an element against 1.36, alone on one core), 1 - erfc by Fast2Sum;
   a is clamped to 4, where erfc(4) < 2^-25 makes the result round to 1 (it does from 3.92 on).
 - sigmoidf: e = exp(-|x|) <= 1 (never overflows) as e^r - 1 = r + r^2 Q(r), Q with five
   coefficients (SIGMOIDF_Q: 2^-27.8 of e^r, where exp keeps six), then 2^k (1 + (e^r - 1))
-  rounded once (one FMA); n / (1 + e) with n = 1 for x >= 0 and n = e below, 1 + e rounded
-  once, one division. The error adds up from e (half an ulp of e, which near -4.16 is twice
-  y's), 1 + e (2^-24 relative) and the division (half an ulp): 2.40 ulp at worst, measured.
+  rounded once (one FMA, by 2^(k + 24), normal for every -150 <= k <= 0, then the exact
+  scaling by 2^-24, which rounds a second time only into the subnormals); n / (1 + e) with
+  n = 1 for x >= 0 and n = e below, 1 + e rounded once, one division. The error adds up
+  from e (half an ulp of e, which near -4.16 is twice y's), 1 + e (2^-24 relative) and the
+  division (half an ulp): 2.40 ulp at worst, measured.
   A NaN is not put back at the end: the clamp to -104 keeps it (a float compare, where an
   integer min on the bits had made it -104), and it runs through to the result.
   Per element, x sigmoid(x) on one core with the data in cache (16 lanes, Zen 4; the
   function's C compiled alone with the target's flags, 2026-12-05):
-    this function                                    0.367 ns   2.41 ulp
+    this function                                    0.330 ns   2.41 ulp
+    before: 2^k as two factors 2^k1 2^(k - k1), each
+      built from its bits (the same bits on every
+      f32 input, with FMA and without)               0.367 ns   2.41 ulp
     before: the clamp on the bits, the NaN put back
       by a select at the end                         0.397 ns   2.41 ulp
     before: six coefficients, 1 + e = d + dl exactly
@@ -121,8 +128,9 @@ fits' errors, relative to the result, quoted here):
       corrected by its remainder n - qt (d + dl)     0.535 ns   1.48 ulp
     earlier: e as exp's pair p + pl, n / d and the
       remainder's quotient both divided              1.00 ns    0.80 ulp
-  The FP pipes bound it (15 of its 33 vector instructions are FP arithmetic): the division
-  itself costs 0.03 ns, one coefficient fewer and no correction the rest.
+  The FP pipes bound it (16 of the 27 vector instructions of x sigmoid(x)'s loop are FP
+  arithmetic): the division itself costs 0.03 ns, one coefficient fewer and no correction the
+  rest, the second power of two's five integer and float operations 0.037 ns.
   SiLU (x sigmoid(x)) follows every convolution of efficientnet_b0: 6.2 million sigmoids a
   call at 224x224, 6.2 ms of its 27 ms on one core before.
 """
@@ -517,10 +525,13 @@ def _round_k(x: str) -> str:
     )
 
 
-def _expf_parts(x: str) -> str:
+def _expf_parts(x: str, split: bool = True) -> str:
     """C statements splitting e^x for the f32 `x` (clamped to [-104, 89] first, on its bits)
     into p + pl, |pl| <= ulp(p)/2, and the two halves k1, k2 of the exponent:
-    e^x = (p + pl) 2^k1 2^k2 within about 2^-29 relative."""
+    e^x = (p + pl) 2^k1 2^k2 within about 2^-29 relative (factors s1 = 2^k1, s2 = 2^k2).
+    With `split` False, for an `x` the caller keeps within [-87.3, 0] (so that
+    -126 <= k <= 0), one factor sk = 2^k instead: p sk and pl sk are then exact, as p s1 s2 and
+    pl s1 s2 are."""
     return (
         f"  uint32_t ux;\n"
         f"  memcpy(&ux, &{x}, sizeof ux);\n"
@@ -541,9 +552,13 @@ def _expf_parts(x: str) -> str:
         "  const float o = 1.0f + r, ol = (1.0f - o) + r;\n"
         "  const float tail = ol + GDV_FMAF(r * r, q, rl);\n"
         "  const float p = o + tail, pl = (o - p) + tail;\n"
-        "  /* 2^k as two exact factors: p 2^k1 is normal, one rounding at the second */\n"
-        "  const int32_t k1 = k >> 1;  /* floor(k / 2): GCC's >> on negatives is arithmetic */\n"
-        "  const float s1 = gdv_pow2if(k1), s2 = gdv_pow2if(k - k1);\n"
+        + (
+            "  /* 2^k as two exact factors: p 2^k1 is normal, one rounding at the second */\n"
+            "  const int32_t k1 = k >> 1;  /* floor(k / 2): >> on negatives is arithmetic */\n"
+            "  const float s1 = gdv_pow2if(k1), s2 = gdv_pow2if(k - k1);\n"
+            if split
+            else "  const float sk = gdv_pow2if(k);  /* -126 <= k <= 0 */\n"
+        )
     )
 
 
@@ -594,11 +609,11 @@ _ERFF = (
     "  const float ah = c - (c - a), al = a - ah;\n"
     "  const float hi = a * a;\n"
     "  const float lo = ((ah * ah - hi) + 2.0f * (ah * al)) + al * al;\n"
-    "  const float mx = -hi;\n"
-    + _expf_parts("mx")
+    "  const float mx = -hi;  /* in [-16, -0.81]: 2^k one normal factor */\n"
+    + _expf_parts("mx", split=False)
     + "  /* erfc = (eh + el) (1 - lo) g = ce + cl; 1 - ce = one + its error exactly (Fast2Sum,\n"
     "     ce <= 0.21) */\n"
-    "  const float eh = (p * s1) * s2, el = (pl * s1) * s2;\n"
+    "  const float eh = p * sk, el = pl * sk;\n"
     "  const float ce = eh * g, cl = (el - eh * lo) * g;\n"
     "  const float one = 1.0f - ce;\n"
     "  const float large = one + (((1.0f - one) - ce) - cl);\n"
@@ -620,11 +635,11 @@ _SIGMOIDF = (
     f"  const float r = GDV_FMAF(-kd, {LN2F_LO}f, xc - kd * {LN2F_HI}f);\n"
     f"  const float q = {_hornerf('r', SIGMOIDF_Q)};\n"
     "  const float em = GDV_FMAF(r * r, q, r);  /* e^r - 1 */\n"
-    "  /* e = 2^k (1 + em) rounded once: 2^k as two exact factors, the first one's product\n"
-    "     normal, the second exact unless e is subnormal */\n"
-    "  const int32_t k1 = k >> 1;  /* floor(k / 2): GCC's >> on negatives is arithmetic */\n"
-    "  const float s1 = gdv_pow2if(k1), s2 = gdv_pow2if(k - k1);\n"
-    "  const float e = GDV_FMAF(s1, em, s1) * s2;\n"
+    "  /* e = 2^k (1 + em) rounded once: -150 <= k <= 0, so 2^(k + 24) is normal and its\n"
+    "     product is rounded once to 24 bits; the exact scaling by 2^-24 rounds again only where\n"
+    "     e is subnormal (the bits of 2^k1 (1 + em) 2^(k - k1), one power of two fewer) */\n"
+    "  const float s = gdv_pow2if(k + 24);\n"
+    "  const float e = GDV_FMAF(s, em, s) * 0x1p-24f;\n"
     "  uint32_t sx;\n"
     "  memcpy(&sx, &x, sizeof sx);\n"
     "  const float n = gdv_self((int)(sx >> 31), e, 1.0f);\n"
