@@ -167,13 +167,31 @@ def fma_helper(prog: Program, dtype: DType, vb: int) -> str:
 
 PREFETCH_STEPS = 32
 """The micro-kernel prefetches the B row this many reduce steps ahead (`__builtin_prefetch`,
-read, no temporal locality): a model's weights stream from memory through B, and the hardware
-prefetchers alone left them at 12 GB/s. Measured on the 2-core Zen 4 host (-O3, weights bound,
-12 weight matrices cycled so none stays in cache, shuffled interleaved turns, medians): 12 x 384
-@ 384 x 1536 0.207 ms without, 0.180 at 16 steps, 0.167 at 32, 0.170 at 64; 32 x 768 @ 768 x
-3072 1.270 against 1.053; 1024^3 15.7 against 14.8 (no loss where the product is compute-bound);
-MiniLM end to end 4.13 against 3.58 ms (40 rounds; onnxruntime 3.69 in the same rounds)."""
+read, PREFETCH_LOCALITY's hint; these figures are from the `prefetchnta` hint): a model's
+weights stream from memory through B, and the hardware prefetchers alone left them at 12 GB/s.
+Measured on the 2-core Zen 4 host (-O3, weights bound, 12 weight matrices cycled so none stays
+in cache, shuffled interleaved turns, medians): 12 x 384 @ 384 x 1536 0.207 ms without, 0.180
+at 16 steps, 0.167 at 32, 0.170 at 64; 32 x 768 @ 768 x 3072 1.270 against 1.053; 1024^3 15.7
+against 14.8 (no loss where the product is compute-bound); MiniLM end to end 4.13 against
+3.58 ms (40 rounds; onnxruntime 3.69 in the same rounds)."""
 
+PREFETCH_LOCALITY = 1
+"""The B prefetch's temporal-locality hint (`__builtin_prefetch`'s third argument: 1 is
+`prefetcht2`; 0 is `prefetchnta`, which marks the line non-temporal, and a B panel is read
+again by every row sliver of its block). Measured on the 2-core Zen 4 host (-O3, bound, one
+thread, interleaved in one process, CPU-time medians of 60 calls, 2026-12-05;
+`GDV_C_ISA=avx2` for AVX2), 0 against 1:
+  AVX-512: MiniLM 4.37 -> 3.73 ms (again 4.34 -> 3.54), BERT 10.44 -> 10.32, GPT-2 10.45 ->
+  10.23, resnet18 35.90 -> 35.49, efficientnet_b0 12.42 -> 12.40, mobilenet_v2 8.01 -> 8.04;
+  two threads MiniLM 6.67 -> 6.44 and resnet18 38.98 -> 38.55 ms of CPU time;
+  AVX2: MiniLM 4.99 -> 4.99, BERT 12.37 -> 12.13, resnet18 38.54 -> 38.46, mobilenet_v2
+  8.75 -> 8.70.
+3 (`prefetcht0`, into L1 as well) lost to 1 on AVX-512 (MiniLM 4.26, resnet18 35.62)."""
+
+PREFETCH_A_LOCALITY = 0
+"""The A prefetch's locality hint. 1 lost on AVX2's convolutions (mobilenet_v2 8.70 -> 9.24 ms,
+resnet18 38.46 -> 39.28, with B at 1) and was within noise on AVX-512 (MiniLM 3.73 -> 3.65,
+resnet18 35.49 -> 35.44)."""
 
 IMPLICIT_MIN_BYTES = 64
 """Column slivers are read in place only with vectors of at least this many bytes. AVX2's
@@ -320,14 +338,16 @@ def micro_kernel(
     else:
         # The B stream is prefetched PREFETCH_STEPS reduce steps ahead (a hint: no value
         # changes).
+        hint = PREFETCH_LOCALITY
         lines += [
-            f"    __builtin_prefetch(bp + {PREFETCH_STEPS} * ldb + {v * vl}, 0, 0);"
+            f"    __builtin_prefetch(bp + {PREFETCH_STEPS} * ldb + {v * vl}, 0, {hint});"
             for v in range(nv)
         ]
     if PREFETCH_A and not a_in_place:
         # A packed sliver streams too: with the roles swapped (`weights_as_rows`), it is the
         # weights (MR floats a step).
-        lines.append(f"    __builtin_prefetch(ap + {PREFETCH_STEPS * step}, 0, 0);")
+        hint = PREFETCH_A_LOCALITY
+        lines.append(f"    __builtin_prefetch(ap + {PREFETCH_STEPS * step}, 0, {hint});")
     if not b_runs:
         lines += [f"    const {va} b{v} = *(const {vu} *)(bp + {v * vl});" for v in range(nv)]
     for r in range(mr):
