@@ -165,7 +165,7 @@ def fma_helper(prog: Program, dtype: DType, vb: int) -> str:
     return name
 
 
-PREFETCH_STEPS = 32
+PREFETCH_STEPS = 64
 """The micro-kernel prefetches the B row this many reduce steps ahead (`__builtin_prefetch`,
 read, PREFETCH_LOCALITY's hint; these figures are from the `prefetchnta` hint): a model's
 weights stream from memory through B, and the hardware prefetchers alone left them at 12 GB/s.
@@ -173,7 +173,14 @@ Measured on the 2-core Zen 4 host (-O3, weights bound, 12 weight matrices cycled
 in cache, shuffled interleaved turns, medians): 12 x 384 @ 384 x 1536 0.207 ms without, 0.180
 at 16 steps, 0.167 at 32, 0.170 at 64; 32 x 768 @ 768 x 3072 1.270 against 1.053; 1024^3 15.7
 against 14.8 (no loss where the product is compute-bound); MiniLM end to end 4.13 against
-3.58 ms (40 rounds; onnxruntime 3.69 in the same rounds)."""
+3.58 ms (40 rounds; onnxruntime 3.69 in the same rounds).
+With the `prefetcht2` hint (PREFETCH_LOCALITY = 1), 32 against 64 steps, whole models (-O3,
+bound, one thread, interleaved in one process, CPU-time medians of 50 calls, 2026-12-05):
+  AVX-512: resnet18 35.25 -> 34.66 ms, MiniLM 3.77 -> 3.59, mobilenet_v2 8.10 -> 7.99, BERT
+  10.30 -> 9.83, GPT-2 9.79 -> 9.35, efficientnet_b0 12.56 -> 12.48; 96 and 128 steps were
+  no better (MiniLM 3.88 and 3.80, BERT 9.61 and 9.98);
+  AVX2 (`GDV_C_ISA=avx2`): resnet18 38.63 -> 37.94, mobilenet_v2 8.99 -> 8.76, MiniLM 5.22 ->
+  4.26, BERT 12.63 -> 11.50."""
 
 PREFETCH_LOCALITY = 1
 """The B prefetch's temporal-locality hint (`__builtin_prefetch`'s third argument: 1 is
