@@ -25,6 +25,7 @@ import argparse
 import io
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -35,6 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+# torch.compile's inductor compiles in a pool of worker processes by default; they stay alive
+# and kept the 2-core Zen 4 host busy enough that every engine timed after the first
+# torch.compile lost: `--only mobilenet_block conv_block`, conv_block's gdv-c 0.870 ms and
+# onnxruntime 0.518 with the pool, 0.314 and 0.323 with one compile thread (2026-12-05). The
+# setting only changes how inductor compiles, not the code it makes.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 HERE = Path(__file__).resolve().parent
 
