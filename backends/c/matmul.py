@@ -993,7 +993,7 @@ def _blocked(
             pad = " " * 18
             call_full = f"if (pre_x)\n{pad}  {plain_full}\n{pad}else\n{pad}  {call_full}"
             call_tile = call_tile.replace(f"if (mr == {mr})", f"if (mr == {mr} && !pre_x)", 1)
-    # Full column slivers of a stride-1 convolution's input read where they lie
+    # Full column slivers of a stride-1 (or stride-2) convolution's input read where they lie
     # (IMPLICIT_COLUMNS): per sliver, one run or two of the input's rows, else packed.
     implicit = _implicit_columns(op, con, operand_types, pidx, coefs, gj, tables, nr, vb)
     # With X read in place (few columns), only a call with X packed at bind time takes them.

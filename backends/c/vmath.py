@@ -536,7 +536,8 @@ def _expf_parts(x: str, split: bool = True) -> str:
     e^x = (p + pl) 2^k1 2^k2 within about 2^-29 relative (factors s1 = 2^k1, s2 = 2^k2).
     With `split` False, for an `x` the caller keeps within [-87.3, 0] (so that
     -126 <= k <= 0), one factor sk = 2^k instead: p sk and pl sk are then exact, as p s1 s2 and
-    pl s1 s2 are."""
+    pl s1 s2 are. A NaN `x` is clamped to an end and sk is then meaningless: the caller's
+    result must carry the NaN another way (erf's g does)."""
     return (
         f"  uint32_t ux;\n"
         f"  memcpy(&ux, &{x}, sizeof ux);\n"
@@ -642,7 +643,7 @@ _SIGMOIDF = (
     "  const float em = GDV_FMAF(r * r, q, r);  /* e^r - 1 */\n"
     "  /* e = 2^k (1 + em) rounded once: -150 <= k <= 0, so 2^(k + 24) is normal and its\n"
     "     product is rounded once to 24 bits; the exact scaling by 2^-24 rounds again only where\n"
-    "     e is subnormal (the bits of 2^k1 (1 + em) 2^(k - k1), one power of two fewer) */\n"
+    "     e is subnormal (the bits that two factors 2^k1 2^(k - k1) gave) */\n"
     "  const float s = gdv_pow2if(k + 24);\n"
     "  const float e = GDV_FMAF(s, em, s) * 0x1p-24f;\n"
     "  uint32_t sx;\n"
