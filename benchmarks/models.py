@@ -183,6 +183,40 @@ def ort_session(path: Path):
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
+def bound_pair(
+    name: str, path: str, level: int, work: Path, cache: str | None = None, ort_threads: int = 1
+):
+    """Model `name` (`build`, not quick) exported to ONNX in `work`, imported through `path`,
+    compiled for the C target at -O`level` with its weights bound (proof cache `cache`,
+    default `work`/proofs), and an onnxruntime session of the ONNX file with `ort_threads`
+    intra-op threads: (the bound executable, the feed as numpy arrays, the session, the
+    model's description). A SystemExit when the compile is not proved."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from gdv.driver import CompileOptions, compile_module
+    from gdv.ir.printer import print_module
+
+    model, inputs, what = build(name, False)
+    onnx_file = work / f"{name}.onnx"
+    export_onnx(model, inputs, onnx_file)
+    module, weights = import_path(path, model, inputs, onnx_file)
+    weights = {k: np.asarray(v) for k, v in weights.items()}
+    source = work / f"{name}.gdv"
+    source.write_text(print_module(module), encoding="utf-8")
+    cache = cache or str(work / "proofs")
+    options = CompileOptions(target="c", level=level, cache_dir=cache, bound=tuple(weights))
+    comp = compile_module(str(source), options)
+    if comp.verdict != "proved":
+        raise SystemExit(f"{name}: the compile is {comp.verdict}")
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = ort_threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(onnx_file), opts, providers=["CPUExecutionProvider"])
+    feed = {k: v.numpy() for k, v in inputs.items()}
+    return comp.bind(**weights), feed, sess, what
+
+
 def import_path(path: str, model, inputs: dict[str, Any], onnx_file: Path):
     """(Module, weights) through one import path."""
     import torch

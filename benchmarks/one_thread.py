@@ -56,33 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE))
     import models as bench  # benchmarks/models.py: the same models, seeds and export
     import numpy as np
-    import onnxruntime as ort
-
-    from gdv.driver import CompileOptions, compile_module
-    from gdv.ir.printer import print_module
 
     rows = []
     work = Path(tempfile.mkdtemp(prefix="gdv-one-thread-"))
     for name in args.models.split(","):
-        model, inputs, what = bench.build(name, False)
-        onnx_file = work / f"{name}.onnx"
-        bench.export_onnx(model, inputs, onnx_file)
-        module, weights = bench.import_path(args.path, model, inputs, onnx_file)
-        weights = {k: np.asarray(v) for k, v in weights.items()}
-        source = work / f"{name}.gdv"
-        source.write_text(print_module(module), encoding="utf-8")
-        cache = args.cache_dir or str(work / "proofs")
-        bound_names = tuple(weights)
-        options = CompileOptions(target="c", level=args.level, cache_dir=cache, bound=bound_names)
-        comp = compile_module(str(source), options)
-        if comp.verdict != "proved":
-            raise SystemExit(f"{name}: the compile is {comp.verdict}")
-        bound = comp.bind(**weights)
-        feed = {k: v.numpy() for k, v in inputs.items()}
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
-        sess = ort.InferenceSession(str(onnx_file), opts, providers=["CPUExecutionProvider"])
+        bound, feed, sess, what = bench.bound_pair(
+            name, args.path, args.level, work, args.cache_dir, ort_threads=1
+        )
         diff = float(np.abs(bound(**feed)[0] - sess.run(None, feed)[0]).max())
         calls = {
             "gdv": functools.partial(bound, **feed),

@@ -137,33 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["OMP_NUM_THREADS"] = "2"  # before anything loads OpenMP or onnxruntime
     sys.path.insert(0, str(HERE))
     import models as bench  # benchmarks/models.py: the same models, seeds and export
-    import numpy as np
-    import onnxruntime as ort
-
-    from gdv.driver import CompileOptions, compile_module
-    from gdv.ir.printer import print_module
 
     work = Path(tempfile.mkdtemp(prefix="gdv-two-threads-"))
     probe = build_probe(work)
-    model, inputs, what = bench.build(args.model, False)
-    onnx_file = work / f"{args.model}.onnx"
-    bench.export_onnx(model, inputs, onnx_file)
-    module, weights = bench.import_path("onnx", model, inputs, onnx_file)
-    weights = {k: np.asarray(v) for k, v in weights.items()}
-    source = work / f"{args.model}.gdv"
-    source.write_text(print_module(module), encoding="utf-8")
-    options = CompileOptions(
-        target="c", level=args.level, cache_dir=str(work / "proofs"), bound=tuple(weights)
-    )
-    comp = compile_module(str(source), options)
-    if comp.verdict != "proved":
-        raise SystemExit(f"{args.model}: the compile is {comp.verdict}")
-    bound = comp.bind(**weights)
-    feed = {k: v.numpy() for k, v in inputs.items()}
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(str(onnx_file), opts, providers=["CPUExecutionProvider"])
+    bound, feed, sess, what = bench.bound_pair(args.model, "onnx", args.level, work, ort_threads=2)
     engines = {"gdv": lambda: bound(**feed), "ort": lambda: sess.run(None, feed)}
 
     def block(fn) -> float:
