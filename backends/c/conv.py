@@ -53,6 +53,7 @@ over 144x56 0.193 -> 0.160 ms and 32x56 0.051 -> 0.037; over 192x28 0.066 -> 0.0
 over 240x28 0.247 -> 0.409 (kept one loop)."""
 
 VECTOR_FOLD_BYTES = 64
+VECTOR_FOLD_UNALIGNED_BYTES = 32
 VECTOR_FOLD_MAX_UNROLL = 7
 VECTOR_FOLD_MIN_TAPS = 16
 """With 64-byte vectors (AVX-512), an f32 plane of a window of at least VECTOR_FOLD_MIN_TAPS
@@ -66,8 +67,18 @@ whole op: 0.225 ms as the `omp simd` loop, 0.210 in vector types one vector an i
 0.161 four, 0.152 seven; with the unroll capped at seven and the loads per window row, 5x5
 over 1152x7 0.142 -> 0.099, over 672x14 at stride 2 0.121 -> 0.078, over 144x56 at stride 2
 0.149 -> 0.152; 3x3 ones within 5% either way (384x14 0.029 -> 0.031, 576x14 at stride 2
-0.045 -> 0.039), so they keep the `omp simd` loop. Narrower vectors keep it too (an AVX2
-two-source shuffle across 128-bit lanes is two instructions on one port)."""
+0.045 -> 0.039), so they keep the `omp simd` loop.
+
+With VECTOR_FOLD_UNALIGNED_BYTES (AVX2's 32-byte vectors) the fold is the same but each tap's
+8 inputs come from one unaligned load (an AVX2 two-source shuffle across 128-bit lanes is two
+instructions on one port). Measured on efficientnet_b0 with `GDV_C_ISA=avx2` (-O3, bound, one
+thread, `gdv profile`'s timers, interleaved, medians of 30, the Zen 4 host, 2026-12-05): the
+whole model 14.70 -> 14.00 ms; its 5x5 convs over 672x14 0.252 -> 0.172, over 480x14 0.179 ->
+0.123, over 1152x7 0.159 -> 0.093, over 672x14 at stride 2 0.111 -> 0.066, over 240x28 0.248 ->
+0.228. On AVX-512 unaligned loads were not better than the shuffles as a whole (672x14 0.154
+-> 0.159, 480x14 0.110 -> 0.112, 1152x7 0.101 -> 0.105; 240x28 0.153 -> 0.137), and 3x3
+windows on AVX2 stayed within noise (mobilenet_v2 8.655 -> 8.636 ms with the threshold at 9
+taps), so both keep their choice."""
 
 PARALLEL_MIN_MACS = 1 << 16
 """A conv2d op with at least this many multiply-adds runs its (batch, output channel) pairs on
@@ -257,7 +268,12 @@ static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r
 
 
 def _vector_fold(
-    taps: list[tuple[int, int]], width: int, lanes: int, unroll: int, padded: int
+    taps: list[tuple[int, int]],
+    width: int,
+    lanes: int,
+    unroll: int,
+    padded: int,
+    shuffle: bool = True,
 ) -> str:
     """The fold of `_plane` in GCC vector types, for f32 with 64-byte vectors: the loop over
     q runs `unroll` vectors of `lanes` outputs an iteration. Tap k of output q reads
@@ -271,9 +287,19 @@ def _vector_fold(
     lines = [
         f"      typedef float {vt} __attribute__((vector_size({lanes * 4})));",
         f"      typedef int32_t {mt} __attribute__((vector_size({lanes * 4})));",
+        f"      typedef float {vt}u __attribute__((vector_size({lanes * 4}), aligned(4)));",
         f"      for (int64_t q = 0; q < {padded}; q += {unroll * lanes}) {{",
         "        " + " ".join(f"{vt} acc{u};" for u in range(unroll)),
     ]
+    if not shuffle:  # each tap's vector by one unaligned load
+        for k, (phase, at) in enumerate(taps):
+            for u in range(unroll):
+                x = f"*(const {vt}u *)(pb[{phase}] + q + {u * lanes + at})"
+                fold = f"{x} * w{k}" if k == 0 else f"acc{u} + {x} * w{k}"
+                lines.append(f"        acc{u} = {fold};")
+        lines += [f"        *({vt} *)(out + q + {u * lanes}) = acc{u};" for u in range(unroll)]
+        lines.append("      }")
+        return "\n".join(lines)
     loaded: set[tuple[int, int]] = set()
     for k, (phase, at) in enumerate(taps):
         row = k // width
@@ -351,7 +377,7 @@ def _plane(
         for j in range(kw)
     ]  # (phase buffer, offset from q) of each tap, in IR order
     vector = (
-        vector_bytes() == VECTOR_FOLD_BYTES
+        vector_bytes() in (VECTOR_FOLD_BYTES, VECTOR_FOLD_UNALIGNED_BYTES)
         and kh * kw >= VECTOR_FOLD_MIN_TAPS
         and ow < ROWS_MIN_WIDTH
         and t == "float"
@@ -413,7 +439,8 @@ def _plane(
         scratch = f"      {t} out[{padded}] __attribute__((aligned(64)));\n"
         if vector:
             how += f", in {lanes}-lane vectors, {unroll} an iteration"
-            loop = _vector_fold(taps, kw, lanes, unroll, padded)
+            shuffle = vector_bytes() == VECTOR_FOLD_BYTES
+            loop = _vector_fold(taps, kw, lanes, unroll, padded, shuffle)
         else:
             loop = (
                 f"#pragma omp simd\n      for (int64_t q = 0; q < {padded}; q++) {{\n"

@@ -236,10 +236,10 @@ def test_depthwise_planes_are_bit_exact(k, p, d, hw, stride, dtype, seed):
         planes
         and not rows
         and dtype == "f32"
-        and vector_bytes() == conv.VECTOR_FOLD_BYTES
+        and vector_bytes() in (conv.VECTOR_FOLD_BYTES, conv.VECTOR_FOLD_UNALIGNED_BYTES)
         and k[0] * k[1] >= conv.VECTOR_FOLD_MIN_TAPS
     )
-    assert ("in 16-lane vectors" in source) == vector
+    assert (f"in {vector_bytes() // 4}-lane vectors" in source) == vector
     if planes and not rows:
         # the flattened loop runs whole vectors (no scalar remainder); the extra positions
         # read the buffers' zeroed tail and are dropped. In vector types, each iteration
@@ -266,21 +266,32 @@ WIDE_WINDOWS = [
 ]
 
 
+@pytest.mark.parametrize("isa", ["native", "avx2"])
 @pytest.mark.parametrize(
     "cfg", WIDE_WINDOWS, ids=lambda cfg: f"{cfg[0][2]}x{cfg[0][3]}-k{cfg[1][0]}"
 )
-def test_wide_depthwise_windows_fold_in_vector_types(cfg, monkeypatch) -> None:
-    """With 64-byte vectors, an f32 depthwise plane of a 5x5 or wider window folds in GCC
-    vector types, a tap's inputs shifted out of two aligned vectors (`conv._vector_fold`):
-    the reference's bits with NaN, infinities, signed zeros and subnormals in inputs and
-    weights. A shuffle one lane off gives other bits, which this test sees."""
+def test_wide_depthwise_windows_fold_in_vector_types(cfg, isa, monkeypatch) -> None:
+    """An f32 depthwise plane of a 5x5 or wider window folds in GCC vector types
+    (`conv._vector_fold`): with 64-byte vectors a tap's inputs are shifted out of two aligned
+    vectors, with 32-byte vectors (AVX2) loaded unaligned. The reference's bits with NaN,
+    infinities, signed zeros and subnormals in inputs and weights. A shuffle one lane off, or
+    a load one element off, gives other bits, which this test sees."""
+    from gdv.backends.c import isa as isas
+
+    if isa != "native" and isas.runnable(isas.ISAS[isa], set(c.toolchain.isa_features())):
+        pytest.skip(f"this host cannot run {isa} code")
+    monkeypatch.setenv(isas.ISA_ENV, isa)
     xs, k, s, p, d = cfg
     xs, ws, out, attrs = _geometry(xs, xs[1], k, (s, s), p, d, xs[1])
     module = parse(_program("f32", xs, ws, out, attrs))
     compiled = _compiled(module)
     assert [op.name for op in compiled.entry.ops] == ["conv2d"]
-    wide = vector_bytes() == conv.VECTOR_FOLD_BYTES
-    assert ("in 16-lane vectors" in c.lower(compiled)) == wide
+    vb = vector_bytes()
+    wide = vb in (conv.VECTOR_FOLD_BYTES, conv.VECTOR_FOLD_UNALIGNED_BYTES)
+    source = c.lower(compiled)
+    assert (f"in {vb // 4}-lane vectors" in source) == wide
+    shuffled = wide and vb == conv.VECTOR_FOLD_BYTES
+    assert ("__builtin_shuffle" in source) == shuffled
     rng = np.random.default_rng(sum(xs) + k[0])
     inputs = {"x": _values(rng, xs, "f32", 0.1), "w": _values(rng, ws, "f32", 0.1)}
     want = reference.run(module, inputs)[0]
@@ -290,12 +301,19 @@ def test_wide_depthwise_windows_fold_in_vector_types(cfg, monkeypatch) -> None:
         return
     fold = conv._vector_fold
 
-    def off_by_one(taps, width, lanes, unroll, padded):
-        # every shuffle takes the next lane of the pair: each shifted tap reads its neighbour
+    def off_by_one(*args):
+        # every shuffle takes the next lane of the pair, or every load starts one element on:
+        # each shifted tap reads its neighbour
         def later(m: re.Match) -> str:
             return "(gdv_pm){" + ", ".join(str(int(v) + 1) for v in m.group(1).split(",")) + "}"
 
-        return re.sub(r"\(gdv_pm\)\{([^}]*)\}", later, fold(taps, width, lanes, unroll, padded))
+        def further(m: re.Match) -> str:
+            return f"{m.group(1)}{int(m.group(2)) + 1})"
+
+        text = fold(*args)
+        if shuffled:
+            return re.sub(r"\(gdv_pm\)\{([^}]*)\}", later, text)
+        return re.sub(r"(gdv_pfu \*\)\(pb\[\d+\] \+ q \+ )(\d+)\)", further, text)
 
     monkeypatch.setattr(conv, "_vector_fold", off_by_one)
     bad = c.run(_compiled(module), inputs)[0]
