@@ -275,19 +275,21 @@ def _vector_fold(
     padded: int,
     shuffle: bool = True,
 ) -> str:
-    """The fold of `_plane` in GCC vector types, for f32 with 64-byte vectors: the loop over
-    q runs `unroll` vectors of `lanes` outputs an iteration. Tap k of output q reads
-    pb[phase][q + at]; its vector for outputs q..q+15 is the aligned vector at q + 16 (at / 16)
-    shifted by at % 16 lanes into the next one (`__builtin_shuffle` of the two: one valignd),
-    or that aligned vector itself when at % 16 is 0. Each aligned vector is loaded once a
-    window row (`width` taps), just before the first tap that needs it. Every output folds
-    its products left over the taps in IR order, as the `omp simd` loop does (no
-    contraction: -ffp-contract=off)."""
+    """The fold of `_plane` in GCC vector types, for f32: the loop over q runs `unroll`
+    vectors of `lanes` outputs an iteration, and tap k of output q reads pb[phase][q + at].
+    With `shuffle` (64-byte vectors), tap k's vector for outputs q..q+15 is the aligned vector
+    at q + 16 (at / 16) shifted by at % 16 lanes into the next one (`__builtin_shuffle` of the
+    two: one valignd), or that aligned vector itself when at % 16 is 0; each aligned vector is
+    loaded once a window row (`width` taps), just before the first tap that needs it. Without
+    (32-byte vectors), it is one unaligned load at pb[phase] + q + at. Every output folds its
+    products left over the taps in IR order, as the `omp simd` loop does (no contraction:
+    -ffp-contract=off)."""
     vt, mt = "gdv_pf", "gdv_pm"
     lines = [
         f"      typedef float {vt} __attribute__((vector_size({lanes * 4})));",
-        f"      typedef int32_t {mt} __attribute__((vector_size({lanes * 4})));",
-        f"      typedef float {vt}u __attribute__((vector_size({lanes * 4}), aligned(4)));",
+        f"      typedef int32_t {mt} __attribute__((vector_size({lanes * 4})));"
+        if shuffle
+        else f"      typedef float {vt}u __attribute__((vector_size({lanes * 4}), aligned(4)));",
         f"      for (int64_t q = 0; q < {padded}; q += {unroll * lanes}) {{",
         "        " + " ".join(f"{vt} acc{u};" for u in range(unroll)),
     ]
