@@ -293,22 +293,13 @@ def _vector_fold(
         f"      for (int64_t q = 0; q < {padded}; q += {unroll * lanes}) {{",
         "        " + " ".join(f"{vt} acc{u};" for u in range(unroll)),
     ]
-    if not shuffle:  # each tap's vector by one unaligned load
-        for k, (phase, at) in enumerate(taps):
-            for u in range(unroll):
-                x = f"*(const {vt}u *)(pb[{phase}] + q + {u * lanes + at})"
-                fold = f"{x} * w{k}" if k == 0 else f"acc{u} + {x} * w{k}"
-                lines.append(f"        acc{u} = {fold};")
-        lines += [f"        *({vt} *)(out + q + {u * lanes}) = acc{u};" for u in range(unroll)]
-        lines.append("      }")
-        return "\n".join(lines)
     loaded: set[tuple[int, int]] = set()
     for k, (phase, at) in enumerate(taps):
         row = k // width
         if k % width == 0:
             loaded = set()  # a window row's loads die with it: fewer live registers
         block, shift = divmod(at, lanes)
-        for b in (block, block + 1) if shift else (block,):
+        for b in ((block, block + 1) if shift else (block,)) if shuffle else ():
             if (phase, b) not in loaded:
                 loaded.add((phase, b))
                 lines += [
@@ -318,8 +309,11 @@ def _vector_fold(
                 ]
         mask = ", ".join(str(shift + lane) for lane in range(lanes))
         for u in range(unroll):
-            x = f"v{u}_{row}_{phase}_{block}"
-            if shift:
+            if not shuffle:  # one unaligned load
+                x = f"*(const {vt}u *)(pb[{phase}] + q + {u * lanes + at})"
+            else:
+                x = f"v{u}_{row}_{phase}_{block}"
+            if shuffle and shift:
                 x = f"__builtin_shuffle({x}, v{u}_{row}_{phase}_{block + 1}, ({mt}){{{mask}}})"
             fold = f"{x} * w{k}" if k == 0 else f"acc{u} + {x} * w{k}"
             lines.append(f"        acc{u} = {fold};")
