@@ -80,6 +80,9 @@ whole model 14.70 -> 14.00 ms; its 5x5 convs over 672x14 0.252 -> 0.172, over 48
 windows on AVX2 stayed within noise (mobilenet_v2 8.655 -> 8.636 ms with the threshold at 9
 taps), so both keep their choice."""
 
+_VECTOR, _LANE_MASK = "gdv_pf", "gdv_pm"
+"""The C vector types `_vector_fold` declares: f32 lanes, and int32 lanes for shuffle masks."""
+
 PARALLEL_MIN_MACS = 1 << 16
 """A conv2d op with at least this many multiply-adds runs its (batch, output channel) pairs on
 OpenMP threads (each output still folded by one thread, in order)."""
@@ -284,7 +287,7 @@ def _vector_fold(
     (32-byte vectors), it is one unaligned load at pb[phase] + q + at. Every output folds its
     products left over the taps in IR order, as the `omp simd` loop does (no contraction:
     -ffp-contract=off)."""
-    vt, mt = "gdv_pf", "gdv_pm"
+    vt, mt = _VECTOR, _LANE_MASK
     lines = [
         f"      typedef float {vt} __attribute__((vector_size({lanes * 4})));",
         f"      typedef int32_t {mt} __attribute__((vector_size({lanes * 4})));"
@@ -295,31 +298,49 @@ def _vector_fold(
     ]
     loaded: set[tuple[int, int]] = set()
     for k, (phase, at) in enumerate(taps):
-        row = k // width
-        if k % width == 0:
-            loaded = set()  # a window row's loads die with it: fewer live registers
-        block, shift = divmod(at, lanes)
-        for b in ((block, block + 1) if shift else (block,)) if shuffle else ():
-            if (phase, b) not in loaded:
-                loaded.add((phase, b))
-                lines += [
-                    f"        const {vt} v{u}_{row}_{phase}_{b} ="
-                    f" *(const {vt} *)(pb[{phase}] + q + {u * lanes + b * lanes});"
-                    for u in range(unroll)
-                ]
-        mask = ", ".join(str(shift + lane) for lane in range(lanes))
-        for u in range(unroll):
-            if not shuffle:  # one unaligned load
-                x = f"*(const {vt}u *)(pb[{phase}] + q + {u * lanes + at})"
-            else:
-                x = f"v{u}_{row}_{phase}_{block}"
-            if shuffle and shift:
-                x = f"__builtin_shuffle({x}, v{u}_{row}_{phase}_{block + 1}, ({mt}){{{mask}}})"
+        if not shuffle:  # one unaligned load a vector
+            xs = [f"*(const {vt}u *)(pb[{phase}] + q + {u * lanes + at})" for u in range(unroll)]
+        else:
+            if k % width == 0:
+                loaded.clear()  # a window row's loads die with it: fewer live registers
+            xs = _shifted(lines, loaded, k // width, phase, at, lanes, unroll)
+        for u, x in enumerate(xs):
             fold = f"{x} * w{k}" if k == 0 else f"acc{u} + {x} * w{k}"
             lines.append(f"        acc{u} = {fold};")
     lines += [f"        *({vt} *)(out + q + {u * lanes}) = acc{u};" for u in range(unroll)]
     lines.append("      }")
     return "\n".join(lines)
+
+
+def _shifted(
+    lines: list[str],
+    loaded: set[tuple[int, int]],
+    row: int,
+    phase: int,
+    at: int,
+    lanes: int,
+    unroll: int,
+) -> list[str]:
+    """`_vector_fold`'s vectors (one per unrolled output vector) of the tap at `at` in phase
+    buffer `phase`: the aligned vectors around it, loaded into `lines` unless this window
+    `row` has `loaded` them, and shifted by at % lanes lanes (`__builtin_shuffle`)."""
+    block, shift = divmod(at, lanes)
+    for b in (block, block + 1) if shift else (block,):
+        if (phase, b) not in loaded:
+            loaded.add((phase, b))
+            lines += [
+                f"        const {_VECTOR} v{u}_{row}_{phase}_{b} ="
+                f" *(const {_VECTOR} *)(pb[{phase}] + q + {u * lanes + b * lanes});"
+                for u in range(unroll)
+            ]
+    xs = [f"v{u}_{row}_{phase}_{block}" for u in range(unroll)]
+    if shift:
+        mask = ", ".join(str(shift + lane) for lane in range(lanes))
+        xs = [
+            f"__builtin_shuffle({x}, v{u}_{row}_{phase}_{block + 1}, ({_LANE_MASK}){{{mask}}})"
+            for u, x in enumerate(xs)
+        ]
+    return xs
 
 
 def _plane(
