@@ -57,16 +57,22 @@ at stride 1, but in 0.50 ms against 0.26 ms at stride 2, where the kernel's lane
 other element and the pad copy costs as much as the smaller output (since the op folds its taps
 unrolled, 2026-12-04: 0.089 ms at stride 2)."""
 
-NEST_MAX_PLANE_BYTES = 16 << 10
+NEST_MAX_PLANE_BYTES = 64 << 10
 """A stride-1 f32/f64 depthwise conv2d (one input and one output channel per group) whose
 padded input plane takes more bytes than this is lowered to a reduction nest; a smaller one
 stays an op, which the C target runs a plane at a time from a padded copy in L1
-(backends/c/conv.py, PLANE_MAX_BYTES). Measured on one core (CPU time, medians of 200 calls,
-the op's plane loop against the pad and the kernel): depthwise 5x5 of 240 channels on 28x28
-0.27 against 0.38 ms (0.38 against 0.71 ms followed by SiLU, which the kernel fuses in a row
-group and the op does not); 3x3 of 144 on 56x56 0.21 against 0.34; 576 on 14x14 0.053
-against 0.092; 960 on 7x7 0.053 against 0.074; but at 112x112 (a 52 KB plane) 96 channels
-0.66 against 0.67, and 1.41-1.52 against 1.38-1.43 followed by SiLU."""
+(backends/c/conv.py, PLANE_MAX_BYTES, the same bound). Measured on one core (CPU time, medians
+of 200 calls, the op's plane loop against the pad and the kernel): depthwise 5x5 of 240
+channels on 28x28 0.27 against 0.38 ms (0.38 against 0.71 ms followed by SiLU, which the kernel
+fuses in a row group and the op does not); 3x3 of 144 on 56x56 0.21 against 0.34; 576 on 14x14
+0.053 against 0.092; 960 on 7x7 0.053 against 0.074. At 112x112 (a 52 KB plane) the two were
+even alone (96 channels 0.66 against 0.67 ms), but in the models the op wins, since the kernel
+needs a padded copy of the whole input first: whole models with the bound at 16 KB against 64 KB
+(2026-12-05, 2-core Zen 4, -O3, weights bound, per-kernel profiles of 60-100 interleaved calls),
+mobilenet_v2 one thread 7.93 -> 7.82 ms and 8.05 -> 7.97, two threads 4.49 -> 4.47 and 4.62 ->
+4.52, efficientnet_b0 one thread 12.13 -> 12.07, two threads 7.16 -> 7.02 and 6.90 -> 6.78;
+under GDV_C_ISA=avx2, one thread, mobilenet_v2 8.67 -> 8.64 and efficientnet_b0 14.20 -> 14.00
+(its first depthwise conv and SiLU 0.53 -> 0.38 ms)."""
 
 ELEMENTWISE = names_where(lambda s: s.body_legal and s.min_operands > 0)
 _COMBINER = {s.name: s.combiner.op for s in REDUCTIONS.specs()}

@@ -321,7 +321,8 @@ def test_wide_depthwise_windows_fold_in_vector_types(cfg, isa, monkeypatch) -> N
 
 
 def test_depthwise_c_is_vector_lanes_not_the_scalar_nest() -> None:
-    xs, ws, out, attrs = _geometry((1, 32, 64, 64), 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32)
+    # a padded plane above NEST_MAX_PLANE_BYTES (130 x 130 f32): lowered, not kept an op
+    xs, ws, out, attrs = _geometry((1, 8, 128, 128), 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8)
     module = parse(_program("f32", xs, ws, out, attrs))
     compiled = _compiled(module)
     assert [op.name for op in compiled.entry.ops] == ["pad", "kernel"]
@@ -398,7 +399,7 @@ def test_a_bundle_with_depthwise_and_grouped_convs_verifies(tmp_path: Path) -> N
     """The certificate steps of both lowerings (pad, kernel; pad, kernel, reshape, copy kernel)
     replay in the independent checker, each in a fresh process as they are used."""
     # a padded plane above NEST_MAX_PLANE_BYTES: the depthwise conv is lowered, not kept an op
-    x1, w1, o1, a1 = _geometry((1, 6, 64, 64), 6, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 6)
+    x1, w1, o1, a1 = _geometry((1, 6, 128, 128), 6, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 6)
     _, w2, o2, a2 = _geometry(o1, 4, (3, 3), (1, 1), (1, 0, 0, 1), (1, 1), 2)
     ty = lambda s: f"f32[{','.join(map(str, s))}]"  # noqa: E731
     text = (
