@@ -188,16 +188,30 @@ def test_a_wrong_channel_map_is_refuted() -> None:
     assert done.status == "refuted"
 
 
-def test_small_plane_depthwise_stays_an_op_run_a_plane_at_a_time() -> None:
-    """A stride-1 f32 depthwise conv whose padded plane fits NEST_MAX_PLANE_BYTES stays an op,
+@pytest.mark.parametrize(
+    "dtype, x, k, pad",
+    [
+        ("f32", (1, 32, 28, 28), (5, 5), 2),
+        # planes the 16 KB bound lowered: mobilenet_v2's 112x112 (114 x 114 x 4 = 52 KB), a
+        # plane of exactly 64 KB (128 x 128 x 4) and an f64 one (82 x 82 x 8 = 53.8 KB)
+        ("f32", (1, 3, 112, 112), (3, 3), 1),
+        ("f32", (1, 2, 126, 126), (3, 3), 1),
+        ("f64", (1, 2, 80, 80), (3, 3), 1),
+    ],
+)
+def test_small_plane_depthwise_stays_an_op_run_a_plane_at_a_time(dtype, x, k, pad) -> None:
+    """A stride-1 depthwise conv whose padded plane fits NEST_MAX_PLANE_BYTES stays an op,
     which the C target folds a plane at a time from a padded copy (no pad op in the plan)."""
-    xs, ws, out, attrs = _geometry((1, 32, 28, 28), 32, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 32)
-    module = parse(_program("f32", xs, ws, out, attrs))
+    c_in = x[1]
+    xs, ws, out, attrs = _geometry(x, c_in, k, (1, 1), (pad,) * 4, (1, 1), c_in)
+    plane = (x[2] + 2 * pad) * (x[3] + 2 * pad) * (8 if dtype == "f64" else 4)
+    assert plane <= lower_to_kernels.NEST_MAX_PLANE_BYTES
+    module = parse(_program(dtype, xs, ws, out, attrs))
     compiled = _compiled(module)
     assert [op.name for op in compiled.entry.ops] == ["conv2d"]
     assert "each plane padded" in c.lower(compiled)
     rng = np.random.default_rng(6)
-    inputs = {"x": _values(rng, xs, "f32", 0.05), "w": _values(rng, ws, "f32", 0.05)}
+    inputs = {"x": _values(rng, xs, dtype, 0.05), "w": _values(rng, ws, dtype, 0.05)}
     assert reference.bit_equal(c.run(compiled, inputs)[0], reference.run(module, inputs)[0])
 
 
