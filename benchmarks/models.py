@@ -174,11 +174,12 @@ def export_onnx(model, inputs: dict[str, Any], path: Path) -> None:
         )
 
 
-def ort_session(path: Path):
+def ort_session(path: Path, threads: int = ORT_THREADS):
+    """An onnxruntime CPU session of the ONNX file `path` with `threads` intra-op threads."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = ORT_THREADS
+    opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
@@ -192,7 +193,6 @@ def bound_pair(
     intra-op threads: (the bound executable, the feed as numpy arrays, the session, the
     model's description). A SystemExit when the compile is not proved."""
     import numpy as np
-    import onnxruntime as ort
 
     from gdv.driver import CompileOptions, compile_module
     from gdv.ir.printer import print_module
@@ -209,12 +209,8 @@ def bound_pair(
     comp = compile_module(str(source), options)
     if comp.verdict != "proved":
         raise SystemExit(f"{name}: the compile is {comp.verdict}")
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = ort_threads
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(str(onnx_file), opts, providers=["CPUExecutionProvider"])
     feed = {k: v.numpy() for k, v in inputs.items()}
-    return comp.bind(**weights), feed, sess, what
+    return comp.bind(**weights), feed, ort_session(onnx_file, ort_threads), what
 
 
 def import_path(path: str, model, inputs: dict[str, Any], onnx_file: Path):
