@@ -191,7 +191,7 @@ def test_a_wrong_channel_map_is_refuted() -> None:
 @pytest.mark.parametrize(
     "dtype, x, k, pad",
     [
-        ("f32", (1, 32, 28, 28), (5, 5), 2),
+        ("f32", (1, 30, 28, 28), (5, 5), 2),  # 30 channels: no whole vectors of them
         # planes the 16 KB bound lowered: mobilenet_v2's 112x112 (114 x 114 x 4 = 52 KB), a
         # plane of exactly 64 KB (128 x 128 x 4) and an f64 one (82 x 82 x 8 = 53.8 KB)
         ("f32", (1, 3, 112, 112), (3, 3), 1),
@@ -332,6 +332,153 @@ def test_wide_depthwise_windows_fold_in_vector_types(cfg, isa, monkeypatch) -> N
     monkeypatch.setattr(conv, "_vector_fold", off_by_one)
     bad = c.run(_compiled(module), inputs)[0]
     assert not reference.bit_equal(bad, want)
+
+
+@st.composite
+def channel_blocked(draw):
+    """An f32 depthwise conv with a whole number of `lanes`-channel vectors (1-3 of them) and a
+    small plane: square and oblong windows up to 5 x 5 (1 x 1 too), strides and dilations of 1
+    and 2 on each axis apart, asymmetric padding, batch 1 or 2, and planes whose positions (in
+    and out) and taps leave a remainder of the transposes' groups of `lanes`."""
+    lanes = vector_bytes() // 4
+    kh, kw = draw(st.sampled_from([(1, 1), (3, 3), (5, 5), (3, 5), (2, 1)]))
+    s = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    d = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    p = tuple(draw(st.integers(0, 2)) for _ in range(4))
+    h = draw(st.integers(max(1, (kh - 1) * d[0] + 1 - p[0] - p[1]), 14))
+    wd = draw(st.integers(max(1, (kw - 1) * d[1] + 1 - p[2] - p[3]), 17))
+    c_in = lanes * draw(st.integers(1, 3))
+    n = draw(st.integers(1, 2))
+    return _geometry((n, c_in, h, wd), c_in, (kh, kw), s, p, d, c_in)
+
+
+def _channel_blocks_apply(xs: tuple, k: tuple, out: tuple, attrs: str) -> bool:
+    """Whether `conv._channel_blocks` takes this f32 depthwise conv (its plane bound)."""
+    pads = [int(v) for v in re.findall(r"\d+", attrs.split("padding")[1].split("]]")[0])]
+    ph, pw = xs[2] + pads[0] + pads[1], xs[3] + pads[2] + pads[3]
+    vb = vector_bytes()
+    return (
+        vb in conv.CHANNEL_BLOCK_BYTES
+        and xs[1] % (vb // 4) == 0
+        and (ph * pw + out[2] * out[3]) * vb <= conv.CHANNEL_BLOCK_MAX_BYTES
+    )
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2"])
+@settings(max_examples=25)
+@given(channel_blocked(), st.integers(0, 2**32 - 1))
+def test_channel_blocked_depthwise_is_bit_exact(isa, geometry, seed) -> None:
+    """An f32 depthwise conv op whose channels fill whole vectors folds `lanes` channels a
+    vector, channels-last (`conv._channel_blocks`: transposed in, folded, transposed out), with
+    16 lanes on AVX-512 and 8 on AVX2; every output still folds its taps left in IR order, so
+    with NaN, infinities, signed zeros and subnormals in inputs and weights, at any stride,
+    dilation and padding, it gives the reference's bits."""
+    from gdv.backends.c import isa as isas
+
+    if isa != "native" and isas.runnable(isas.ISAS[isa], set(c.toolchain.isa_features())):
+        pytest.skip(f"this host cannot run {isa} code")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(isas.ISA_ENV, isa)
+        xs, ws, out, attrs = geometry
+        if xs[1] % (vector_bytes() // 4):
+            return  # drawn for the other ISA's lanes
+        module = parse(_program("f32", xs, ws, out, attrs))
+        compiled = _compiled(module)
+        assert [op.name for op in compiled.entry.ops] == ["conv2d"]
+        source = c.lower(compiled)
+        blocked = _channel_blocks_apply(xs, ws[2:], out, attrs)
+        assert (f"{vector_bytes() // 4} channels a vector" in source) == blocked
+        rng = np.random.default_rng(seed)
+        inputs = {"x": _values(rng, xs, "f32", 0.1), "w": _values(rng, ws, "f32", 0.1)}
+        got, want = c.run(compiled, inputs)[0], reference.run(module, inputs)[0]
+        assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+
+
+CHANNEL_BLOCKED = [
+    # efficientnet_b0's 5x5 over 7x7 and mobilenet_v2's 3x3 at stride 2 over 14x14 (fewer
+    # channels); an oblong plane with asymmetric padding and dilation
+    ((1, 32, 7, 7), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    ((1, 48, 14, 14), (3, 3), (2, 2), (0, 1, 0, 1), (1, 1)),
+    ((2, 16, 9, 13), (3, 5), (1, 2), (1, 2, 0, 3), (2, 1)),
+]
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("cfg", CHANNEL_BLOCKED, ids=lambda cfg: f"{cfg[0][2]}x{cfg[0][3]}")
+@pytest.mark.parametrize("mutation", ["stage", "tap"])
+def test_channel_blocks_are_checked_against_the_reference(cfg, isa, mutation, monkeypatch):
+    """The channel-blocked fold gives the reference's bits; with one transpose stage's shuffle
+    masks exchanged (lanes of two channels or positions swapped) or one tap's input read one
+    position on, it does not, which this comparison sees."""
+    from gdv.backends.c import isa as isas
+
+    if isa != "native" and isas.runnable(isas.ISAS[isa], set(c.toolchain.isa_features())):
+        pytest.skip(f"this host cannot run {isa} code")
+    monkeypatch.setenv(isas.ISA_ENV, isa)
+    if vector_bytes() not in conv.CHANNEL_BLOCK_BYTES:
+        pytest.skip("no channel blocks for this vector width")
+    xs, k, s, p, d = cfg
+    xs, ws, out, attrs = _geometry(xs, xs[1], k, s, p, d, xs[1])
+    module = parse(_program("f32", xs, ws, out, attrs))
+    compiled = _compiled(module)
+    source = c.lower(compiled)
+    assert f"{vector_bytes() // 4} channels a vector" in source
+    rng = np.random.default_rng(sum(xs) + k[0])
+    inputs = {"x": _values(rng, xs, "f32", 0.1), "w": _values(rng, ws, "f32", 0.1)}
+    want = reference.run(module, inputs)[0]
+    got = c.run(compiled, inputs)[0]
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+    if mutation == "stage":
+        transpose = conv._transpose
+
+        def swapped(lanes: int, ind: str) -> list[str]:
+            lines = transpose(lanes, ind)
+            at = [i for i, line in enumerate(lines) if "__builtin_shuffle" in line][-2:]
+            lo, hi = (lines[i].split("(gdv_cm)")[1] for i in at)
+            lines[at[0]] = lines[at[0]].replace(lo, hi)
+            lines[at[1]] = lines[at[1]].replace(hi, lo)
+            return lines
+
+        monkeypatch.setattr(conv, "_transpose", swapped)
+    else:
+        blocks = conv._channel_blocks
+
+        def misread(*args):
+            text = blocks(*args)
+            assert "q[1] * wv[1]" in text  # one output a step: tap 1 of output 0 at q[1]
+            return text.replace("q[1] * wv[1]", "q[2] * wv[1]")
+
+        monkeypatch.setattr(conv, "CHANNEL_BLOCK_MAX_ROW", {64: 1, 32: 1})
+        monkeypatch.setattr(conv, "_channel_blocks", misread)
+    bad = c.run(_compiled(module), inputs)[0]
+    assert not reference.bit_equal(bad, want)
+
+
+@pytest.mark.parametrize(
+    "channels, hw, blocked",
+    [(32, 24, True), (32, 25, False), (24, 7, False), (16, 1, True)],
+)
+def test_channel_blocks_need_whole_vectors_and_a_small_plane(channels, hw, blocked) -> None:
+    """With 64-byte vectors: 32 channels of 24 x 24 (3x3, padding 1: 26 x 26 + 24 x 24 vectors,
+    1252 x 64 bytes) fold in channel blocks; 25 x 25 (1354 vectors) is over
+    CHANNEL_BLOCK_MAX_BYTES and 24 channels are not whole vectors of 16, so both keep the
+    plane fold; a 1 x 1 plane (every tap but the centre in the padding) is blocked too. Each
+    gives the reference's bits."""
+    if vector_bytes() != 64:
+        pytest.skip("the cases are sized for 16-lane vectors")
+    xs, ws, out, attrs = _geometry((1, channels, hw, hw), channels, (3, 3), (1, 1), (1,) * 4,
+                                   (1, 1), channels)  # fmt: skip
+    assert ((hw + 2) ** 2 + hw * hw) * 64 <= conv.CHANNEL_BLOCK_MAX_BYTES or not blocked
+    module = parse(_program("f32", xs, ws, out, attrs))
+    compiled = _compiled(module)
+    assert [op.name for op in compiled.entry.ops] == ["conv2d"]
+    source = c.lower(compiled)
+    assert ("16 channels a vector" in source) == blocked
+    assert ("each plane padded" in source) == (not blocked)
+    rng = np.random.default_rng(hw)
+    inputs = {"x": _values(rng, xs, "f32", 0.05), "w": _values(rng, ws, "f32", 0.05)}
+    got, want = c.run(compiled, inputs)[0], reference.run(module, inputs)[0]
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
 
 
 def test_depthwise_c_is_vector_lanes_not_the_scalar_nest() -> None:
