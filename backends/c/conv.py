@@ -601,7 +601,7 @@ def _channel_blocks(
         lines += [f"          out[oy * {ow} + ({ox}) + {u}] = a{u};" for u in range(count)]
         return lines
 
-    def _whole(count: int, load: str, store: list[str]) -> list[str]:
+    def whole(count: int, load: str, store: list[str]) -> list[str]:
         """Groups t0.. of `lanes` taps or positions below `count`: `lanes` vectors m[v] =
         `load`, transposed in place, then `store` per i (m[i] holds item t0 + i's lanes)."""
         if not count:
@@ -617,7 +617,7 @@ def _channel_blocks(
             "      }",
         ]
 
-    def _rest(lo: int, hi: int, step: str) -> list[str]:
+    def rest(lo: int, hi: int, step: str) -> list[str]:
         """Items p in [lo, hi) lane by lane (`step` per lane v)."""
         if lo == hi:
             return []
@@ -659,17 +659,17 @@ def _channel_blocks(
         f"      float *restrict rc = r + (in * {c} + c0) * {ohw};",
         "      float *restrict pf = (float *)pb, *restrict wf = (float *)wv;",
         "      const float *restrict of = (const float *)out;",
-        *_whole(whole_taps, f"*(const {vt}u *)(wc + v * {kk} + t0)", ["wv[t0 + i] = m[i];"]),
-        *_rest(whole_taps, kk, f"wf[p * {lanes} + v] = wc[v * {kk} + p];"),
-        *_whole(
+        *whole(whole_taps, f"*(const {vt}u *)(wc + v * {kk} + t0)", ["wv[t0 + i] = m[i];"]),
+        *rest(whole_taps, kk, f"wf[p * {lanes} + v] = wc[v * {kk} + p];"),
+        *whole(
             whole_in,
             f"*(const {vt}u *)(xc + v * {hw} + t0)",
             ["const int64_t p = t0 + i;", f"pb[{padded_at}] = m[i];"],
         ),
-        *_rest(whole_in, hw, f"pf[({padded_at}) * {lanes} + v] = xc[v * {hw} + p];"),
+        *rest(whole_in, hw, f"pf[({padded_at}) * {lanes} + v] = xc[v * {hw} + p];"),
         *fold_rows,
-        *_whole(whole_out, "out[t0 + v]", [f"*({vt}u *)(rc + i * {ohw} + t0) = m[i];"]),
-        *_rest(whole_out, ohw, f"rc[v * {ohw} + p] = of[p * {lanes} + v];"),
+        *whole(whole_out, "out[t0 + v]", [f"*({vt}u *)(rc + i * {ohw} + t0) = m[i];"]),
+        *rest(whole_out, ohw, f"rc[v * {ohw} + p] = of[p * {lanes} + v];"),
         "    }",
         "  }",
         "}",

@@ -352,7 +352,7 @@ def channel_blocked(draw):
     return _geometry((n, c_in, h, wd), c_in, (kh, kw), s, p, d, c_in)
 
 
-def _channel_blocks_apply(xs: tuple, k: tuple, out: tuple, attrs: str) -> bool:
+def _channel_blocks_apply(xs: tuple, out: tuple, attrs: str) -> bool:
     """Whether `conv._channel_blocks` takes this f32 depthwise conv (its plane bound)."""
     pads = [int(v) for v in re.findall(r"\d+", attrs.split("padding")[1].split("]]")[0])]
     ph, pw = xs[2] + pads[0] + pads[1], xs[3] + pads[2] + pads[3]
@@ -386,7 +386,7 @@ def test_channel_blocked_depthwise_is_bit_exact(isa, geometry, seed) -> None:
         compiled = _compiled(module)
         assert [op.name for op in compiled.entry.ops] == ["conv2d"]
         source = c.lower(compiled)
-        blocked = _channel_blocks_apply(xs, ws[2:], out, attrs)
+        blocked = _channel_blocks_apply(xs, out, attrs)
         assert (f"{vector_bytes() // 4} channels a vector" in source) == blocked
         rng = np.random.default_rng(seed)
         inputs = {"x": _values(rng, xs, "f32", 0.1), "w": _values(rng, ws, "f32", 0.1)}
