@@ -657,8 +657,10 @@ def _channel_blocks(
         f"      const float *restrict xc = x + (in * {c} + c0) * {hw};",
         f"      const float *restrict wc = w + c0 * {kk};",
         f"      float *restrict rc = r + (in * {c} + c0) * {ohw};",
-        "      float *restrict pf = (float *)pb, *restrict wf = (float *)wv;",
-        "      const float *restrict of = (const float *)out;",
+        # float views of the buffers, for the items left over from whole groups of lanes
+        "      float *restrict wf = (float *)wv;" if whole_taps < kk else "",
+        "      float *restrict pf = (float *)pb;" if whole_in < hw else "",
+        "      const float *restrict of = (const float *)out;" if whole_out < ohw else "",
         *whole(whole_taps, f"*(const {vt}u *)(wc + v * {kk} + t0)", ["wv[t0 + i] = m[i];"]),
         *rest(whole_taps, kk, f"wf[p * {lanes} + v] = wc[v * {kk} + p];"),
         *whole(
