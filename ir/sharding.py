@@ -306,8 +306,9 @@ def _take(op: Op, types: list[TensorType]) -> FactorRule:
 @rule("conv2d")
 def _conv2d(op: Op, types: list[TensorType]) -> FactorRule:
     """The batch (n) passes through; output channels (o) are shared by the weight and the
-    result when groups = 1; input channels, the window and the image are kept whole."""
-    x, w = types
+    result when groups = 1; input channels, the window and the image are kept whole. An
+    epilogue's per-channel operands go with the output channels (a scalar one is whole)."""
+    x, w, *extra = types
     sizes = {"n": x.shape[0], "o": w.shape[0]}
     replicated = set()
     if op.attrs.get("groups", 1) != 1:
@@ -319,7 +320,11 @@ def _conv2d(op: Op, types: list[TensorType]) -> FactorRule:
         replicated.add(name)
     return FactorRule(
         sizes,
-        [[["n"], ["c"], ["h"], ["w"]], [["o"], ["wc"], ["kh"], ["kw"]]],
+        [
+            [["n"], ["c"], ["h"], ["w"]],
+            [["o"], ["wc"], ["kh"], ["kw"]],
+            *([["o"]] if e.shape else [] for e in extra),
+        ],
         [["n"], ["o"], ["oh"], ["ow"]],
         replicated=replicated,
     )

@@ -242,6 +242,8 @@ def _conv_lowers(op: Op, ts: list[TensorType]) -> bool:
     and 16-bit float dtypes) run as a reduction nest folding a block of adjacent outputs in
     vector lanes, which beats the conv2d op's scalar nest at every size at stride 1 (see
     NEST_MAX_STRIDE)."""
+    if "epilogue" in op.attrs:
+        return False  # a conv2d with an epilogue (fuse-conv-epilogues) stays an op
     x, w = ts
     dtype = op.type.dtype
     if dtype.is_bool or x.dtype != dtype or w.dtype != dtype:

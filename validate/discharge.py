@@ -105,7 +105,7 @@ def canonical_form(ob: Obligation) -> tuple[Function, Function, list[Function]]:
             for key in _function_keys(op):
                 name = op.attrs.get(key)
                 if name in bodies and name not in renamed:
-                    nested = bodies if op.name != "kernel" else None
+                    nested = bodies if op.name not in ("kernel", "conv2d") else None
                     body = _renamed(bodies[name], nested)
                     renamed[name] = replace(body, name=_body_name(body))
                     todo.append(bodies[name])
@@ -118,6 +118,8 @@ def _function_keys(op: Op) -> tuple[str, ...]:
     """The attributes of `op` that name functions of the module."""
     from gdv.ir.ops.control import FUNCTION_ATTRS
 
+    if op.name == "conv2d":
+        return ("epilogue",)
     return BODY_KEYS if op.name == "kernel" else FUNCTION_ATTRS.get(op.name, ())
 
 
@@ -168,7 +170,7 @@ def _renamed(fn: Function, bodies: dict[str, Function] | None = None) -> Functio
             if attrs.get(key) in bodies:
                 # A control op's functions may call others in turn (never in a cycle, the
                 # verifier checks): they are renamed by the hash of their own renamed text.
-                nested = bodies if op.name != "kernel" else None
+                nested = bodies if op.name not in ("kernel", "conv2d") else None
                 attrs[key] = _body_name(_renamed(bodies[attrs[key]], nested))
         ops.append(Op(f"v{k}", op.name, [names[o] for o in op.operands], attrs, op.type))
         names[op.result] = f"v{k}"

@@ -3,7 +3,8 @@
 The input is padded with +0.0 (0 for integers) and every padded position takes part in the
 sum as 0.0 * w (so 0.0 * inf gives NaN). Per output element the products, each rounded to the
 dtype, are folded left starting at the first product, over c (within the output channel's
-group), then kh, then kw; a Python loop over (c, kh, kw) vectorized over N, O, OH, OW.
+group), then kh, then kw; a Python loop over (c, kh, kw) vectorized over N, O, OH, OW. An
+`epilogue` E then maps each sum, with the extra operands' elements of its output channel.
 """
 
 from __future__ import annotations
@@ -11,13 +12,35 @@ from __future__ import annotations
 import numpy as np
 
 from gdv.backends.reference.arith import Working
+from gdv.backends.reference.evaluate import evaluate_ops
 from gdv.backends.reference.registry import Context, kernel
 from gdv.ir.core import Op
 from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops.kernel import epilogue_of
+from gdv.ir.types import TensorType
 
 
 @kernel(OPS["conv2d"])
 def _conv2d(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    out = _sum(op, args[:2], ctx)
+    epi = epilogue_of(op.attrs)
+    if epi is None:
+        return out
+    # out[n,o,i,j] = E(sum, e_k[o]...): each extra operand broadcast along the channel dim.
+    shape = op.type.shape
+    env = {epi.params[0].name: out}
+    for q, e in zip(epi.params[1:], args[2:], strict=True):
+        e = np.asarray(e)
+        env[q.name] = e if e.ndim == 0 else e.reshape(1, -1, 1, 1)
+    ops = [
+        Op(b.result, b.name, b.operands, b.attrs, TensorType(b.type.dtype, shape)) for b in epi.ops
+    ]
+    (name,) = epi.returns
+    value = env[name] if name in env else evaluate_ops(ops, env, ctx, keep=[name])[name]
+    return np.asarray(np.broadcast_to(value, shape), order="C")
+
+
+def _sum(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
     x, w = args
     dtype = ctx.storage(op.type.dtype)
     n, c, h, wd = x.shape

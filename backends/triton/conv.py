@@ -32,6 +32,8 @@ CONV_LANES = 128
 @host(OPS["conv2d"])
 def _conv2d(prog: Program, op: Op) -> None:
     types = prog.types()
+    if "epilogue" in op.attrs:
+        raise prog.error(op, "a conv2d with an epilogue has no Triton lowering")
     xt, wt = (types[o] for o in op.operands)
     dtype = op.type.dtype
     for t in (xt, wt, op.type):

@@ -1,4 +1,13 @@
-"""Convolution: conv2d (cross-correlation, NCHW x OIHW)."""
+"""Convolution: conv2d (cross-correlation, NCHW x OIHW), with an optional epilogue.
+
+`epilogue = "E"` (since gdv 0.8, issue 16; a compatible addition) names a function of the
+module applied to each output: out[n,o,i,j] = E(sum, e_0[o], ..., e_m[o]), the sum being the
+conv's, the e_k the operands after the weight (each of shape [O], or a scalar read as itself).
+E takes the result's dtype first, then one rank-0 parameter per extra operand, returns the
+result's dtype and holds only scalar elementwise ops and constants, as a kernel's epilogue does
+(`gdv.ir.ops.kernel.check_kernel_bodies` checks it). `fuse-conv-epilogues` puts a conv's
+elementwise consumer there (a depthwise conv's bias and activation) on CPU targets.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +23,7 @@ from gdv.ir.ops import (
     register,
 )
 from gdv.ir.ops._rules import check_length
+from gdv.ir.ops.kernel import kind_string
 from gdv.ir.types import TensorType
 
 
@@ -28,7 +38,7 @@ def conv2d_output_hw(x: TensorType, w: TensorType, attrs: dict[str, Any]) -> tup
 def _infer_conv2d(
     types: list[TensorType], attrs: dict[str, Any], written: TensorType
 ) -> TensorType:
-    x, w = types
+    x, w, *extra = types
     if x.rank != 4:
         raise OpTypeError(f"conv2d input must be N,C,H,W (rank 4), operand 1 is {x}", 0)
     if w.rank != 4:
@@ -65,6 +75,15 @@ def _infer_conv2d(
             f"({x.shape[2] + pt + pb}x{x.shape[3] + pl + pr}) of {x}",
             1,
         )
+    if extra and "epilogue" not in attrs:
+        raise OpTypeError("conv2d takes operands after the weight only with an epilogue", 2)
+    for k, e in enumerate(extra, start=2):
+        if e.shape not in ((), (o,)):
+            raise OpTypeError(
+                f"operand {k + 1} is {e}, expected a scalar or one value per output channel "
+                f"(shape [{o}]) for the epilogue",
+                k,
+            )
     oh, ow = conv2d_output_hw(x, w, attrs)
     return TensorType(x.dtype, (n, o, oh, ow))
 
@@ -74,17 +93,20 @@ register(
         "conv2d",
         "conv",
         2,
-        2,
+        None,
         (
             AttrSpec("stride", kind_int_list),
             AttrSpec("padding", kind_int_pairs),
             AttrSpec("dilation", kind_int_list),
             AttrSpec("groups", kind_int),
+            AttrSpec("epilogue", kind_string, required=False),
         ),
         _infer_conv2d,
         "cross-correlation of x padded with +0.0 (every padded position takes part in the sum "
         "as 0.0 * w): out[n,o,i,j] = sum over c in group(o), kh, kw (in that order, a left fold "
-        "starting at the first product) of xp[n,c,i*sh+kh*dh,j*sw+kw*dw] * w[o,c',kh,kw].",
+        "starting at the first product) of xp[n,c,i*sh+kh*dh,j*sw+kw*dw] * w[o,c',kh,kw]; "
+        "epilogue = E (since gdv 0.8): out[n,o,i,j] = E(that sum, e_k[o] for each operand e_k "
+        "after the weight, a scalar e_k[] where it has rank 0).",
         int_legal=True,
     )
 )

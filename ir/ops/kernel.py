@@ -489,13 +489,14 @@ def check_row_groups(module: Module) -> None:
 
 
 def bodies_used(functions: Iterable[Function]) -> set[str]:
-    """Names of the bodies (and epilogues) the kernels of `functions` call."""
+    """Names of the bodies (and epilogues) the kernels of `functions` call, and the
+    epilogues of their conv2d ops."""
     return {
         name
         for f in functions
         for op in f.ops
-        if op.name == "kernel"
-        for name in (op.attrs["body"], op.attrs.get("epilogue"))
+        if op.name in ("kernel", "conv2d")
+        for name in (op.attrs.get("body"), op.attrs.get("epilogue"))
         if name is not None
     }
 
@@ -508,6 +509,9 @@ def check_kernel_bodies(module: Module) -> None:
     for fn in module.functions:
         types = fn.types()
         for op in fn.ops:
+            if op.name == "conv2d" and "epilogue" in op.attrs:
+                extra = [TensorType(types[o].dtype, ()) for o in op.operands[2:]]
+                _check_epilogue(module, fn, op, [TensorType(op.type.dtype, ()), *extra])
             if op.name != "kernel":
                 continue
             where = op.attr_locs.get("body", op.loc) or Loc(module.filename, 1, 1)
@@ -556,32 +560,33 @@ def _check_body_ops(body: Function, where: Loc) -> None:
 
 
 def _check_epilogue(module: Module, fn: Function, op, want: list[TensorType]) -> None:
-    """A kernel's epilogue exists, is neither the caller nor the body, takes the kernel's dtype
-    and then one rank-0 parameter per operand, returns the kernel's dtype, and holds only scalar
-    elementwise ops and scalar constants."""
+    """A kernel's (or conv2d's) epilogue exists, is neither the caller nor the body, takes
+    the op's dtype and then one rank-0 parameter per operand (a conv2d: per operand after the
+    weight), returns the op's dtype, and holds only scalar elementwise ops and scalar
+    constants."""
     where = op.attr_locs.get("epilogue", op.loc) or Loc(module.filename, 1, 1)
     epi = module.function(op.attrs["epilogue"])
     if epi is None:
         raise IRError(
-            f"kernel epilogue @{op.attrs['epilogue']} is not a function of the module", where
+            f"{op.name} epilogue @{op.attrs['epilogue']} is not a function of the module", where
         )
-    if epi.name in (fn.name, op.attrs["body"]):
+    if epi.name in (fn.name, op.attrs.get("body")):
         raise IRError(
-            f"kernel epilogue @{epi.name} is the function that calls it or the kernel's body",
+            f"{op.name} epilogue @{epi.name} is the function that calls it or the kernel's body",
             where,
         )
     got = [p.type for p in epi.params]
     if got != want:
         shown = ", ".join(map(str, want))
         raise IRError(
-            f"kernel epilogue @{epi.name} takes ({', '.join(map(str, got))}), expected "
+            f"{op.name} epilogue @{epi.name} takes ({', '.join(map(str, got))}), expected "
             f"({shown}): the folded value, then one per operand",
             where,
         )
     if len(epi.results) != 1 or epi.results[0] != want[0]:
         raise IRError(
-            f"kernel epilogue @{epi.name} returns ({', '.join(map(str, epi.results))}), "
-            f"expected {want[0]} like the kernel's result",
+            f"{op.name} epilogue @{epi.name} returns ({', '.join(map(str, epi.results))}), "
+            f"expected {want[0]} like the {op.name}'s result",
             where,
         )
     _check_body_ops(epi, where)

@@ -1,20 +1,26 @@
 """Bound rules of the conv family: conv2d is a dot product per output element of
 K = C/groups * KH * KW terms in the order C, KH, KW (IR_SPEC.md), the padded positions taking
 part as 0.0 * w (exact). So its bound is `dot`'s, with zero added to the input's interval when
-there is padding."""
+there is padding. An `epilogue`'s ops are then bounded by their own rules on that bound and the
+extra operands' (each broadcast over the result: the hull of its elements serves every one)."""
 
 from __future__ import annotations
 
+import math
+
 from gdv.ir.core import Op
+from gdv.ir.diagnostics import IRError
 from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops.kernel import epilogue_of
+from gdv.ir.types import TensorType
 from gdv.validate.bounds.contract import contraction
-from gdv.validate.bounds.model import TB, hull
-from gdv.validate.bounds.registry import Context, rule
+from gdv.validate.bounds.model import SPECIALS, TB, Err, hull, make_tb
+from gdv.validate.bounds.registry import RULES, Context, rule
 
 
 @rule(OPS["conv2d"])
 def _conv2d(op: Op, args: list[TB], ctx: Context) -> TB:
-    x, w = args
+    x, w, *extra = args
     k = w.type.shape[1] * w.type.shape[2] * w.type.shape[3]
     if any(v for pair in op.attrs["padding"] for v in pair):
         x = x.with_(
@@ -23,4 +29,23 @@ def _conv2d(op: Op, args: list[TB], ctx: Context) -> TB:
             clo=hull(x.computed, (0.0, 0.0))[0],
             chi=hull(x.computed, (0.0, 0.0))[1],
         )
-    return contraction(op, x, w, k, op.type.dtype, ctx, "conv2d")
+    value = contraction(op, x, w, k, op.type.dtype, ctx, "conv2d")
+    try:
+        epi = epilogue_of(op.attrs) if "epilogue" in op.attrs else None
+    except IRError as e:  # analysed without its module: nothing is known of the result
+        specials = SPECIALS if op.type.dtype.is_float else frozenset()
+        return make_tb(op.type, (-math.inf, math.inf), Err.infinite(e.message), None, specials)
+    if epi is None:
+        return value
+    shape = op.type.shape
+    sub = Context(ctx.ideal, ctx.ulps, ctx.lam, ctx.target, ctx.assumptions, ctx.notes)
+    sub.values[epi.params[0].name] = value.with_(type=op.type, facts={})
+    for q, a in zip(epi.params[1:], extra, strict=True):
+        sub.values[q.name] = a.with_(type=TensorType(a.dtype, shape), facts={})
+    for b in epi.ops:
+        retyped = Op(b.result, b.name, b.operands, b.attrs, TensorType(b.type.dtype, shape))
+        result = RULES[OPS[b.name]](retyped, [sub.values[o] for o in b.operands], sub)
+        sub.values[b.result] = result.with_(facts={})
+    ctx.prob_events += sub.prob_events
+    ctx.max_u = max(ctx.max_u, sub.max_u)
+    return sub.values[epi.returns[0]].with_(type=op.type, facts={})

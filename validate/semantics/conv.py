@@ -1,7 +1,9 @@
 """SMT meaning of `conv2d`: a sum fold over (input channel of the group, KH, KW), row-major.
 
 The input is padded with +0.0 elements that take part in the sum (IR_SPEC.md section 7), so a
-padded position contributes `0.0 * w`, exactly as if `pad` had been applied first.
+padded position contributes `0.0 * w`, exactly as if `pad` had been applied first. An
+`epilogue` E is applied to each sum with the extra operands' elements of the output channel,
+as a kernel's epilogue is applied to its fold.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ import z3
 
 from gdv.ir.core import Op
 from gdv.ir.ops import REGISTRY as OPS
+from gdv.ir.ops.kernel import epilogue_of
+from gdv.ir.types import TensorType
+from gdv.validate.encode import encode
 from gdv.validate.semantics.index import Idx, delinearize
 from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 
@@ -17,7 +22,7 @@ from gdv.validate.semantics.registry import Ctx, Index, Tensor, Term, rule
 @rule(OPS["conv2d"])
 def conv2d(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     """out[n,o,i,j] = sum_{c,kh,kw} xp[n, g*Cg+c, i*sh+kh*dh, j*sw+kw*dw] * w[o,c,kh,kw]."""
-    x, w = xs
+    x, w, *extra = xs
     (pt, _), (pl, _) = op.attrs["padding"]
     sh, sw = op.attrs["stride"]
     dh, dw = op.attrs["dilation"]
@@ -47,4 +52,18 @@ def conv2d(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
 
         return (yield from ctx.fold("sum", dt, cg * kh * kw, body))
 
-    return Tensor(op.type, at)
+    epi = epilogue_of(op.attrs)
+    if epi is None:
+        return Tensor(op.type, at)
+
+    def then(i: Index) -> Term:
+        # E(the sum, e_k[o] for each extra operand; e_k[] for a scalar one).
+        acc = yield from at(i)
+        scalars = [Tensor(TensorType(dt, ()), lambda _i, v=acc: v)]
+        for e in extra:
+            value = yield e.read((i[1],) if e.shape else ())
+            scalars.append(Tensor(TensorType(e.dtype, ()), lambda _i, v=value: v))
+        (result,) = encode(ctx, epi, scalars)
+        return result.at(())
+
+    return Tensor(op.type, then)
