@@ -127,6 +127,11 @@ time (a 10^4-op chain exhausted 24 GiB); real models' fused bodies hold tens of 
 class FuseKernels(Pass):
     name = "fuse-kernels"
     stage_in = "loop"
+    conv_epilogues: bool = False
+    """`fuse-conv-epilogues` runs next: a kernel that can become the epilogue of the conv2d it
+    reads (`conv_consumer`) is not fused into a kernel that reduces (the next conv's packing
+    would compute it once per element it packs; as the conv's epilogue it runs once, and the
+    next conv reads the conv's output as it is)."""
 
     def run(self, module: Module) -> PassResult:
         return rewrite_each_function(module, self._fuse_one)
@@ -159,6 +164,12 @@ class FuseKernels(Pass):
                 if not (single or (copy and duplicable(p, v, ops, functions))):
                     continue
                 assert p is not None
+                if (
+                    self.conv_epilogues
+                    and c.attrs["reduce"]
+                    and self._conv_activation(p, defs, uses, fn, types, functions)
+                ):
+                    continue
                 c_body, p_body = functions[c.attrs["body"]], functions[p.attrs["body"]]
                 if len(c_body.ops) + len(p_body.ops) > MAX_BODY_OPS:
                     continue
@@ -198,3 +209,16 @@ class FuseKernels(Pass):
                     steps.append(Step("remove", fn.name, removed=[p.result]))
                 return ob
         return None
+
+    @staticmethod
+    def _conv_activation(
+        p: Op, defs: dict, uses: dict, fn: Function, types: dict, functions: dict
+    ) -> bool:
+        """Whether kernel `p` is the only reader of a conv2d it can be the epilogue of."""
+        from gdv.passes.fuse_conv_epilogues import conv_consumer
+
+        return any(
+            x in defs and uses.get(x, 0) == 1 and x not in fn.returns
+            and conv_consumer(defs[x], p, types, functions)
+            for x in set(p.operands)
+        )  # fmt: skip

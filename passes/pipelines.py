@@ -13,6 +13,7 @@ from gdv.passes.eliminate_dead_code import EliminateDeadCode
 from gdv.passes.fast_math import FastMath
 from gdv.passes.fold_constants import FoldConstants
 from gdv.passes.fold_layout import FoldLayout
+from gdv.passes.fuse_conv_epilogues import FuseConvEpilogues
 from gdv.passes.fuse_epilogues import FuseEpilogues
 from gdv.passes.fuse_kernels import FuseKernels
 from gdv.passes.group_rows import GroupRows
@@ -34,6 +35,7 @@ PASSES: dict[str, type[Pass]] = {
         FoldLayout,
         LowerToKernels,
         FuseKernels,
+        FuseConvEpilogues,
         DedupeOperands,
         ScheduleKernels,
         SelectProducts,
@@ -102,9 +104,12 @@ def pipeline(
             # products from passes at -O1 too (without fusion), as at -O2.
             passes += [ScheduleKernels(vector_bytes=vector_bytes or VECTOR_BYTES)]
     if level >= 2:
+        passes += [LowerToKernels(), FuseKernels(conv_epilogues=cpu)]
+        if cpu:
+            # A depthwise conv's bias and activation run on each plane it folds (its next
+            # conv then reads its output as it is).
+            passes += [FuseConvEpilogues()]
         passes += [
-            LowerToKernels(),
-            FuseKernels(),
             DedupeOperands(),
             ScheduleKernels(vector_bytes=vector_bytes or VECTOR_BYTES),
         ]

@@ -237,3 +237,30 @@ def test_the_evidence_bundle_verifies(tmp_path) -> None:
     )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     assert list(bundle.glob("certificates/*-fuse-conv-epilogues.json"))
+
+
+def test_rank0_clip_bounds_become_literals_of_the_epilogue(tmp_path) -> None:
+    """ONNX's Clip gives its bounds as rank-0 constants broadcast to the tensor: after
+    fold-layout the clip kernel reads the `constant` ops themselves, shared by every clip. The
+    fused conv does not take them as operands: the epilogue computes them (the constant ops
+    are in the obligation's source, which still proves exactly)."""
+    text = RELU6_PROJECTION.format(extra="", tail="return %r").replace(
+        "-> f32[1,16,12,12] {", "-> f32[1,32,12,12] {"
+    )
+    text = text.replace(
+        "%lo = constant() {value = 0.0} : f32[1,32,12,12]",
+        "%lo0 = constant() {value = 0.0} : f32[]\n"
+        "  %lo = broadcast(%lo0) {dims = []} : f32[1,32,12,12]",
+    ).replace(
+        "%hi = constant() {value = 6.0} : f32[1,32,12,12]",
+        "%hi0 = constant() {value = 6.0} : f32[]\n"
+        "  %hi = broadcast(%hi0) {dims = []} : f32[1,32,12,12]",
+    )
+    comp = _compile(tmp_path, text)
+    assert comp.verdict == "proved"
+    (conv,) = [o for o in comp.module.entry.ops if o.name == "conv2d"]
+    assert len(conv.operands) == 3 and "epilogue" in conv.attrs
+    epi = comp.module.function(conv.attrs["epilogue"])
+    assert sorted(o.attrs["value"] for o in epi.ops if o.name == "constant") == [0.0, 6.0]
+    ins = reference.random_inputs(comp.source.entry, 9)
+    assert reference.bit_equal(comp(**ins)[0], reference.run(comp.source, ins)[0])
