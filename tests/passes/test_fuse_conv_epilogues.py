@@ -18,7 +18,15 @@ from gdv.api import parse
 from gdv.backends import reference
 from gdv.driver import CompileOptions, compile_module
 from gdv.ir.diagnostics import IRError
+from gdv.passes import pipelines
 from gdv.validate.equivalence import check_equivalence
+
+
+@pytest.fixture(autouse=True)
+def _any_vector_width(monkeypatch):
+    """The pass runs whatever this host's vector width (by default only with 64 bytes)."""
+    monkeypatch.setattr(pipelines, "CONV_EPILOGUE_MIN_VECTOR_BYTES", 0)
+
 
 UNFUSED = """func @main(%x: f32[1,4,5,5] {range = [-4.0, 4.0]}, %w: f32[4,1,3,3] {range = [-1.0, 1.0]}, %b: f32[4] {range = [-1.0, 1.0]}) -> f32[1,4,5,5] {
   %c = conv2d(%x, %w) {stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1], groups = 4} : f32[1,4,5,5]
@@ -264,3 +272,15 @@ def test_rank0_clip_bounds_become_literals_of_the_epilogue(tmp_path) -> None:
     assert sorted(o.attrs["value"] for o in epi.ops if o.name == "constant") == [0.0, 6.0]
     ins = reference.random_inputs(comp.source.entry, 9)
     assert reference.bit_equal(comp(**ins)[0], reference.run(comp.source, ins)[0])
+
+
+def test_the_pass_runs_with_64_byte_vectors_only(monkeypatch) -> None:
+    """`CONV_EPILOGUE_MIN_VECTOR_BYTES`: on AVX2 the fused relu6 measured slower."""
+    monkeypatch.setattr(pipelines, "CONV_EPILOGUE_MIN_VECTOR_BYTES", 64)
+
+    def names(width: int) -> list[str]:
+        return [p.name for p in pipelines.pipeline("c", 2, vector_bytes=width)]
+
+    assert "fuse-conv-epilogues" in names(64)
+    assert "fuse-conv-epilogues" not in names(32) and "fuse-conv-epilogues" not in names(16)
+    assert "fuse-conv-epilogues" not in [p.name for p in pipelines.pipeline("reference", 2)]

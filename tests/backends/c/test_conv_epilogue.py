@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from gdv.api import parse
 from gdv.backends import c, reference
 from gdv.backends.c import conv
-from gdv.passes import fuse_conv_epilogues
+from gdv.passes import fuse_conv_epilogues, pipelines
 from gdv.passes.fuse_kernels import FuseKernels
 from gdv.passes.manager import PassManager
 from gdv.passes.pipelines import pipeline
@@ -68,8 +68,10 @@ def _values(rng: np.random.Generator, shape: tuple, share: float) -> np.ndarray:
 @pytest.fixture(autouse=True)
 def _transcendentals_fused(monkeypatch):
     """SiLU is fused here too (by default a consumer with a transcendental stays a kernel,
-    `TRANSCENDENTAL_IN_CONVS`), so that every epilogue the printer may meet is checked."""
+    `TRANSCENDENTAL_IN_CONVS`), so that every epilogue the printer may meet is checked; and
+    the pass runs whatever the vector width (by default only with 64-byte vectors)."""
     monkeypatch.setattr(fuse_conv_epilogues, "TRANSCENDENTAL_IN_CONVS", True)
+    monkeypatch.setattr(pipelines, "CONV_EPILOGUE_MIN_VECTOR_BYTES", 0)
 
 
 def _compiled(source: str):
