@@ -112,6 +112,17 @@ def fresh_function(prefix: str, taken: set[str]) -> str:
     return name
 
 
+def readers_and_types(fn: Function, ops: list[Op]) -> tuple[dict[str, list[Op]], dict]:
+    """The ops of `ops` that read each value (each op once per value), and the type of every
+    parameter of `fn` and result of `ops`."""
+    readers: dict[str, list[Op]] = {}
+    for o in ops:
+        for v in set(o.operands):
+            readers.setdefault(v, []).append(o)
+    types = {q.name: q.type for q in fn.params} | {o.result: o.type for o in ops}
+    return readers, types
+
+
 def drop_unused_bodies(
     module: Module, functions: dict[str, Function], taken: set[str], steps: list[Step]
 ) -> list[Function]:

@@ -30,7 +30,14 @@ from gdv.ir.core import Function, Module, Op
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.elementwise import TRANSCENDENTAL
 from gdv.ir.types import TensorType
-from gdv.passes.base import Pass, PassResult, Step, fresh_function, rewrite_each_function
+from gdv.passes.base import (
+    Pass,
+    PassResult,
+    Step,
+    fresh_function,
+    readers_and_types,
+    rewrite_each_function,
+)
 from gdv.passes.dedupe_operands import deduped_body, splat_constants
 from gdv.passes.fuse_epilogues import _identity, epilogue_function
 from gdv.passes.fuse_kernels import MAX_BODY_OPS
@@ -94,11 +101,7 @@ class FuseConvEpilogues(Pass):
     ) -> Obligation | None:
         """Fuse the first conv2d and consumer pair of `ops` in place; its obligation, or
         None."""
-        readers: dict[str, list[Op]] = {}
-        for o in ops:
-            for v in set(o.operands):
-                readers.setdefault(v, []).append(o)
-        types = {q.name: q.type for q in fn.params} | {o.result: o.type for o in ops}
+        readers, types = readers_and_types(fn, ops)
         producers = {o.result: o for o in ops}
         for d in ops:
             if d.name != "conv2d" or d.result in fn.returns:

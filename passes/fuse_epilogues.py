@@ -30,7 +30,14 @@ from dataclasses import dataclass
 from gdv.ir.core import Function, Module, Op, Param
 from gdv.ir.obligation import Obligation
 from gdv.ir.types import TensorType
-from gdv.passes.base import Pass, PassResult, Step, fresh_function, rewrite_each_function
+from gdv.passes.base import (
+    Pass,
+    PassResult,
+    Step,
+    fresh_function,
+    readers_and_types,
+    rewrite_each_function,
+)
 from gdv.passes.fuse_kernels import MAX_BODY_OPS, _renamed_ops
 from gdv.passes.lower_to_kernels import rewrite_obligation
 
@@ -144,11 +151,7 @@ class FuseEpilogues(Pass):
     ) -> Obligation | None:
         """Fuse the first product and consumer pair of `ops` in place; its obligation, or
         None."""
-        readers: dict[str, list[Op]] = {}
-        for o in ops:
-            for v in set(o.operands):
-                readers.setdefault(v, []).append(o)
-        types = {q.name: q.type for q in fn.params} | {o.result: o.type for o in ops}
+        readers, types = readers_and_types(fn, ops)
         for p in ops:
             if p.name != "kernel" or p.attrs.get("strategy") != "product":
                 continue

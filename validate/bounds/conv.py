@@ -12,10 +12,10 @@ from gdv.ir.core import Op
 from gdv.ir.diagnostics import IRError
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.kernel import epilogue_of
-from gdv.ir.types import TensorType
 from gdv.validate.bounds.contract import contraction
+from gdv.validate.bounds.kernel import apply_epilogue
 from gdv.validate.bounds.model import SPECIALS, TB, Err, hull, make_tb
-from gdv.validate.bounds.registry import RULES, Context, rule
+from gdv.validate.bounds.registry import Context, rule
 
 
 @rule(OPS["conv2d"])
@@ -37,15 +37,4 @@ def _conv2d(op: Op, args: list[TB], ctx: Context) -> TB:
         return make_tb(op.type, (-math.inf, math.inf), Err.infinite(e.message), None, specials)
     if epi is None:
         return value
-    shape = op.type.shape
-    sub = Context(ctx.ideal, ctx.ulps, ctx.lam, ctx.target, ctx.assumptions, ctx.notes)
-    sub.values[epi.params[0].name] = value.with_(type=op.type, facts={})
-    for q, a in zip(epi.params[1:], extra, strict=True):
-        sub.values[q.name] = a.with_(type=TensorType(a.dtype, shape), facts={})
-    for b in epi.ops:
-        retyped = Op(b.result, b.name, b.operands, b.attrs, TensorType(b.type.dtype, shape))
-        result = RULES[OPS[b.name]](retyped, [sub.values[o] for o in b.operands], sub)
-        sub.values[b.result] = result.with_(facts={})
-    ctx.prob_events += sub.prob_events
-    ctx.max_u = max(ctx.max_u, sub.max_u)
-    return sub.values[epi.returns[0]].with_(type=op.type, facts={})
+    return apply_epilogue(epi, value, extra, op.type, ctx).with_(type=op.type, facts={})

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from gdv.ir.core import Op
+from gdv.ir.core import Function, Op
 from gdv.ir.diagnostics import IRError
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.ops.kernel import body_of, epilogue_of
@@ -60,17 +60,25 @@ def _kernel(op: Op, args: list[TB], ctx: Context) -> TB:
         value = RULES[OPS[name]](fold, [value], sub)
     epi = epilogue_of(op.attrs) if "epilogue" in op.attrs else None
     if epi is not None:  # E(folded value, the operands' elements), on the result's shape
-        esub = Context(ctx.ideal, ctx.ulps, ctx.lam, ctx.target, ctx.assumptions, ctx.notes)
-        esub.values[epi.params[0].name] = value.with_(type=op.type, facts={})
-        for q, a in zip(epi.params[1:], args, strict=True):
-            esub.values[q.name] = a.with_(type=TensorType(a.dtype, out_shape), facts={})
-        for b in epi.ops:
-            retyped = Op(b.result, b.name, b.operands, b.attrs, TensorType(b.type.dtype, out_shape))
-            result = RULES[OPS[b.name]](retyped, [esub.values[o] for o in b.operands], esub)
-            esub.values[b.result] = result.with_(facts={})
-        value = esub.values[epi.returns[0]]
-        sub.prob_events += esub.prob_events
-        sub.max_u = max(sub.max_u, esub.max_u)
+        value = apply_epilogue(epi, value, args, op.type, sub)
     ctx.prob_events += sub.prob_events
     ctx.max_u = max(ctx.max_u, sub.max_u)
     return value.with_(type=op.type, facts={})
+
+
+def apply_epilogue(epi: Function, value: TB, args: list[TB], t: TensorType, ctx: Context) -> TB:
+    """An epilogue's ops bounded by their own rules on `value` (the folded result, of type
+    `t`) and `args` (its other parameters' values, each broadcast over `t`: the hull of an
+    operand's elements serves every element), in a context of their own whose rounding events
+    count in `ctx`'s."""
+    sub = Context(ctx.ideal, ctx.ulps, ctx.lam, ctx.target, ctx.assumptions, ctx.notes)
+    sub.values[epi.params[0].name] = value.with_(type=t, facts={})
+    for q, a in zip(epi.params[1:], args, strict=True):
+        sub.values[q.name] = a.with_(type=TensorType(a.dtype, t.shape), facts={})
+    for b in epi.ops:
+        retyped = Op(b.result, b.name, b.operands, b.attrs, TensorType(b.type.dtype, t.shape))
+        result = RULES[OPS[b.name]](retyped, [sub.values[o] for o in b.operands], sub)
+        sub.values[b.result] = result.with_(facts={})
+    ctx.prob_events += sub.prob_events
+    ctx.max_u = max(ctx.max_u, sub.max_u)
+    return sub.values[epi.returns[0]]
