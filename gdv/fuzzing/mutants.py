@@ -93,6 +93,21 @@ PROGRAMS: dict[str, str] = {
   return %3
 }
 """,
+    # a depthwise conv with its bias and relu as its epilogue (fuse-conv-epilogues' form)
+    "conv_epilogue": """func @main(%x: f32[1,16,6,6] {range = [-1.0, 1.0]},
+           %w: f32[16,1,3,3] {range = [-1.0, 1.0]}, %b: f32[16] {range = [-1.0, 1.0]})
+    -> f32[1,16,6,6] {
+  %0 = conv2d(%x, %w, %b) {stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1],
+                           groups = 16, epilogue = "e"} : f32[1,16,6,6]
+  return %0
+}
+
+func @e(%acc: f32[], %bias: f32[]) -> f32[] {
+  %a = add(%acc, %bias) : f32[]
+  %r = relu(%a) : f32[]
+  return %r
+}
+""",
     # an f32 -> bf16 -> f32 round trip (the rounding to bf16 is the point)
     "bf16": """func @main(%x: bf16[4,8] {range = [-1.0, 1.0]}, %y: f32[4,8] {range = [-1.0, 1.0]})
     -> f32[4,8] {
@@ -426,6 +441,20 @@ def _c_epilogue_every_block():
     return mock.patch.object(matmul, "_epilogue", _epilogue)
 
 
+def _c_conv_epilogue_channel():
+    """The C conv printer applies a conv2d's epilogue with output channel 0's operands (its
+    bias) for every channel."""
+    from gdv.backends.c import conv
+
+    original = conv._Epilogue.code
+
+    def code(self, acc: str, channel: str, ind: str):
+        _fire()
+        return original(self, acc, "0", ind)
+
+    return mock.patch.object(conv._Epilogue, "code", code)
+
+
 MUTANTS: dict[str, Mutant] = {
     m.name: m
     for m in (
@@ -531,6 +560,15 @@ MUTANTS: dict[str, Mutant] = {
             "conformance",
             ("epilogue",),
             _c_epilogue_every_block,
+        ),
+        Mutant(
+            "c-conv-epilogue-channel",
+            "backends/c/conv.py _Epilogue.code",
+            "a conv2d's epilogue (a depthwise conv's bias and relu) reads channel 0's bias for "
+            "every output channel",
+            "conformance",
+            ("conv_epilogue",),
+            _c_conv_epilogue_channel,
         ),
         Mutant(
             "overlapping-buffers",
