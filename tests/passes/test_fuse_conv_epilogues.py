@@ -284,3 +284,18 @@ def test_the_pass_runs_with_64_byte_vectors_only(monkeypatch) -> None:
     assert "fuse-conv-epilogues" in names(64)
     assert "fuse-conv-epilogues" not in names(32) and "fuse-conv-epilogues" not in names(16)
     assert "fuse-conv-epilogues" not in [p.name for p in pipelines.pipeline("reference", 2)]
+
+
+def test_the_triton_target_refuses_a_conv_epilogue(tmp_path) -> None:
+    """The GPU target has no lowering of a conv2d's epilogue (the pass never makes one there):
+    a hand-written one is an input error at the op, exit code 3, not a wrong kernel."""
+    src = tmp_path / "f.gdv"
+    src.write_text(_fused())
+    env = {**os.environ, "GDV_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run(
+        [sys.executable, "-m", "gdv", "compile", str(src), "--target", "triton",
+         "-o", str(tmp_path / "f_gpu")],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "f.gdv:2:3:" in out.stderr and "conv2d with an epilogue" in out.stderr
