@@ -299,3 +299,24 @@ def test_the_triton_target_refuses_a_conv_epilogue(tmp_path) -> None:
     )  # fmt: skip
     assert out.returncode == 3, out.stdout + out.stderr
     assert "f.gdv:2:3:" in out.stderr and "conv2d with an epilogue" in out.stderr
+
+
+def test_the_claims_cache_key_depends_on_the_epilogue(tmp_path) -> None:
+    """Two fusions alike but for the clip's bound (6 against 7) have different canonical
+    claims, so the proof cache can never answer one with the other's proof; the epilogue's
+    own name is not part of the claim (it is renamed by the hash of its text)."""
+    from gdv.passes.manager import PassManager
+    from gdv.validate.discharge import canonical_claim
+
+    def claim(hi: str) -> str:
+        text = RELU6_PROJECTION.format(extra="", tail="return %r").replace(
+            "-> f32[1,16,12,12] {", "-> f32[1,32,12,12] {"
+        )
+        text = text.replace("{value = 6.0}", "{value = " + hi + "}")
+        result = PassManager(pipelines.pipeline("c", 2, vector_bytes=64)).run(parse(text))
+        (ob,) = [o for o in result.obligations if "fuse-conv-epilogues" in o.id]
+        return canonical_claim(ob)
+
+    six, seven = claim("6.0"), claim("7.0")
+    assert six != seven
+    assert "main.c0" not in six and "epilogue" in six
