@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from gdv.ir.core import Function, Module, Op
 from gdv.ir.obligation import Obligation
-from gdv.ir.ops.elementwise import TRANSCENDENTAL
 from gdv.ir.types import TensorType
 from gdv.passes.base import (
     Pass,
@@ -39,47 +38,9 @@ from gdv.passes.base import (
     rewrite_each_function,
 )
 from gdv.passes.dedupe_operands import deduped_body, splat_constants
-from gdv.passes.fuse_epilogues import _identity, epilogue_function
-from gdv.passes.fuse_kernels import MAX_BODY_OPS
+from gdv.passes.fuse_epilogues import epilogue_function
+from gdv.passes.fuse_kernels import MAX_BODY_OPS, conv_consumer
 from gdv.passes.lower_to_kernels import rewrite_obligation
-
-
-def conv_consumer(d: Op, c: Op, types: dict, functions: dict) -> bool:
-    """Whether kernel `c` may become conv2d `d`'s epilogue (the other readers of `d` are
-    checked apart): it reduces nothing, has `d`'s type, reads `d` at its own index and each
-    other operand at the output channel (shape [O]) or whole (a scalar), and computes no
-    transcendental (`TRANSCENDENTAL_IN_CONVS`)."""
-    if d.name != "conv2d" or c.name != "kernel":
-        return False
-    body = functions.get(c.attrs["body"])
-    if body is None:
-        return False
-    if not TRANSCENDENTAL_IN_CONVS and any(b.name in TRANSCENDENTAL for b in body.ops):
-        return False
-    a = c.attrs
-    if a["reduce"] or a["combiner"] != "none" or "row_group" in a or "epilogue" in a:
-        return False
-    if c.type != d.type or a["out"] != [0, 1, 2, 3]:
-        return False
-    reads = [m for v, m in zip(c.operands, a["maps"], strict=True) if v == d.result]
-    if not (reads and all(_identity(m, 4) for m in reads)):
-        return False
-    channels = d.type.shape[1]
-    for v, m in zip(c.operands, a["maps"], strict=True):
-        if v == d.result:
-            continue
-        t = types[v]
-        if not (t.shape == () or (t.shape == (channels,) and m == [[0, 1, 0, 0, 0]])):
-            return False
-    return True
-
-
-TRANSCENDENTAL_IN_CONVS = False
-"""Consumers that compute a transcendental (efficientnet_b0's SiLU) stay kernels of their own.
-Measured on the 2-core Zen 4 host (one thread, -O3, interleaved, the whole model): with them
-fused, efficientnet_b0 took 11.73 -> 11.90 ms; its depthwise convs with the SiLU cost more than
-the convs and the SiLU kernels apart (96 channels at stride 2 to 56x56: 0.238 + 0.102 ms apart,
-0.391 fused)."""
 
 
 @dataclass(frozen=True)

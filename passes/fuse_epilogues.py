@@ -38,15 +38,8 @@ from gdv.passes.base import (
     readers_and_types,
     rewrite_each_function,
 )
-from gdv.passes.fuse_kernels import MAX_BODY_OPS, _renamed_ops
+from gdv.passes.fuse_kernels import MAX_BODY_OPS, _renamed_ops, identity_map
 from gdv.passes.lower_to_kernels import rewrite_obligation
-
-
-def _identity(rows: list[list[int]], n: int) -> bool:
-    """Whether `rows` (a map over n loop dims) reads at the loop index itself, dim for dim."""
-    return len(rows) == n and all(
-        row == [1 if d == r else 0 for d in range(n)] + [0] for r, row in enumerate(rows)
-    )
 
 
 def lift_row(row: list[int], out: list[int], n: int) -> list[int]:
@@ -67,7 +60,7 @@ def fusible_consumer(p: Op, c: Op, types: dict) -> bool:
         return False
     n = len(a["space"])
     reads = [m for v, m in zip(c.operands, a["maps"], strict=True) if v == p.result]
-    if not (reads and n == p.type.rank and all(_identity(m, n) for m in reads)):
+    if not (reads and n == p.type.rank and all(identity_map(m, n) for m in reads)):
         return False
     # The consumer's loop dim j is the product's out dim p.attrs["out"][j].
     position = {d: j for j, d in enumerate(p.attrs["out"])}

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from gdv.api import parse
 from gdv.backends import c, reference
 from gdv.backends.c import conv
-from gdv.passes import fuse_conv_epilogues, pipelines
+from gdv.passes import fuse_kernels, pipelines
 from gdv.passes.fuse_kernels import FuseKernels
 from gdv.passes.manager import PassManager
 from gdv.passes.pipelines import pipeline
@@ -70,7 +70,7 @@ def _transcendentals_fused(monkeypatch):
     """SiLU is fused here too (by default a consumer with a transcendental stays a kernel,
     `TRANSCENDENTAL_IN_CONVS`), so that every epilogue the printer may meet is checked; and
     the pass runs whatever the vector width (by default only with 64-byte vectors)."""
-    monkeypatch.setattr(fuse_conv_epilogues, "TRANSCENDENTAL_IN_CONVS", True)
+    monkeypatch.setattr(fuse_kernels, "TRANSCENDENTAL_IN_CONVS", True)
     monkeypatch.setattr(pipelines, "CONV_EPILOGUE_MIN_VECTOR_BYTES", 0)
 
 
@@ -227,7 +227,7 @@ def test_the_next_conv_reads_the_output_in_place() -> None:
 
 def test_a_transcendental_activation_stays_a_kernel(monkeypatch) -> None:
     """By default SiLU (a sigmoid) is not fused into the conv: it measured slower there."""
-    monkeypatch.setattr(fuse_conv_epilogues, "TRANSCENDENTAL_IN_CONVS", False)
+    monkeypatch.setattr(fuse_kernels, "TRANSCENDENTAL_IN_CONVS", False)
     source, _ = _program((1, 16, 9, 9), (3, 3), 1, 1, "silu")
     compiled = _compiled(source)
     assert [o.name for o in compiled.entry.ops] == ["conv2d", "kernel"]
@@ -271,3 +271,25 @@ def test_projections_read_their_input_in_place(m, hw, k, act, seed) -> None:
     }
     got, want = c.run(compiled, inputs)[0], reference.run(parse(source), inputs)[0]
     assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+
+
+@pytest.mark.parametrize(
+    "x, k, pad",
+    [
+        ((0, 16, 5, 5), (3, 3), 1),  # batch 0: nothing to fold, nothing to map
+        ((1, 4, 3, 3), (0, 3), 1),  # an empty window: every sum is +0.0, E(+0.0) still applies
+    ],
+)
+def test_empty_shapes_with_an_epilogue(x, k, pad) -> None:
+    source, _ = _program(x, k, 1, pad, "relu6")
+    compiled = _compiled(source)
+    (op,) = compiled.entry.ops
+    assert op.name == "conv2d" and "epilogue" in op.attrs
+    rng = np.random.default_rng(2)
+    inputs = {
+        "x": _values(rng, x, 0.0),
+        "w": _values(rng, (x[1], 1, *k), 0.0),
+        "b": (rng.standard_normal(x[1]) * 8).astype(np.float32),
+        "s": np.float32(1.0),
+    }
+    _check(source, compiled, inputs, "relu6")
