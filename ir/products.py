@@ -41,6 +41,22 @@ PARALLEL_MIN_MACS = 1 << 17
 DEFAULT_CACHES = (32 << 10, 1 << 20)
 """(L1 data, L2) bytes per core assumed when no descriptor gives them."""
 
+SPLIT_WEIGHT_MIN_L2 = 0.25
+"""A product whose factor is a model's weight of at least this fraction of L2 splits that
+factor between threads (`split`). resnet18's four 28x28 convs (128 output channels, weights of
+288 and 576 KiB), whose columns were split before, at two threads on the 2-core Zen 4 host
+(-O3, bound, both builds in one process, 300 interleaved calls each, medians, 2026-12-06):
+the whole model 18.94 -> 18.79 ms, the 576 KiB convs 1.08-1.09 -> 1.05 ms each; in a slow
+stretch (both builds 23-24 ms, as in `benchmarks/two_threads.py`'s far rounds) 23.92 -> 22.88,
+and 1.39-1.43 -> 1.08-1.11 ms each. A tenth of L2 (layer 1's 144 KiB weights split too) made
+the model slower again (18.89 against 18.72 ms)."""
+
+SPLIT_WEIGHT_MIN_SLIVERS = 8
+"""... and when that side has at least this many slivers of the micro-tile (a thread's share
+then differs from another's by at most one sliver in eight): efficientnet_b0's 1x1 convs to
+112 channels on 14x14 (7 row slivers of 16) ran 0.160 -> 0.175 ms each with their rows split
+when the vCPUs shared a cache (0.25 -> 0.21-0.23 when they did not)."""
+
 
 @dataclass(frozen=True)
 class Product:
@@ -385,22 +401,39 @@ def blocking(
     return kc, mc, nc
 
 
-def split(attrs: dict, p: Product, body: Function) -> str:
+def split(
+    attrs: dict,
+    p: Product,
+    body: Function,
+    weight_side: str | None = None,
+    caches: tuple[int, int] = DEFAULT_CACHES,
+    elem_bytes: int = 4,
+    tile: tuple[int, int] = (1, 1),
+) -> str:
     """The thread split of a product, one of `SPLITS`: `none`, one thread; `columns`, column
     slivers when there are at least as many as threads, else row slivers; `rows`, row slivers
     when there are at least as many as threads, else column slivers when there are enough of
     those, else row slivers. One thread below `PARALLEL_MIN_MACS` multiply-adds. Each thread
     packs the whole of the factor it does not split, so: rows first when only the row factor
     has a costly prologue (threads given columns would each compute all of it), columns first
-    when only the column factor has; else the larger side is split (rows when M > N: a late
-    CNN layer's 512 x 49 product packed its 2.4M-element weight factor once per thread when
-    its columns were split, 3.9 against 2.0 ms on this 2-core host)."""
+    when only the column factor has; else the side of a model's weight (`weight_side`, `rows`
+    when the row factor reads it, `columns` when the column factor does) of at least
+    `SPLIT_WEIGHT_MIN_L2` of L2 and at least `SPLIT_WEIGHT_MIN_SLIVERS` slivers of the
+    micro-`tile` (MR rows, NR columns), so that each thread streams its own part of it from
+    memory; else the larger side is split (rows when M > N: a late CNN layer's 512 x 49
+    product packed its 2.4M-element weight factor once per thread when its columns were
+    split, 3.9 against 2.0 ms on this 2-core host)."""
     _, m, n, k = sizes(attrs, p)
     if m * n * k < PARALLEL_MIN_MACS:
         return "none"
     x, y = factors(attrs, body)
+    weight = {"rows": m * k, "columns": n * k}.get(weight_side or "", 0) * elem_bytes
+    slivers = {"rows": -(-m // tile[0]), "columns": -(-n // tile[1])}.get(weight_side or "", 0)
     if costly(body, x) != costly(body, y):
         choice = "rows" if costly(body, x) else "columns"
+    elif weight >= SPLIT_WEIGHT_MIN_L2 * caches[1] and slivers >= SPLIT_WEIGHT_MIN_SLIVERS:
+        assert weight_side is not None
+        choice = weight_side
     else:
         choice = "rows" if m > n else "columns"
     assert choice in SPLITS
@@ -419,12 +452,14 @@ def plan(
     chains: int = DEFAULT_CHAINS,
     tuned: Tuned | None = None,
     streamed: bool | None = None,
+    weight_side: str | None = None,
 ) -> dict[str, Any]:
     """The schedule attributes of product `p`: strategy, roles, `micro = [MR, NR]`,
     `blocks = [MC, KC, NC]` and `split`. `tuned` (a measured choice for this dtype) replaces
     the model's micro-kernel and blocking for products with at least its MR rows; `override`
     (the descriptor's imposed blocking) wins over both. `streamed`: whether the column factor
-    comes from beyond L2 (None: when it is larger than L2)."""
+    comes from beyond L2 (None: when it is larger than L2). `weight_side`: which factor reads a
+    model's weight (`split`)."""
     size = dtype.itemsize
     _, m, n, k = sizes(attrs, p)
     vl = max(1, vector_bytes // size)
@@ -441,5 +476,5 @@ def plan(
         **p.attrs(),
         "micro": [mr, nv * vl],
         "blocks": [mc, kc, nc],
-        "split": split({**attrs, **p.attrs()}, p, body),
+        "split": split({**attrs, **p.attrs()}, p, body, weight_side, caches, size, (mr, nv * vl)),
     }

@@ -189,12 +189,17 @@ class SelectProducts(Pass):
         )
 
         def planned(p: products.Product) -> dict:
-            _, y = products.factors({**op.attrs, **p.attrs()}, body)
+            x, y = products.factors({**op.attrs, **p.attrs()}, body)
+            rx, ry = (
+                any(op.operands[k] in weights for k in factor_operands(body, f)) for f in (x, y)
+            )
             # a column factor read from a model's weights streams; else the model judges by size
-            streamed = any(op.operands[k] in weights for k in factor_operands(body, y)) or None
+            streamed = ry or None
+            # the factor reading a model's weight (one only): the threads split its side
+            side = {(True, False): "rows", (False, True): "columns"}.get((rx, ry))
             return products.plan(
                 op.attrs, op.type.dtype, body, p, width, registers, cache, block,
-                self.chains, measured, streamed,
+                self.chains, measured, streamed, side,
             )  # fmt: skip
 
         plan = planned(found)

@@ -49,11 +49,12 @@ DIRECT_MAX_ROWS = 16
 COLUMNS_IN_PLACE_MAX_ROWS = 64
 """Products with at most this many rows read full column slivers of Y in place where Y is a
 value the program computes (not a parameter: a weight keeps DIRECT_MAX_ROWS) adjacent along
-the columns (a 1x1 conv's input, its channels' planes, just written), instead of packing them. Measured on the 2-core Zen 4 host (one thread, -O3, bound, interleaved, the whole
-model, `fuse-conv-epilogues` on, 2026-12-06): mobilenet_v2, whose projections to 16-64
-channels read the depthwise conv's output, 7.78 ms with 16, 7.48 with 64, 7.54 with 128, 7.49
-with 2000; efficientnet_b0 11.88, 11.90, 11.89, 11.93; resnet18 (slow minutes) 35.05, 34.98,
-35.19, 35.15."""
+the columns (a 1x1 conv's input, its channels' planes, just written), instead of packing them.
+Measured on the 2-core Zen 4 host (one thread, -O3, bound, interleaved, the whole model,
+`fuse-conv-epilogues` on, 2026-12-06): mobilenet_v2, whose projections to 16-64 channels read
+the depthwise conv's output, 7.78 ms with 16, 7.48 with 64, 7.54 with 128, 7.49 with 2000;
+efficientnet_b0 11.88, 11.90, 11.89, 11.93; resnet18 (slow minutes) 35.05, 34.98, 35.19,
+35.15."""
 
 IN_PLACE_ROWS_MAX_COLS = 256
 """Products with at most this many columns read full row slivers of the row factor in place

@@ -346,3 +346,28 @@ def test_the_swap_happens_for_a_product_with_few_columns() -> None:
     assert (a["rows"], a["cols"]) == ([1], [0])
     _, b = _scheduled(_linear(64, 2048, 64, transposed=False))
     assert (b["rows"], b["cols"]) == ([0], [1])
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "n", "side", "l2", "want"),
+    [
+        (128, 1152, 784, None, 1 << 20, "columns"),  # more columns: the columns
+        (128, 1152, 784, "rows", 1 << 20, "rows"),  # a 576 KiB weight in 8 row slivers
+        (128, 1152, 784, "rows", 4 << 20, "columns"),  # ... under a quarter of a 4 MiB L2
+        (112, 1152, 784, "rows", 1 << 20, "columns"),  # ... in 7 row slivers
+        (64, 576, 3136, "rows", 1 << 20, "columns"),  # a 144 KiB weight
+        (512, 1152, 256, None, 1 << 20, "rows"),  # more rows: the rows
+        (512, 1152, 256, "columns", 1 << 20, "columns"),  # a 1.1 MiB weight in the columns
+        (512, 1152, 112, "columns", 1 << 20, "rows"),  # ... in 7 column slivers
+    ],
+)
+def test_threads_split_a_models_large_weight(m, k, n, side, l2, want) -> None:
+    """A factor reading a model's weight of at least `SPLIT_WEIGHT_MIN_L2` of L2, in at least
+    `SPLIT_WEIGHT_MIN_SLIVERS` slivers of a 16 x 16 tile, has its side split, so that each
+    thread streams only its part of the weight; else the larger side."""
+    from gdv.ir import products
+
+    comp, a = _product_roles(_linear(m, k, n, transposed=False))
+    body = comp.module.function(a["body"])
+    p = products.recorded(a)
+    assert products.split(a, p, body, side, (32 << 10, l2), 4, (16, 16)) == want

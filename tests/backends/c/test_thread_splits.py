@@ -1,0 +1,101 @@
+"""Which thread computes what (issue 16): a product whose factor reads a model's weight of a
+quarter of L2 or more splits that factor's side between the threads (`products.split`), and
+neither split changes a bit: the C program's result equals the reference's at 1, 2 and 3
+OpenMP threads (OpenMP reads OMP_NUM_THREADS once per process, so each count runs in a
+process of its own)."""
+
+# ruff: noqa: E501  (IR programs written out line by line)
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from gdv.api import parse
+from gdv.backends import reference
+from gdv.passes.manager import PassManager
+from gdv.passes.pipelines import pipeline
+
+CONV = "stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1], groups = 1"
+
+MID = f"""func @main(%x: f32[1,128,28,28], %w1: f32[128,128,3,3], %w2: f32[128,128,3,3]) -> f32[1,128,28,28] {{
+  %c1 = conv2d(%x, %w1) {{{CONV}}} : f32[1,128,28,28]
+  %z = constant() {{value = 0.0}} : f32[1,128,28,28]
+  %r1 = max(%c1, %z) : f32[1,128,28,28]
+  %c2 = conv2d(%r1, %w2) {{{CONV}}} : f32[1,128,28,28]
+  %s = add(%c2, %x) : f32[1,128,28,28]
+  %r2 = max(%s, %z) : f32[1,128,28,28]
+  return %r2
+}}
+"""
+"""resnet18's second stage: 3x3 convs of 128 channels on 28x28 (576 KiB weights each)."""
+
+LATE = f"""func @main(%x: f32[1,256,7,7], %w: f32[256,256,3,3]) -> f32[1,256,7,7] {{
+  %c = conv2d(%x, %w) {{{CONV}}} : f32[1,256,7,7]
+  return %c
+}}
+"""
+"""A late CNN layer (few positions, many channels: a product through a workspace)."""
+
+RUN = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from gdv.api import parse
+    from gdv.backends import c
+    from gdv.passes.manager import PassManager
+    from gdv.passes.pipelines import pipeline
+
+    source = open(sys.argv[1], encoding="utf-8").read()
+    inputs = dict(np.load(sys.argv[2]))
+    module = PassManager(pipeline("c", 2)).run(parse(source)).module
+    np.save(sys.argv[3], c.run(module, inputs)[0])
+    """
+)
+
+
+def _inputs(source: str, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    fn = parse(source).function("main")
+    return {p.name: rng.standard_normal(p.type.shape).astype(np.float32) for p in fn.params}
+
+
+def _run_with_threads(tmp_path, source: str, inputs: dict, threads: int) -> np.ndarray:
+    prog, data, out = tmp_path / "p.gdv", tmp_path / "in.npz", tmp_path / f"out{threads}.npy"
+    prog.write_text(source, encoding="utf-8")
+    np.savez(data, **inputs)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, str(prog), str(data), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return np.load(out)
+
+
+def test_the_weights_side_is_split() -> None:
+    """The convs' weights are the row factor (576 KiB each, the model's parameters beyond
+    L2): their rows are split, though the products have more columns (784) than rows."""
+    module = PassManager(pipeline("c", 2)).run(parse(MID)).module
+    products = [op.attrs for op in module.entry.ops if op.attrs.get("strategy") == "product"]
+    assert len(products) == 2
+    for a in products:
+        assert a["split"] == "rows", a
+
+
+@pytest.mark.parametrize("program", ["mid", "late"])
+def test_every_thread_count_gives_the_reference_bits(tmp_path, program) -> None:
+    source = {"mid": MID, "late": LATE}[program]
+    inputs = _inputs(source, 7)
+    want = reference.run(parse(source), inputs)[0]
+    for threads in (1, 2, 3):
+        got = _run_with_threads(tmp_path, source, inputs, threads)
+        assert reference.bit_equal(got, want), (threads, reference.describe_difference(got, want))
