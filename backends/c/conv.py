@@ -13,10 +13,11 @@ back), run as products chosen by `select-products`; depthwise, integer and 16-bi
 nest printer's vector-lane reduction. The printer decides nothing about them.
 
 A depthwise conv2d that stays an op (its padded plane small enough: `NEST_MAX_PLANE_BYTES`)
-is folded here in one of three ways, each keeping every output's left fold in IR order (so
+is folded here in one of four ways, each keeping every output's left fold in IR order (so
 the same bits; the choice is recorded as a printer choice): f32 with whole vectors of
 channels and a small plane, a block of channels in vector lanes, channels-last
-(`_channel_blocks`); else a plane at a time from a padded copy (`_plane`); else the window's
+(`_channel_blocks`); else a plane at a time from a padded copy (`_plane`); else, f32 at stride
+2 with 64-byte vectors, rows in blocks of 16 lanes (`_strided_vectors`); else the window's
 inside and border apart (`_direct`)."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from gdv.backends.c.matmul import eval_value
 from gdv.backends.c.registry import lowering
 from gdv.backends.c.simd import vector_bytes
 from gdv.ir.core import Op
+from gdv.ir.dtypes import DType
 from gdv.ir.ops import REGISTRY as OPS
 from gdv.ir.types import TensorType
 
@@ -47,11 +49,26 @@ contiguous loads (`_plane`): no border code, no remainder loop per row, no strid
 PHASE_MAX_KW = 3
 PHASE_MIN_WIDTH = 16
 """A stride-2 depthwise conv2d op with windows at most PHASE_MAX_KW wide and rows of at least
-PHASE_MIN_WIDTH outputs keeps `_direct` (strided reads row by row); the others fold from phase
-buffers (`_plane`). One core, Zen 4, the C alone, best of 200 (2026-12-05), direct -> phases:
-3x3 over 96x112 0.222 -> 0.269 ms and 144x56 0.080 -> 0.086 (kept direct); 3x3 over 192x28
-0.053 -> 0.031, 576x14 0.038 -> 0.032; 5x5 over 144x56 0.340 -> 0.141, 672x14 0.194 -> 0.117
-(efficientnet_b0's)."""
+PHASE_MIN_WIDTH outputs folds strided rows (`_strided_vectors`, else `_direct`); the others
+fold from phase buffers (`_plane`). Measured before `_strided_vectors`: one core, Zen 4, the
+C alone, best of 200 (2026-12-05), direct -> phases: 3x3 over 96x112 0.222 -> 0.269 ms and
+144x56 0.080 -> 0.086 (kept direct); 3x3 over 192x28 0.053 -> 0.031, 576x14 0.038 -> 0.032;
+5x5 over 144x56 0.340 -> 0.141, 672x14 0.194 -> 0.117 (efficientnet_b0's)."""
+
+STRIDED_VECTORS = True
+STRIDED_MAX_BLOCKS = 8
+"""With 64-byte vectors, an f32 depthwise conv2d op at stride 2 that `_plane` leaves to
+`_direct` (PHASE_MAX_KW) folds each row of outputs in blocks of 16 in vector lanes instead
+(`_strided_vectors`, up to STRIDED_MAX_BLOCKS blocks a row): a tap's 16 inputs are the even
+elements of two 16-element loads (one two-source shuffle), loads that would reach outside the
+input row are masked loads whose lanes there read nothing and hold the padding's +0.0, and a
+row's last, partial block is a masked store. So the border and the remainder columns are vector
+code too. The same products and sums in the same order: the same bits. Its epilogue (relu6)
+runs on each block as it is stored (`EPILOGUE_IN_STORES`). Measured on the 2-core Zen 4 host
+(-O3, bound, one thread, both builds in one process, interleaved, medians of 150 calls,
+2026-12-06): mobilenet_v2 7.675 -> 7.574 ms with the epilogue over each plane, 7.495 in the
+stores; its 3x3/2 convs over 96x112 0.276 -> 0.202 and 144x56 0.095 -> 0.078; efficientnet_b0
+12.085 -> 12.019 (over 96x112 0.238 -> 0.174); mobilenet_v2 at two threads 4.264 -> 4.232."""
 
 ROWS_MIN_WIDTH = 48
 """`_plane` folds a row of outputs at a time straight into the result when rows have at least
@@ -178,7 +195,12 @@ def _conv2d(prog: Program, op: Op) -> None:
             )
     if body is None and 0 < taps <= DIRECT_MAX_TAPS:
         body = _plane(name, op, t, pragma, mul, add, xt.shape, wt.shape, dtype.itemsize, epi)
-        how = "each padded plane one loop" if body else "the window's inside and border apart"
+        how = "each padded plane one loop"
+        if body is None and (mul, add) == ("((xv) * (wv))", "((acc) + (p))"):
+            body = _strided_vectors(prog, name, op, pragma, xt.shape, wt.shape, epi)
+            how = "rows in blocks of 16 lanes, even elements of two loads a tap"
+        if body is None:
+            how = "the window's inside and border apart"
         prog.record(op, "direct taps", f"{taps} taps unrolled per output, {how}", "the conv2d op")
         body = body or _direct(name, op, t, pragma, mul, add, zero, xt.shape, wt.shape, epi)
     # Else a row of outputs at a time: each output's products are folded left over (c, kh, kw)
@@ -231,7 +253,13 @@ static void {name}(const {t} *restrict x, const {t} *restrict w, {t} *restrict r
     prog.body.append(f"  {name}({args});  /* %{comment(op.result)} */")
 
 
-EPILOGUE_IN_STORES = {"direct": False, "rows": True, "buffer": True, "blocks": True}
+EPILOGUE_IN_STORES = {
+    "direct": False,
+    "rows": True,
+    "buffer": True,
+    "blocks": True,
+    "strided": True,
+}
 """Where a conv2d op's epilogue (`fuse-conv-epilogues`) runs, per way of folding: as each
 output is stored (the plane fold's rows and buffer), on a channel block's output vectors before
 they are transposed back (`blocks`), or else over each plane once folded (`direct`: the
@@ -309,6 +337,149 @@ class _Epilogue:
             + "".join(f"{line}\n" for line in lines)
             + f"          pe[q] = {value};\n        }}\n      }}\n"
         )
+
+
+_STRIDED_HELPERS = "/* gdv strided conv helpers: 16 f32 lanes, masked loads and stores */"
+
+
+def _strided_helpers(prog: Program) -> None:
+    """`gdv_sv16` (16 f32 lanes), `gdv_si16` (16 int32 lanes), `gdv_loadz16(base, at, m)`
+    (base[at + j] in lane j where bit j of m is set, else +0.0, never reading the others) and
+    `gdv_storem16(p, v, m)` (lanes with bit j of m set stored to p[j]): AVX-512F masked moves
+    where the compiler targets it, else lane by lane (the same values)."""
+    if any(f.startswith(_STRIDED_HELPERS) for f in prog.functions):
+        return
+    prog.functions.append(
+        f"""{_STRIDED_HELPERS}
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+typedef float gdv_sv16 __attribute__((vector_size(64)));
+typedef float gdv_su16 __attribute__((vector_size(64), aligned(4)));
+typedef int32_t gdv_si16 __attribute__((vector_size(64)));
+static inline gdv_sv16 gdv_loadz16(const float *base, int64_t at, uint32_t m)
+{{
+#if defined(__AVX512F__)
+  /* masked-off lanes are not read (no fault): the address is formed as an integer */
+  const void *p = (const void *)((uintptr_t)base + (uintptr_t)at * (uintptr_t)4);
+  return (gdv_sv16)_mm512_maskz_loadu_ps((__mmask16)m, p);
+#else
+  gdv_sv16 v;
+  for (int j = 0; j < 16; j++) v[j] = (m >> j & 1u) ? base[at + j] : 0.0f;
+  return v;
+#endif
+}}
+static inline void gdv_storem16(float *p, gdv_sv16 v, uint32_t m)
+{{
+#if defined(__AVX512F__)
+  _mm512_mask_storeu_ps(p, (__mmask16)m, (__m512)v);
+#else
+  for (int j = 0; j < 16; j++)
+    if (m >> j & 1u) p[j] = v[j];
+#endif
+}}
+"""
+    )
+
+
+def _strided_vectors(
+    prog: Program,
+    name: str,
+    op: Op,
+    pragma: str,
+    xshape: tuple[int, ...],
+    wshape: tuple[int, ...],
+    epi: _Epilogue | None = None,
+) -> str | None:
+    """C for an f32 depthwise conv2d at stride 2 with 64-byte vectors (`STRIDED_VECTORS`), or
+    None where it does not apply. Per (batch, channel) and output row, the KH input row
+    pointers (a row outside the input reads row 0 and its values are replaced by the padding's
+    +0.0), then each block of 16 outputs ox0 .. ox0 + 15 folds its taps unrolled in IR order
+    (kh, then kw): tap (i, j) of output ox0 + l reads input column 2 (ox0 + l) + j - PL, which
+    is element 2 l of the 32 elements from column a = 2 ox0 + j - PL: lane l of the two-source
+    shuffle of the 16 at a and the 16 at a + 16 keeping the even elements. A load reaching
+    outside [0, W) is `gdv_loadz16` with the lanes inside set (a constant), the others +0.0,
+    the padding's value. Every output is acc = p_0, acc = acc + p_t in tap order, p_t the f32
+    product of its input and weight: the reference's steps."""
+    n, c, h, wd = xshape
+    o, cg, kh, kw = wshape
+    (pt, _), (pl, _) = op.attrs["padding"]
+    _, _, oh, ow = op.type.shape
+    lanes = 16
+    blocks = -(-ow // lanes)
+    if not STRIDED_VECTORS or vector_bytes() != 64 or op.type.dtype is not DType.F32:
+        return None
+    if tuple(op.attrs["stride"]) != (2, 2) or tuple(op.attrs["dilation"]) != (1, 1):
+        return None
+    if cg != 1 or o != c or not 0 < blocks <= STRIDED_MAX_BLOCKS or n * o * oh == 0:
+        return None
+    _strided_helpers(prog)
+
+    def mask(at: int) -> int:
+        return sum(1 << j for j in range(lanes) if 0 <= at + j < wd)
+
+    def load(row: str, at: int) -> str:
+        m = mask(at)
+        if m == (1 << lanes) - 1:
+            return f"*(const gdv_su16 *)({row} + {at})"
+        return f"gdv_loadz16({row}, {at}, 0x{m:04x}u)"
+
+    even = ", ".join(str(2 * j) for j in range(lanes))
+    lines = [
+        f"/* conv2d %{comment(op.result)}: {kh * kw} taps unrolled per output,",
+        "   rows in blocks of 16 lanes, each tap the even elements of two loads */",
+        f"static void {name}(const float *restrict x, const float *restrict w, float *restrict r)",
+        "{",
+        f"  const gdv_si16 even = {{{even}}};",
+        "  const gdv_sv16 zero = {0};",
+        f"{pragma}  for (int64_t in = 0; in < {n}; in++)",
+        f"    for (int64_t io = 0; io < {o}; io++) {{",
+        f"      const float *restrict xc = x + (in * {c} + io) * {h * wd};",
+        f"      float *restrict rc = r + (in * {o} + io) * {oh * ow};",
+        *(f"      const float w{k} = w[io * {kh * kw} + {k}];" for k in range(kh * kw)),
+        f"      for (int64_t oy = 0; oy < {oh}; oy++) {{",
+    ]
+    for i in range(kh):
+        lines += [
+            f"        const int64_t y{i} = oy * 2 + {i - pt};",
+            f"        const int v{i} = y{i} >= 0 && y{i} < {h};",
+            f"        const float *restrict x{i} = xc + (v{i} ? y{i} : 0) * {wd};",
+        ]
+    for b in range(blocks):
+        ox0 = b * lanes
+        lines += ["        {", "          gdv_sv16 acc;"]
+        for i in range(kh):
+            for j in range(kw):
+                tap = i * kw + j
+                at = 2 * ox0 + j - pl
+                pair = f"__builtin_shuffle({load(f'x{i}', at)}, {load(f'x{i}', at + lanes)}, even)"
+                lines += [
+                    f"          {{ const gdv_sv16 e = v{i} ? {pair} : zero;",
+                    f"            const gdv_sv16 p = e * w{tap};",
+                    f"            acc = {'p' if tap == 0 else 'acc + p'}; }}",
+                ]
+        left = min(lanes, ow - ox0)
+        at_out = f"rc + oy * {ow} + {ox0}"
+        if epi is not None and EPILOGUE_IN_STORES["strided"]:
+            epi.stores = "as each output is stored"
+            code, value = epi.code("tile[l]", "io", " " * 12)
+            lines += [
+                "          float tile[16] __attribute__((aligned(64)));",
+                "          *(gdv_sv16 *)tile = acc;",
+                "#pragma omp simd",
+                f"          for (int64_t l = 0; l < {left}; l++) {{",
+                *code,
+                f"            ({at_out})[l] = {value};",
+                "          }",
+            ]
+        elif left == lanes:
+            lines.append(f"          *(gdv_su16 *)({at_out}) = acc;")
+        else:
+            lines.append(f"          gdv_storem16({at_out}, acc, 0x{(1 << left) - 1:04x}u);")
+        lines.append("        }")
+    plane = epi is not None and not EPILOGUE_IN_STORES["strided"]
+    lines += ["      }", (epi.plane().rstrip("\n") if plane else ""), "    }", "}", ""]
+    return "\n".join(line for line in lines if line)
 
 
 def _direct(

@@ -608,3 +608,68 @@ def test_row_aligned_slivers_are_packed_in_vector_lanes(
     rng = np.random.default_rng(width)
     inputs = {"x": _values(rng, xs, "f32", 0.05), "w": _values(rng, ws, "f32", 0.05)}
     assert reference.bit_equal(c.run(compiled, inputs)[0], reference.run(module, inputs)[0])
+
+
+@settings(max_examples=40)
+@given(
+    st.sampled_from([(3, 3), (1, 1), (2, 3), (3, 1), (3, 2)]),
+    st.tuples(*[st.integers(0, 3)] * 4),
+    st.integers(3, 14),
+    st.integers(31, 300),
+    st.integers(1, 2),
+    st.sampled_from([2, 3, 5]),
+    st.integers(0, 2**32 - 1),
+)
+def test_strided_depthwise_rows_in_vector_lanes(k, p, h, wd, n, ch, seed) -> None:
+    """An f32 depthwise conv at stride 2 with a window at most PHASE_MAX_KW wide and rows of
+    PHASE_MIN_WIDTH outputs or more folds each row in blocks of 16 lanes where vectors are 64
+    bytes (`conv._strided_vectors`; else `_direct`): masked loads at the row's ends, a masked
+    store for the last block, up to STRIDED_MAX_BLOCKS blocks. Odd and even widths, asymmetric
+    padding, rows that are all padding, NaN, infinities, signed zeros and subnormals: the
+    reference's bits."""
+    if k[0] > h + p[0] + p[1]:
+        return
+    xs, ws, out, attrs = _geometry((n, ch, h, wd), ch, k, (2, 2), p, (1, 1), ch)
+    module = parse(_program("f32", xs, ws, out, attrs))
+    compiled = _compiled(module)
+    assert [op.name for op in compiled.entry.ops] == ["conv2d"]
+    source = c.lower(compiled)
+    rows = conv.PHASE_MIN_WIDTH <= out[3] <= 16 * conv.STRIDED_MAX_BLOCKS
+    vectors = vector_bytes() == 64 and rows
+    assert ("rows in blocks of 16 lanes" in source) == vectors
+    rng = np.random.default_rng(seed)
+    inputs = {"x": _values(rng, xs, "f32", 0.1), "w": _values(rng, ws, "f32", 0.1)}
+    got, want = c.run(compiled, inputs)[0], reference.run(module, inputs)[0]
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2"])
+def test_strided_depthwise_lanes_without_avx512(isa, monkeypatch) -> None:
+    """The same blocks of 16 lanes compiled for a host without AVX-512F (the masked loads and
+    stores then go lane by lane) give the same bits; and a shuffle taking the odd elements
+    instead of the even ones gives other bits, which this test sees."""
+    from gdv.backends.c import isa as isas
+
+    if isa != "native" and isas.runnable(isas.ISAS[isa], set(c.toolchain.isa_features())):
+        pytest.skip(f"this host cannot run {isa} code")
+    monkeypatch.setenv(isas.ISA_ENV, isa)
+    monkeypatch.setattr(conv, "vector_bytes", lambda *a: 64)
+    xs, ws, out, attrs = _geometry((1, 3, 9, 75), 3, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 3)
+    module = parse(_program("f32", xs, ws, out, attrs))
+    compiled = _compiled(module)
+    source = c.lower(compiled)
+    assert "rows in blocks of 16 lanes" in source and "gdv_storem16(" in source
+    rng = np.random.default_rng(11)
+    inputs = {"x": _values(rng, xs, "f32", 0.1), "w": _values(rng, ws, "f32", 0.1)}
+    want = reference.run(module, inputs)[0]
+    got = c.run(compiled, inputs)[0]
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+    strided = conv._strided_vectors
+
+    def odd(*args, **kwargs):
+        text = strided(*args, **kwargs)
+        return text.replace("even = {0, 2, 4,", "even = {1, 3, 5,") if text else text
+
+    monkeypatch.setattr(conv, "_strided_vectors", odd)
+    wrong = c.run(_compiled(module), inputs)[0]
+    assert not reference.bit_equal(wrong, want)
