@@ -1,7 +1,8 @@
 """A conv2d op's epilogue (`fuse-conv-epilogues`, IR_SPEC's conv2d `epilogue`) on the C target:
 a depthwise conv's bias and activation (relu6, SiLU, a scale by a scalar parameter) fused into
 the conv, on every way the printer folds a conv (channel blocks, the plane fold's rows, its
-buffer and its vector types, the strided direct fold, the row-at-a-time nest), gives the bits
+buffer and its vector types, strided rows in blocks of 16 lanes, the strided direct fold, the
+row-at-a-time nest), gives the bits
 of the same program compiled without the fusion (a kernel of its own for the activation), NaN,
 infinities, signed zeros and subnormals included, and for the exact activations (relu6, the
 scale) the reference's bits too (sigmoid's last bit is the target's: IR_SPEC section 3); and
@@ -103,7 +104,8 @@ PATHS = {
     "plane rows": ((1, 3, 50, 50), (3, 3), 1, 1),
     "plane buffer": ((2, 5, 9, 11), (3, 3), 1, 1),
     "plane vectors": ((1, 3, 12, 12), (5, 5), 1, 2),
-    "strided direct": ((1, 4, 33, 33), (3, 3), 2, 1),
+    "strided rows": ((1, 4, 33, 33), (3, 3), 2, 1),
+    "strided direct": ((1, 2, 7, 300), (3, 3), 2, 1),
     "row nest": ((1, 2, 12, 12), (9, 9), 1, 4),
 }
 
