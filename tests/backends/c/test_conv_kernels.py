@@ -673,3 +673,22 @@ def test_strided_depthwise_lanes_without_avx512(isa, monkeypatch) -> None:
     monkeypatch.setattr(conv, "_strided_vectors", odd)
     wrong = c.run(_compiled(module), inputs)[0]
     assert not reference.bit_equal(wrong, want)
+
+
+@pytest.mark.parametrize(("h", "wd", "pad"), [(0, 40, 2), (0, 34, 2), (1, 40, 1)])
+def test_strided_depthwise_rows_of_padding_only(h, wd, pad) -> None:
+    """An input of no rows (or one), padded: every output row, or most, reads only the
+    padding; the blocks of 16 lanes read no input there and give the reference's bits (0.0 *
+    w for each tap, signed zeros in the weights included). Few special weights: a NaN or
+    infinite one would make its channel's outputs NaN whatever the input rows held."""
+    xs, ws, out, attrs = _geometry((2, 3, h, wd), 3, (3, 3), (2, 2), (pad,) * 4, (1, 1), 3)
+    module = parse(_program("f32", xs, ws, out, attrs))
+    compiled = _compiled(module)
+    if vector_bytes() == 64:
+        assert "rows in blocks of 16 lanes" in c.lower(compiled)
+    rng = np.random.default_rng(h + wd)
+    inputs = {"x": _values(rng, xs, "f32", 0.1), "w": _values(rng, ws, "f32", 0.0)}
+    inputs["w"][0, 0, 0, :] = [-0.0, 0.0, -1.0]
+    got, want = c.run(compiled, inputs)[0], reference.run(module, inputs)[0]
+    assert got.size > 0
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
