@@ -51,6 +51,20 @@ stretch (both builds 23-24 ms, as in `benchmarks/two_threads.py`'s far rounds) 2
 and 1.39-1.43 -> 1.08-1.11 ms each. A tenth of L2 (layer 1's 144 KiB weights split too) made
 the model slower again (18.89 against 18.72 ms)."""
 
+SPLIT_X_PACK_RATIO = 2
+"""Where neither a costly prologue nor a model's large weight decides, the rows are split
+when M is at least N / this, unless the row factor X reads a model's weight (`split`). Each
+thread packs the whole factor it does not split, and X's packing (MR-row slivers, k-major:
+every row read along k and scattered MR floats apart) costs more per element than Y's (runs of
+NR contiguous floats copied by vectors). Measured on the 2-core Zen 4 host, two threads, -O2,
+both factors packed on every call (each build alone in its process, medians of a second of
+calls, alternating, 2026-12-06): 1024^3 under AVX-512 15.78, 15.33 ms with the columns split
+against 11.05, 11.22 with the rows (AVX2: 13.69, 13.75 against 11.78, 11.68) while the probe of
+`benchmarks/two_threads.py` said the vCPUs were far (40.7 against 15.8 us); 10.9-11.5 against
+10.6-11.4 while they were near. 1024 x 2048 x 1024: 22.2 against 26.1 and 22.0 against 22.2
+(AVX-512), 23.1-23.5 either way (AVX2); 512 x 2048 x 1024 (N = 4M) and 256 x 2048 x 1024
+within noise of each other, or the columns slightly ahead."""
+
 SPLIT_WEIGHT_MIN_SLIVERS = 8
 """... and when that side has at least this many slivers of the micro-tile (a thread's share
 then differs from another's by at most one sliver in eight): efficientnet_b0's 1x1 convs to
@@ -420,9 +434,11 @@ def split(
     when the row factor reads it, `columns` when the column factor does) of at least
     `SPLIT_WEIGHT_MIN_L2` of L2 and at least `SPLIT_WEIGHT_MIN_SLIVERS` slivers of the
     micro-`tile` (MR rows, NR columns), so that each thread streams its own part of it from
-    memory; else the larger side is split (rows when M > N: a late CNN layer's 512 x 49
-    product packed its 2.4M-element weight factor once per thread when its columns were
-    split, 3.9 against 2.0 ms on this 2-core host)."""
+    memory; else the rows when M is at least N / `SPLIT_X_PACK_RATIO` (X's packing costs
+    more per element than Y's), or, where X reads a model's weight (`weight_side` `rows`:
+    packed once at bind time when bound), the larger side (rows when M > N: a late CNN layer's
+    512 x 49 product packed its 2.4M-element weight factor once per thread when its columns
+    were split, 3.9 against 2.0 ms on this 2-core host)."""
     _, m, n, k = sizes(attrs, p)
     if m * n * k < PARALLEL_MIN_MACS:
         return "none"
@@ -434,8 +450,10 @@ def split(
     elif weight >= SPLIT_WEIGHT_MIN_L2 * caches[1] and slivers >= SPLIT_WEIGHT_MIN_SLIVERS:
         assert weight_side is not None
         choice = weight_side
-    else:
+    elif weight_side == "rows":
         choice = "rows" if m > n else "columns"
+    else:
+        choice = "rows" if m * SPLIT_X_PACK_RATIO >= n else "columns"
     assert choice in SPLITS
     return choice
 

@@ -359,12 +359,20 @@ def test_the_swap_happens_for_a_product_with_few_columns() -> None:
         (512, 1152, 256, None, 1 << 20, "rows"),  # more rows: the rows
         (512, 1152, 256, "columns", 1 << 20, "columns"),  # a 1.1 MiB weight in the columns
         (512, 1152, 112, "columns", 1 << 20, "rows"),  # ... in 7 column slivers
+        (1024, 1024, 1024, None, 1 << 20, "rows"),  # square, both packed: X's side
+        (1024, 1024, 2048, None, 1 << 20, "rows"),  # N = 2M (SPLIT_X_PACK_RATIO)
+        (1024, 1024, 2056, None, 1 << 20, "columns"),  # ... N beyond it
+        (196, 64, 384, "columns", 1 << 20, "rows"),  # a small weight Y, X packed per call
+        (1024, 1024, 1024, "rows", 64 << 20, "columns"),  # X a small weight: the larger side
+        (1025, 1024, 1024, "rows", 64 << 20, "rows"),  # ... more rows
     ],
 )
 def test_threads_split_a_models_large_weight(m, k, n, side, l2, want) -> None:
     """A factor reading a model's weight of at least `SPLIT_WEIGHT_MIN_L2` of L2, in at least
     `SPLIT_WEIGHT_MIN_SLIVERS` slivers of a 16 x 16 tile, has its side split, so that each
-    thread streams only its part of the weight; else the larger side."""
+    thread streams only its part of the weight; else the rows when M >= N /
+    `SPLIT_X_PACK_RATIO` (each thread packs the whole factor it does not split, and X's packing
+    costs more), or the larger side when X reads the weight."""
     from gdv.ir import products
 
     comp, a = _product_roles(_linear(m, k, n, transposed=False))

@@ -42,6 +42,16 @@ LATE = f"""func @main(%x: f32[1,256,7,7], %w: f32[256,256,3,3]) -> f32[1,256,7,7
 """
 """A late CNN layer (few positions, many channels: a product through a workspace)."""
 
+PACKED = """func @main(%a: f32[100,70], %b: f32[70,130]) -> f32[100,130] {
+  %s = add(%a, %a) : f32[100,70]
+  %t = add(%b, %b) : f32[70,130]
+  %p = matmul(%s, %t) : f32[100,130]
+  return %p
+}
+"""
+"""A product of two computed values (both factors packed on every call), with N < 2M: its
+rows are split (`products.SPLIT_X_PACK_RATIO`), with partial slivers on both sides."""
+
 RUN = textwrap.dedent(
     """
     import sys
@@ -91,9 +101,15 @@ def test_the_weights_side_is_split() -> None:
         assert a["split"] == "rows", a
 
 
-@pytest.mark.parametrize("program", ["mid", "late"])
+def test_a_product_of_two_packed_factors_splits_its_rows() -> None:
+    module = PassManager(pipeline("c", 2)).run(parse(PACKED)).module
+    products = [op.attrs for op in module.entry.ops if op.attrs.get("strategy") == "product"]
+    assert [a["split"] for a in products] == ["rows"]
+
+
+@pytest.mark.parametrize("program", ["mid", "late", "packed"])
 def test_every_thread_count_gives_the_reference_bits(tmp_path, program) -> None:
-    source = {"mid": MID, "late": LATE}[program]
+    source = {"mid": MID, "late": LATE, "packed": PACKED}[program]
     inputs = _inputs(source, 7)
     want = reference.run(parse(source), inputs)[0]
     for threads in (1, 2, 3):
