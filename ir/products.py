@@ -65,6 +65,20 @@ against 11.05, 11.22 with the rows (AVX2: 13.69, 13.75 against 11.78, 11.68) whi
 (AVX-512), 23.1-23.5 either way (AVX2); 512 x 2048 x 1024 (N = 4M) and 256 x 2048 x 1024
 within noise of each other, or the columns slightly ahead."""
 
+SPLIT_WINDOW_ROWS = True
+"""Where the column factor Y is a model's weight and the row factor X reads a conv's input
+through its window (`windowed`: packing X gathers each input element once per tap, on every
+call), the rows are split even when the weight rule would split the columns: each thread then
+gathers half of X instead of all of it, and both stream the whole weight. resnet18's layer 4
+(its convs on 7 x 7 run as 49 positions by 512 channels: X a 49 x 4608 gather, Y a 9.4 MB
+weight) at two threads on the 2-core Zen 4 host (-O3, bound, both builds in one process,
+interleaved, 8 rounds of 40 calls each with the probe of `benchmarks/two_threads.py` before
+each, 2026-12-06): the whole model 18.87 -> 18.51 ms (medians of all rounds), faster in 7 of the
+8 rounds, 23.42 -> 22.32 in the one slow round; each 3x3 conv 1.32-1.35 -> 1.21-1.23 ms
+(`gdv profile`-style timers, 150 calls). The transformers' products, whose X is read row by
+row (no window), keep the weight's split: the 2-layer BERT with its weight-side products'
+rows split instead ran 5.18 -> 5.25 ms (6 rounds of 60 calls)."""
+
 SPLIT_WEIGHT_MIN_SLIVERS = 8
 """... and when that side has at least this many slivers of the micro-tile (a thread's share
 then differs from another's by at most one sliver in eight): efficientnet_b0's 1x1 convs to
@@ -136,6 +150,22 @@ def _factor_dims(attrs: dict, body: Function, value: str) -> set[int]:
         if v in index:
             out |= used[index[v]]
     return out
+
+
+def windowed(attrs: dict, p: Product, body: Function, value: str) -> bool:
+    """Whether the factor `value` reads an operand through a window: one of the operand's dims
+    moves with both a row or column dim and a reduce dim (a conv's input as the row factor,
+    its position oh + kh), so that packing it gathers each element several times."""
+    n = len(attrs["space"])
+    sides = set(p.rows) | set(p.cols)
+    red = set(attrs["reduce"])
+    index = {q.name: k for k, q in enumerate(body.params)}
+    for v in closure(body, value):
+        for row in attrs["maps"][index[v]] if v in index else ():
+            dims = {d for d in range(n) if row[d]}
+            if dims & sides and dims & red:
+                return True
+    return False
 
 
 def find(attrs: dict, dtype: DType, body: Function) -> Product | None:
@@ -430,8 +460,9 @@ def split(
     those, else row slivers. One thread below `PARALLEL_MIN_MACS` multiply-adds. Each thread
     packs the whole of the factor it does not split, so: rows first when only the row factor
     has a costly prologue (threads given columns would each compute all of it), columns first
-    when only the column factor has; else the side of a model's weight (`weight_side`, `rows`
-    when the row factor reads it, `columns` when the column factor does) of at least
+    when only the column factor has; the rows when the weight is Y and X reads a conv's input
+    through its window (`SPLIT_WINDOW_ROWS`); else the side of a model's weight (`weight_side`,
+    `rows` when the row factor reads it, `columns` when the column factor does) of at least
     `SPLIT_WEIGHT_MIN_L2` of L2 and at least `SPLIT_WEIGHT_MIN_SLIVERS` slivers of the
     micro-`tile` (MR rows, NR columns), so that each thread streams its own part of it from
     memory; else the rows when M is at least N / `SPLIT_X_PACK_RATIO` (X's packing costs
@@ -447,6 +478,8 @@ def split(
     slivers = {"rows": -(-m // tile[0]), "columns": -(-n // tile[1])}.get(weight_side or "", 0)
     if costly(body, x) != costly(body, y):
         choice = "rows" if costly(body, x) else "columns"
+    elif SPLIT_WINDOW_ROWS and weight_side == "columns" and windowed(attrs, p, body, x):
+        choice = "rows"
     elif weight >= SPLIT_WEIGHT_MIN_L2 * caches[1] and slivers >= SPLIT_WEIGHT_MIN_SLIVERS:
         assert weight_side is not None
         choice = weight_side

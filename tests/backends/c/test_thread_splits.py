@@ -101,6 +101,23 @@ def test_the_weights_side_is_split() -> None:
         assert a["split"] == "rows", a
 
 
+def test_a_conv_window_gathered_on_every_call_splits_its_rows() -> None:
+    """The late layer runs as 49 positions by 256 channels: X gathers the padded input through
+    the 3x3 window (2304 taps a position) on every call, Y is the 2.25 MiB weight. The rows
+    are split (`products.SPLIT_WINDOW_ROWS`), so each thread gathers half of X; the weight
+    rule alone would split the columns."""
+    from gdv.ir import products
+
+    module = PassManager(pipeline("c", 2)).run(parse(LATE)).module
+    (op,) = [op for op in module.entry.ops if op.attrs.get("strategy") == "product"]
+    p, body = products.recorded(op.attrs), module.function(op.attrs["body"])
+    x, y = products.factors(op.attrs, body)
+    assert products.sizes(op.attrs, p)[1:] == (49, 256, 2304)
+    assert products.windowed(op.attrs, p, body, x) and not products.windowed(op.attrs, p, body, y)
+    assert op.attrs["split"] == "rows"
+    assert products.split(op.attrs, p, body, "rows", (32 << 10, 1 << 20), 4, (13, 16)) == "columns"
+
+
 def test_a_product_of_two_packed_factors_splits_its_rows() -> None:
     module = PassManager(pipeline("c", 2)).run(parse(PACKED)).module
     products = [op.attrs for op in module.entry.ops if op.attrs.get("strategy") == "product"]
