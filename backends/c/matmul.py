@@ -396,6 +396,11 @@ EDGE_ROWS = (8, 4, 2, 1)
 MR rows and all NR columns is cut into, instead of computing MR rows of which the last are
 zero: 24 output channels in 16-row tiles spend a third of their steps on zeros otherwise."""
 
+EDGE_ROWS_EXACT = True
+"""Before `EDGE_ROWS`, a micro-kernel of exactly M mod MR rows: the only partial row sliver a
+product has (its row blocks and the threads' shares are whole slivers), run as one call
+instead of a ladder whose smallest pieces keep one or two accumulator chains."""
+
 
 def column_kernel(prog: Program, dtype: DType, mr: int, vb: int, cols: int, fma: bool) -> str:
     """The name of the MR x `cols` column kernel (emitted once per program), for the columns
@@ -1102,12 +1107,13 @@ def _blocked(
             "rows (the same steps per element, in the same order)",
         )
     rows_edge = ""
+    exact = (m_ % mr,) if EDGE_ROWS_EXACT else ()
     row_kernels = {
         r: micro_kernel(
             prog, dtype, r, nr * dtype.itemsize // vb, vb, False, "contract" in op.attrs, mr
         )
-        for r in EDGE_ROWS
-        if r < mr and m_ % mr
+        for r in (*exact, *EDGE_ROWS)
+        if 0 < r < mr and m_ % mr
     }
     if row_kernels:
         steps = "\n".join(

@@ -62,11 +62,15 @@ def _same(got: list, want: list) -> None:
 @pytest.mark.parametrize("bind", [False, True])
 def test_a_1x1_conv_at_7x7(dtype: str, level: int, bind: bool) -> None:
     """320 channels from 96 at 7 x 7: 49 positions, so the last column sliver has 1 column
-    (f32) or 1 (f64, 8 lanes); the column kernels run when the weights are packed."""
+    (f32) or 1 (f64, 8 lanes); the column kernels run when the weights are packed and the
+    tile's rows are whole vectors (16 on AVX-512; not AVX2's 6-row tile)."""
     text = CONV.format(k=96, m=320, h=7).replace("T[", f"{dtype}[")
     got, want, choices = _run(text, level, bind, 0)
     _same(got, want)
-    if bind:
+    module = PassManager(pipeline("c", level, **c.schedule_parameters())).run(parse(text)).module
+    (op,) = [o for o in module.entry.ops if o.attrs.get("strategy") == "product"]
+    mr = op.attrs["micro"][0]
+    if bind and mr % op.attrs["vector"] == 0:  # column kernels need whole vectors of rows
         assert "edge columns" in choices
 
 
@@ -97,3 +101,29 @@ def test_both_edge_paths_are_emitted() -> None:
     assert ("edge rows" in choices) == (200 % mr != 0)
     assert ("edge columns" in choices) == (mr % op.attrs["vector"] == 0 and 49 % nr != 0)
     assert "edge rows" in choices or "edge columns" in choices
+
+
+def test_the_edge_of_rows_is_one_kernel_of_its_own_rows() -> None:
+    """The only partial row sliver of a product is its last (M mod MR rows): it runs as one
+    micro-kernel of exactly those rows (`EDGE_ROWS_EXACT`), not as a ladder of 8, 4, 2 and 1
+    rows whose smallest pieces keep one or two accumulator chains (resnet18's layer 4: 49
+    positions in 13-row slivers end in 10 rows, which ran as 8 + 2)."""
+    from gdv.backends.c import matmul
+
+    for m in range(40, 90):
+        text = TRANSPOSED.format(k=64, m=m, n=48).replace("T[", "f32[")
+        module = PassManager(pipeline("c", 3, **c.schedule_parameters())).run(parse(text)).module
+        (op,) = [o for o in module.entry.ops if o.name == "kernel"]
+        mr, nr = op.attrs["micro"]
+        rem = m % mr
+        if rem > 2 and rem not in matmul.EDGE_ROWS:
+            break
+    else:
+        pytest.fail("no size from 40 to 89 rows leaves an edge outside EDGE_ROWS")
+    source = c.lower(module)
+    ladder = source[source.index("/* an edge of rows: its rows only */") :]
+    assert ladder.index(f"(mr - ii >= {rem})") < ladder.index("(mr - ii >= 1)")
+    assert f"_{rem}x{nr}_" in ladder.split("\n", 3)[2]  # the first rung calls the rem-row kernel
+    got, want, choices = _run(text, 3, False, m)
+    _same(got, want)
+    assert "edge rows" in choices
