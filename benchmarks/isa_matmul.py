@@ -2,7 +2,7 @@
 avx2, sse2, as this host can run them) beside numpy (OpenBLAS), in one process.
 
     python benchmarks/isa_matmul.py [--n 1024] [--isa avx512 avx2 sse2] [--turns 3]
-                                    [--autotune] [--out FILE]
+                                    [--autotune] [--blas-coretype NAME] [--out FILE]
 
 Each variant is compiled and proved with `gdv.compile` under its `GDV_C_ISA` (with
 `--autotune`, also under `GDV_C_AUTOTUNE=1`, using what `gdv tune --isa ISA` stored), checked
@@ -13,6 +13,13 @@ variant's measured mul+add peak (`machine.peak_gflops.f32_mul_add` of its descri
 ceiling of exact code, which rounds every multiply) and its FMA peak (what numpy's OpenBLAS
 kernels can reach). Results go to `benchmarks/isa_matmul.json`. Timings are this machine's, on
 all its cores; none of this is a unit test.
+
+numpy's OpenBLAS picks its kernels for this host (on an AVX-512 host, its AVX-512 ones), so by
+default the avx2 and sse2 variants run against a peer the host class they stand for would not
+have. `--blas-coretype Haswell` (OpenBLAS's `OPENBLAS_CORETYPE`, set before numpy loads: the
+script restarts itself with it) makes numpy run OpenBLAS's AVX2+FMA kernels, what numpy runs on
+an AVX2 host. The JSON records the kernels numpy's OpenBLAS reports (`numpy_blas`, through
+threadpoolctl when it is installed).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -83,7 +91,16 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--autotune", action="store_true")
     ap.add_argument("--out", default=str(HERE / "isa_matmul.json"))
+    ap.add_argument(
+        "--blas-coretype",
+        default=None,
+        help="OPENBLAS_CORETYPE for numpy's OpenBLAS (Haswell: its AVX2 kernels)",
+    )
     args = ap.parse_args()
+    if args.blas_coretype and os.environ.get("OPENBLAS_CORETYPE") != args.blas_coretype:
+        # OpenBLAS reads it once, when numpy loads it: run again with it set
+        env = {**os.environ, "OPENBLAS_CORETYPE": args.blas_coretype}
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
     n = args.n
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (n, n)).astype(np.float32)
@@ -143,9 +160,26 @@ def main() -> None:
         )
     for name, why in skipped.items():
         print(f"gdv-c {name}: skipped ({why})")
+    blas = _numpy_blas()
+    print(f"numpy's BLAS: {blas}")
     Path(args.out).write_text(
-        json.dumps({"n": n, "rows": rows, "skipped": skipped}, indent=1) + "\n"
+        json.dumps({"n": n, "rows": rows, "skipped": skipped, "numpy_blas": blas}, indent=1) + "\n"
     )
+
+
+def _numpy_blas() -> dict:
+    """The BLAS numpy calls and the kernels it picked (threadpoolctl's report; the
+    `OPENBLAS_CORETYPE` asked for, if any, when threadpoolctl is not installed)."""
+    asked = os.environ.get("OPENBLAS_CORETYPE") or None
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return {"coretype_requested": asked}
+    for lib in threadpool_info():
+        if lib.get("user_api") == "blas":
+            keys = ("internal_api", "architecture", "version", "num_threads")
+            return {"coretype_requested": asked, **{k: lib.get(k) for k in keys}}
+    return {"coretype_requested": asked}
 
 
 if __name__ == "__main__":
