@@ -154,17 +154,19 @@ def _factor_dims(attrs: dict, body: Function, value: str) -> set[int]:
 
 def windowed(attrs: dict, p: Product, body: Function, value: str) -> bool:
     """Whether the factor `value` reads an operand through a window: one of the operand's dims
-    moves with both a row or column dim and a reduce dim (a conv's input as the row factor,
-    its position oh + kh), so that packing it gathers each element several times."""
-    n = len(attrs["space"])
+    moves with a row or column dim by less than a reduce dim's whole span (a conv's input as
+    the row factor, its position oh * stride + kh * dilation with stride < 3 * dilation), so
+    that neighbouring rows read overlapping elements and packing gathers each several times.
+    A flattened read (index i * K + k, k < K) moves by the whole span: no window."""
+    space = attrs["space"]
     sides = set(p.rows) | set(p.cols)
-    red = set(attrs["reduce"])
     index = {q.name: k for k, q in enumerate(body.params)}
     for v in closure(body, value):
         for row in attrs["maps"][index[v]] if v in index else ():
-            dims = {d for d in range(n) if row[d]}
-            if dims & sides and dims & red:
-                return True
+            for s in sides:
+                for r in attrs["reduce"]:
+                    if row[s] and row[r] and abs(row[s]) < abs(row[r]) * space[r]:
+                        return True
     return False
 
 

@@ -379,3 +379,28 @@ def test_threads_split_a_models_large_weight(m, k, n, side, l2, want) -> None:
     body = comp.module.function(a["body"])
     p = products.recorded(a)
     assert products.split(a, p, body, side, (32 << 10, l2), 4, (16, 16)) == want
+
+
+@pytest.mark.parametrize(
+    ("coefs", "want"),
+    [
+        ([1, 0, 1], True),  # a 3-tap window at stride 1: rows i and i + 1 share 2 elements
+        ([2, 0, 1], True),  # ... at stride 2: they share 1
+        ([3, 0, 1], False),  # ... at stride 3: no overlap, a flattened read (3 * i + k)
+        ([0, 3, 1], False),  # a column dim moving by the reduce dim's whole span (3 * j + k)
+        ([0, 1, 3], True),  # j + 3 * k: j = 3, k = 0 meets j = 0, k = 1
+        ([0, 1, -1], True),  # a column dim against a reversed tap
+        ([0, 0, 1], False),  # along the reduce dim only
+    ],
+)
+def test_a_window_is_a_read_whose_neighbouring_rows_overlap(coefs, want) -> None:
+    """`products.windowed` on a one-dim operand read at sum(coefs * (i, j, k)) over the space
+    [i: 7, j: 5, k: 3], i a row dim, j a column dim, k reduced."""
+    from types import SimpleNamespace
+
+    from gdv.ir import products
+
+    attrs = {"space": [7, 5, 3], "reduce": [2], "maps": [[coefs]]}
+    p = products.Product(row_factor=0, batch=[], rows=[0], cols=[1])
+    body = SimpleNamespace(params=[SimpleNamespace(name="x")], ops=[])
+    assert products.windowed(attrs, p, body, "x") is want
