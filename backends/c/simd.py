@@ -170,8 +170,7 @@ def simd_choice() -> dict:
         "caches": cache_sizes(),
         "model": "gdv.ir.products.micro_tile / blocking: MR x NV accumulators + NV B vectors + "
         "1 broadcast <= registers, chains <= MR x NV <= 2 x chains; KC: MR x KC A + KC x NR B "
-        "slivers in half of L1d; NC: KC x NC B panel in half of L2; MC: MC x KC A block in a "
-        "quarter of L2",
+        "slivers in L1d; NC: KC x NC B panel in L2; MC: MC x KC A block in half of L2",
         "contraction": {},
     }
     for name, size in (("f32", 4), ("f64", 8)):

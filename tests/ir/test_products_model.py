@@ -54,13 +54,13 @@ def test_blocking_fits_the_caches(elem: int, mr: int, nr: int, l1: int, l2: int)
     kc, mc, nc = products.blocking(elem, mr, nr, (l1, l2))
     assert kc % 8 == 0 and 16 <= kc <= 1024
     assert mc % mr == 0 and nc % nr == 0 and mc >= mr and nc >= nr
-    if kc > 16:  # not held up by the floor: the two slivers take at most half of L1
-        assert (mr + nr) * kc * elem <= l1 // 2
-        assert (mr + nr) * (kc + 8) * elem > l1 // 2 or kc == 1024
-    if nc > nr:
-        assert kc * nc * elem <= l2 // 2
-    if mc > mr:
-        assert mc * kc * elem <= l2 // 4
+    if kc > 16:  # not held up by the floor: the two slivers take at most all of L1
+        assert (mr + nr) * kc * elem <= l1
+        assert (mr + nr) * (kc + 8) * elem > l1 or kc == 1024
+    if nc > nr:  # the B panel fits L2, and one more sliver would not
+        assert kc * nc * elem <= l2 < kc * (nc + nr) * elem
+    if mc > mr:  # the A block fits half of L2, and one more sliver would not
+        assert mc * kc * elem <= l2 // 2 < kc * (mc + mr) * elem
 
 
 def test_the_four_host_classes() -> None:
@@ -68,10 +68,10 @@ def test_the_four_host_classes() -> None:
     (KC, MC, NC), the numbers the README and `micro_tile`'s docstring quote."""
     caches = (48 << 10, 2 << 20)
     table = {
-        "avx512": ((64, 32, 8), (16, 16), (192, 672, 1360)),
-        "avx2": ((32, 16, 8), (6, 16), (272, 480, 960)),
-        "sse2": ((16, 16, 8), (6, 8), (432, 300, 600)),
-        "neon": ((16, 32, 6), (12, 4), (384, 336, 680)),
+        "avx512": ((64, 32, 8), (16, 16), (384, 672, 1360)),
+        "avx2": ((32, 16, 8), (6, 16), (552, 474, 944)),
+        "sse2": ((16, 16, 8), (6, 8), (872, 300, 600)),
+        "neon": ((16, 32, 6), (12, 4), (768, 336, 680)),
     }
     for machine, tile, blocks in table.values():
         mr, nv, vl = products.micro_tile(4, 1 << 30, 1 << 30, *machine)

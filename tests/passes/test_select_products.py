@@ -66,13 +66,13 @@ def test_the_sizes_are_the_hosts() -> None:
 
 @pytest.mark.parametrize(("k", "one_block"), [(128, True), (147, True), (160, True), (161, False)])
 def test_a_reduction_a_little_longer_than_kc_runs_as_one_block(k: int, one_block: bool) -> None:
-    """KC 128 (imposed through the cache sizes: 32 KiB L1d, 16 x 16 tiles): K up to 160 runs
+    """KC 128 (imposed through the cache sizes: 16 KiB L1d, 16 x 16 tiles): K up to 160 runs
     as one reduce block (`products.KC_STRETCH`), a longer one in blocks of KC."""
     text = (
         f"func @main(%a: f32[64,{k}], %b: f32[{k},256]) -> f32[64,256] {{\n"
         "  %y = matmul(%a, %b) : f32[64,256]\n  return %y\n}\n"
     )
-    passes = pipeline("c", 2, vector_bytes=64, vector_registers=32, cache_bytes=(32768, 1 << 20))
+    passes = pipeline("c", 2, vector_bytes=64, vector_registers=32, cache_bytes=(16384, 1 << 20))
     (op,) = _products(PassManager(passes).run(parse(text)).module)
     assert op.attrs["micro"] == [16, 16]
     assert op.attrs["blocks"][1] == (k if one_block else 128)

@@ -89,7 +89,7 @@ def _inputs(text: str, seed: int = 0) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize(
     ("text", "m", "k", "n", "level"),
     [
-        (PRODUCT, 40, 300, 50, 2),  # several reduce blocks, edge slivers both ways
+        (PRODUCT, 40, 1500, 50, 2),  # several reduce blocks, edge slivers both ways
         (PRODUCT, 200, 96, 333, 2),  # large enough for both threads
         (LINEAR, 12, 384, 100, 2),  # x @ W^T, W read as rows (weights_as_rows)
         (LINEAR, 37, 200, 70, 3),  # -O3: the fused multiply-add micro-kernel

@@ -252,7 +252,7 @@ def test_weights_of_a_small_image_are_read_in_place(cout: int, hw: int) -> None:
     row counts that leave an edge sliver and reductions longer than one KC block; bit-exact."""
     from gdv.backends.c import matmul
 
-    cin = 48  # K = 432: more than one KC block
+    cin = 80  # K = 720: more than one KC block (KC 512 with a 64 KiB L1d)
     text = _program(
         "f32", (1, cin, hw, hw), (cout, cin, 3, 3), (1, cout, hw, hw),
         "stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1], groups = 1",
