@@ -24,6 +24,7 @@ columns; every output still folds its products in the order of `reduce`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,16 +141,18 @@ def _final_mul(attrs: dict, dtype: DType, body: Function):
     return last
 
 
+def _operand_rows(attrs: dict, body: Function, value: str) -> Iterator[list[int]]:
+    """The map rows (one per operand dim) of every operand the body value `value` reads."""
+    index = {q.name: k for k, q in enumerate(body.params)}
+    for v in closure(body, value):
+        if v in index:
+            yield from attrs["maps"][index[v]]
+
+
 def _factor_dims(attrs: dict, body: Function, value: str) -> set[int]:
     """The loop dims the body value `value` reads operands along (non-zero coefficients)."""
     n = len(attrs["space"])
-    used = [{d for row in rows for d in range(n) if row[d]} for rows in attrs["maps"]]
-    index = {p.name: k for k, p in enumerate(body.params)}
-    out: set[int] = set()
-    for v in closure(body, value):
-        if v in index:
-            out |= used[index[v]]
-    return out
+    return {d for row in _operand_rows(attrs, body, value) for d in range(n) if row[d]}
 
 
 def windowed(attrs: dict, p: Product, body: Function, value: str) -> bool:
@@ -160,14 +163,12 @@ def windowed(attrs: dict, p: Product, body: Function, value: str) -> bool:
     A flattened read (index i * K + k, k < K) moves by the whole span: no window."""
     space = attrs["space"]
     sides = set(p.rows) | set(p.cols)
-    index = {q.name: k for k, q in enumerate(body.params)}
-    for v in closure(body, value):
-        for row in attrs["maps"][index[v]] if v in index else ():
-            for s in sides:
-                for r in attrs["reduce"]:
-                    if row[s] and row[r] and abs(row[s]) < abs(row[r]) * space[r]:
-                        return True
-    return False
+    return any(
+        row[s] and row[r] and abs(row[s]) < abs(row[r]) * space[r]
+        for row in _operand_rows(attrs, body, value)
+        for s in sides
+        for r in attrs["reduce"]
+    )
 
 
 def find(attrs: dict, dtype: DType, body: Function) -> Product | None:
