@@ -25,6 +25,7 @@ from __future__ import annotations
 from gdv.backends.c.elementwise import scalar
 from gdv.backends.c.emit import Program, comment, ctype, value_literal
 from gdv.backends.c.matmul import eval_value
+from gdv.backends.c.nest import strided_helpers
 from gdv.backends.c.registry import lowering
 from gdv.backends.c.simd import vector_bytes
 from gdv.ir.core import Op
@@ -339,49 +340,6 @@ class _Epilogue:
         )
 
 
-_STRIDED_HELPERS = "/* gdv strided conv helpers: 16 f32 lanes, masked loads and stores */"
-
-
-def _strided_helpers(prog: Program) -> None:
-    """`gdv_sv16` (16 f32 lanes), `gdv_si16` (16 int32 lanes), `gdv_loadz16(base, at, m)`
-    (base[at + j] in lane j where bit j of m is set, else +0.0, never reading the others) and
-    `gdv_storem16(p, v, m)` (lanes with bit j of m set stored to p[j]): AVX-512F masked moves
-    where the compiler targets it, else lane by lane (the same values)."""
-    if any(f.startswith(_STRIDED_HELPERS) for f in prog.functions):
-        return
-    prog.functions.append(
-        f"""{_STRIDED_HELPERS}
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-typedef float gdv_sv16 __attribute__((vector_size(64)));
-typedef float gdv_su16 __attribute__((vector_size(64), aligned(4)));
-typedef int32_t gdv_si16 __attribute__((vector_size(64)));
-static inline gdv_sv16 gdv_loadz16(const float *base, int64_t at, uint32_t m)
-{{
-#if defined(__AVX512F__)
-  /* masked-off lanes are not read (no fault): the address is formed as an integer */
-  const void *p = (const void *)((uintptr_t)base + (uintptr_t)at * (uintptr_t)4);
-  return (gdv_sv16)_mm512_maskz_loadu_ps((__mmask16)m, p);
-#else
-  gdv_sv16 v;
-  for (int j = 0; j < 16; j++) v[j] = (m >> j & 1u) ? base[at + j] : 0.0f;
-  return v;
-#endif
-}}
-static inline void gdv_storem16(float *p, gdv_sv16 v, uint32_t m)
-{{
-#if defined(__AVX512F__)
-  _mm512_mask_storeu_ps(p, (__mmask16)m, (__m512)v);
-#else
-  for (int j = 0; j < 16; j++)
-    if (m >> j & 1u) p[j] = v[j];
-#endif
-}}
-"""
-    )
-
-
 def _strided_vectors(
     prog: Program,
     name: str,
@@ -413,7 +371,7 @@ def _strided_vectors(
         return None
     if cg != 1 or o != c or not 0 < blocks <= STRIDED_MAX_BLOCKS or n * o * oh == 0:
         return None
-    _strided_helpers(prog)
+    strided_helpers(prog)
 
     def mask(at: int) -> int:
         return sum(1 << j for j in range(lanes) if 0 <= at + j < wd)

@@ -206,19 +206,60 @@ def even_row_helper(prog: Program) -> None:
     16 elements at a time as the even lanes of two 16-float loads (one two-source shuffle)."""
     if any(f.startswith(_EVEN_ROW) for f in prog.functions):
         return
+    strided_helpers(prog)
     prog.functions.append(
         f"""{_EVEN_ROW}
-typedef float gdv_ev16 __attribute__((vector_size(64)));
-typedef float gdv_eu16 __attribute__((vector_size(64), aligned(4)));
-typedef int32_t gdv_ei16 __attribute__((vector_size(64)));
 static inline void gdv_even_row(float *restrict dst, const float *restrict src, int64_t n)
 {{
-  const gdv_ei16 even = {{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}};
+  const gdv_si16 even = {{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}};
   int64_t l = 0;
   for (; 2 * l + 32 <= 2 * n - 1; l += 16)  /* both loads end at or before src[2 n - 2] */
-    *(gdv_ev16 *)(dst + l) = __builtin_shuffle(*(const gdv_eu16 *)(src + 2 * l),
-                                               *(const gdv_eu16 *)(src + 2 * l + 16), even);
+    *(gdv_sv16 *)(dst + l) = __builtin_shuffle(*(const gdv_su16 *)(src + 2 * l),
+                                               *(const gdv_su16 *)(src + 2 * l + 16), even);
   for (; l < n; l++) dst[l] = src[2 * l];
+}}
+"""
+    )
+
+
+_STRIDED_HELPERS = "/* gdv strided helpers: 16 f32 lanes, masked loads and stores */"
+
+
+def strided_helpers(prog: Program) -> None:
+    """`gdv_sv16` (16 f32 lanes), `gdv_si16` (16 int32 lanes), `gdv_loadz16(base, at, m)`
+    (base[at + j] in lane j where bit j of m is set, else +0.0, never reading the others) and
+    `gdv_storem16(p, v, m)` (lanes with bit j of m set stored to p[j]): AVX-512F masked moves
+    where the compiler targets it, else lane by lane (the same values)."""
+    if any(f.startswith(_STRIDED_HELPERS) for f in prog.functions):
+        return
+    prog.functions.append(
+        f"""{_STRIDED_HELPERS}
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+typedef float gdv_sv16 __attribute__((vector_size(64)));
+typedef float gdv_su16 __attribute__((vector_size(64), aligned(4)));
+typedef int32_t gdv_si16 __attribute__((vector_size(64)));
+static inline gdv_sv16 gdv_loadz16(const float *base, int64_t at, uint32_t m)
+{{
+#if defined(__AVX512F__)
+  /* masked-off lanes are not read (no fault): the address is formed as an integer */
+  const void *p = (const void *)((uintptr_t)base + (uintptr_t)at * (uintptr_t)4);
+  return (gdv_sv16)_mm512_maskz_loadu_ps((__mmask16)m, p);
+#else
+  gdv_sv16 v;
+  for (int j = 0; j < 16; j++) v[j] = (m >> j & 1u) ? base[at + j] : 0.0f;
+  return v;
+#endif
+}}
+static inline void gdv_storem16(float *p, gdv_sv16 v, uint32_t m)
+{{
+#if defined(__AVX512F__)
+  _mm512_mask_storeu_ps(p, (__mmask16)m, (__m512)v);
+#else
+  for (int j = 0; j < 16; j++)
+    if (m >> j & 1u) p[j] = v[j];
+#endif
 }}
 """
     )
