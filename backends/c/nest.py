@@ -166,8 +166,11 @@ def _stageable(
     last: int,
 ) -> bool:
     """Whether the innermost loop's strided reads are f32 rows at stride 2 to stage
-    (`STAGE_STRIDE2_MIN`): the others contiguous or constant along it, 64-byte vectors."""
+    (`STAGE_STRIDE2_MIN`): the others contiguous or constant along it, 64-byte vectors, and
+    the loop not a row group's rows (a staged row is copied whole)."""
     if not STAGE_STRIDE2_MIN <= nest.space[last] <= STAGE_STRIDE2_MAX or 2 not in coefs:
+        return False
+    if last == grouped_row(nest):
         return False
     if vector_width(prog, op, nest, op.type.dtype) != 64:
         return False
