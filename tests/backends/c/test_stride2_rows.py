@@ -6,8 +6,6 @@ signed zeros among the values, at row lengths around the 16-lane blocks."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -40,28 +38,21 @@ def _window_max(rows: int, width: int, taps: int) -> tuple[str, int]:
     return "\n".join(lines) + "\n", out
 
 
-def _run(text: str, width: int, rows: int, vector: str, seed: int) -> list[dict]:
+def _run(
+    monkeypatch: pytest.MonkeyPatch, text: str, width: int, rows: int, vector: str, seed: int
+) -> list[dict]:
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((2, 3, rows, width)).astype(np.float32)
     mask = rng.random(x.shape) < 0.2
     special = np.array(SPECIAL, dtype=np.float32)
     x[mask] = special[rng.integers(0, len(special), x.shape)][mask]
     module = parse(text)
-    old = os.environ.get(VECTOR_BYTES_ENV)
-    os.environ[VECTOR_BYTES_ENV] = vector
-    try:
-        params = c.schedule_parameters()
-        compiled = PassManager(pipeline("c", 2, **params)).run(module).module
-        got = c.run(compiled, {"x": x})[0]
-        choices = c.printer_choices(compiled)
-    finally:
-        if old is None:
-            os.environ.pop(VECTOR_BYTES_ENV, None)
-        else:
-            os.environ[VECTOR_BYTES_ENV] = old
+    monkeypatch.setenv(VECTOR_BYTES_ENV, vector)
+    compiled = PassManager(pipeline("c", 2, **c.schedule_parameters())).run(module).module
+    got = c.run(compiled, {"x": x})[0]
     want = reference.run(module, {"x": x})[0]
     assert reference.bit_equal(got, want), reference.describe_difference(got, want)
-    return choices
+    return c.printer_choices(compiled)
 
 
 def _staged(choices: list[dict]) -> bool:
@@ -70,32 +61,38 @@ def _staged(choices: list[dict]) -> bool:
 
 @pytest.mark.parametrize("width", [33, 34, 35, 63, 64, 65, 66, 113, 114, 200])
 @pytest.mark.parametrize("taps", [2, 3])
-def test_stride2_rows_are_staged_and_exact(width: int, taps: int) -> None:
+def test_stride2_rows_are_staged_and_exact(
+    monkeypatch: pytest.MonkeyPatch, width: int, taps: int
+) -> None:
     """Rows of 16 to 99 outputs: whole 16-lane blocks, a tail, and the last load ending at the
     row's last element read (2 n - 2)."""
     text, out = _window_max(5, width, taps)
-    choices = _run(text, width, 5, "64", width * 10 + taps)
+    choices = _run(monkeypatch, text, width, 5, "64", width * 10 + taps)
     assert _staged(choices) == (out >= nest.STAGE_STRIDE2_MIN), [
         ch for ch in choices if ch["choice"] == "loop"
     ]
 
 
 @pytest.mark.parametrize("vector", ["32", "16"])
-def test_narrower_vectors_leave_the_strided_loop_to_the_compiler(vector: str) -> None:
+def test_narrower_vectors_leave_the_strided_loop_to_the_compiler(
+    monkeypatch: pytest.MonkeyPatch, vector: str
+) -> None:
     text, _ = _window_max(4, 114, 3)
-    assert not _staged(_run(text, 114, 4, vector, 7))
+    assert not _staged(_run(monkeypatch, text, 114, 4, vector, 7))
 
 
-def test_a_short_row_is_not_staged() -> None:
+def test_a_short_row_is_not_staged(monkeypatch: pytest.MonkeyPatch) -> None:
     text, out = _window_max(4, 29, 3)
     assert out < nest.STAGE_STRIDE2_MIN
-    assert not _staged(_run(text, 29, 4, "64", 3))
+    assert not _staged(_run(monkeypatch, text, 29, 4, "64", 3))
 
 
-def test_a_row_longer_than_the_stack_buffers_allow_is_not_staged() -> None:
+def test_a_row_longer_than_the_stack_buffers_allow_is_not_staged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The row buffers live on the stack: a row of more than STAGE_STRIDE2_MAX outputs keeps
     the strided loop (still exact)."""
     width = 2 * nest.STAGE_STRIDE2_MAX + 3
     text, out = _window_max(1, width, 2)
     assert out > nest.STAGE_STRIDE2_MAX
-    assert not _staged(_run(text, width, 1, "64", 5))
+    assert not _staged(_run(monkeypatch, text, width, 1, "64", 5))
