@@ -18,6 +18,25 @@ from gdv.ir.ops import REGISTRY as OPS
 PAD_PARALLEL_MIN = 1 << 16
 """A pad with at least this many result elements fills and copies its rows on OpenMP threads."""
 
+PAD_PLANES = True
+"""A pad between products whose threads split their columns (`split = "columns"`: a conv's
+output positions, its last two dims; `_splits_planes`) splits the rows of each plane (its second
+last dim) between the threads in the same way, so that each thread copies what it computed
+itself and the next conv's thread reads what it copied, rather than the leading dims (a conv's
+channels, half of which the other thread wrote). On this 2-core VM, whose two vCPUs sometimes
+share no cache (`benchmarks/two_threads.py`'s far rounds), resnet18 at two threads (-O3,
+bound, builds interleaved in one process in blocks of 20 calls, medians, 2026-12-06):
+- every pad of a column-split product split so (361 far and 123 near rounds): layer 1's two
+  such pads 0.146 -> 0.065 ms each in far rounds (0.033 -> 0.022 in near ones);
+- every pad so split: pads of other ops' results got slower (layer 1's last pad 0.063 -> 0.145
+  in far rounds);
+- the max pool's -inf pad (the stem conv's columns split, the max pool's row group reading it
+  by channels) so split: the pad 0.093 -> 0.215 ms and its row group 0.458 -> 0.325 in far
+  rounds, 0.094 -> 0.120 and 0.088 -> 0.090 in near ones: hence the readers' condition;
+- as committed (335 far and 166 near rounds): the whole model 21.13 -> 20.90 ms in far rounds
+  and 17.79 -> 17.74 in near ones; layer 1's two such pads 0.144-0.145 -> 0.057-0.060 ms (far)
+  and 0.032-0.033 -> 0.018 (near), its residual adds after them 0.110 -> 0.081-0.091 (far)."""
+
 
 def _copy(prog: Program, op: Op, rows: list[list[int]]) -> None:
     """op's result[i] = operand[rows . i + c], a loop nest over the result's shape."""
@@ -116,11 +135,43 @@ def _concat(prog: Program, op: Op) -> None:
     _call(prog, op, name, lines)
 
 
+def _column_split(op: Op | None) -> bool:
+    """Whether `op` is a product kernel whose threads split its columns (`split = "columns"`):
+    `gdv.backends.c.matmul` then gives each thread a contiguous run of them."""
+    return (
+        op is not None
+        and op.name == "kernel"
+        and op.attrs.get("strategy") == "product"
+        and op.attrs.get("split") == "columns"
+    )
+
+
+def _splits_planes(prog: Program, op: Op) -> bool:
+    """Whether pad `op` sits between column-split products: its operand is the result of one
+    whose column dims are its last two dims (a conv's output positions), and every op that
+    reads its result is one too (a conv reading it through its window, position by position)."""
+    producer = next((o for o in prog.entry.ops if o.result == op.operands[0]), None)
+    if not _column_split(producer):
+        return False
+    assert producer is not None
+    out, rank = producer.attrs["out"], producer.type.rank
+    dims = sorted(d for d in range(rank) if out[d] in producer.attrs.get("cols", []))
+    readers = [o for o in prog.entry.ops if op.result in o.operands]
+    return (
+        rank >= 3
+        and dims == [rank - 2, rank - 1]
+        and bool(readers)
+        and all(_column_split(o) for o in readers)
+    )
+
+
 @lowering(OPS["pad"])
 def _pad(prog: Program, op: Op) -> None:
     """result = value where no operand element lands, result[low + i] = operand[i]: a row of
     the result (its last dim) at a time, the padding filled and the operand's row copied once,
-    rows on OpenMP threads when there are `PAD_PARALLEL_MIN` elements or more."""
+    rows on OpenMP threads when there are `PAD_PARALLEL_MIN` elements or more: the rows of each
+    plane split the same way for every plane where the operand's product splits its last two
+    dims between the threads (`PAD_PLANES`), else all rows in one run."""
     dtype = op.type.dtype
     t = ctype(dtype, op, prog.module)
     x = prog.entry.types()[op.operands[0]]
@@ -140,11 +191,26 @@ def _pad(prog: Program, op: Op) -> None:
     width, xw, lw = shape[-1], xs[-1], low[-1]
     rows = math.prod(shape[:-1])
     par = op.type.num_elements >= PAD_PARALLEL_MIN and rows > 1
-    if par:
-        prog.record(op, "parallel", "rows", f"at least {PAD_PARALLEL_MIN} elements")
+    planes = par and PAD_PLANES and len(shape) >= 3 and _splits_planes(prog, op)
+    if planes:
+        # every thread runs all planes and, in each, the same static share of its rows
+        height = shape[-2]
+        prog.record(op, "parallel", "plane rows", "between products that split their columns")
+        lines += [
+            "#pragma omp parallel",
+            f"  for (int64_t p = 0; p < INT64_C({rows // height}); p++) {{",
+            "#pragma omp for schedule(static) nowait",
+            f"  for (int64_t h = 0; h < INT64_C({height}); h++) {{",
+            f"    const int64_t o = p * INT64_C({height}) + h;",
+        ]
+    else:
+        if par:
+            prog.record(op, "parallel", "rows", f"at least {PAD_PARALLEL_MIN} elements")
+        lines += [
+            "#pragma omp parallel for schedule(static)" if par else "",
+            f"  for (int64_t o = 0; o < INT64_C({rows}); o++) {{",
+        ]
     lines += [
-        "#pragma omp parallel for schedule(static)" if par else "",
-        f"  for (int64_t o = 0; o < INT64_C({rows}); o++) {{",
         f"    {t} *restrict row = r + o * INT64_C({width});",
         "    int64_t q = o, src = 0, inside = 1;",
     ]
@@ -166,6 +232,7 @@ def _pad(prog: Program, op: Op) -> None:
         f"      for (int64_t k = 0; k < INT64_C({width}); k++) row[k] = {value};",
         "    }",
         "  }",
+        "  }" if planes else "",
         "  (void)a0;",
         "}",
     ]
