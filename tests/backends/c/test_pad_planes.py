@@ -1,9 +1,10 @@
-"""Which thread pads what (issue 16): the pad of a product's result whose threads split its
-last two dims (a conv's output positions, `split = "columns"`) splits the rows of each plane
-the same way (`layout.PAD_PLANES`), so that each thread copies what it computed; other pads
-split all their rows in one run. Neither changes a bit: the C program's result equals the
-reference's at 1, 2 and 3 OpenMP threads (each count in a process of its own, as OpenMP reads
-OMP_NUM_THREADS once per process)."""
+"""Which thread pads what (issue 16): a pad between products whose threads split their columns
+(a conv's output positions, `split = "columns"`, its operand's being its last two dims) splits
+the rows of each plane the same way (`layout.PAD_PLANES`), so that each thread copies what it
+computed and the next conv's thread reads what it copied; other pads split all their rows in
+one run. Neither changes a bit: the C program's result equals the reference's at 1, 2 and 3
+OpenMP threads (each count in a process of its own, as OpenMP reads OMP_NUM_THREADS once per
+process)."""
 
 # ruff: noqa: E501  (IR programs written out line by line)
 
@@ -17,9 +18,7 @@ from gdv.backends import c, reference
 from gdv.passes.manager import PassManager
 from gdv.passes.pipelines import pipeline
 
-from .test_thread_splits import _inputs, _run_with_threads
-
-CONV = "stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1], groups = 1"
+from .test_thread_splits import CONV, _inputs, _run_with_threads
 
 EARLY = f"""func @main(%x: f32[1,64,30,30], %w1: f32[64,64,3,3], %w2: f32[64,64,3,3]) -> f32[1,64,30,30] {{
   %c1 = conv2d(%x, %w1) {{{CONV}}} : f32[1,64,30,30]
