@@ -170,8 +170,8 @@ def _pad(prog: Program, op: Op) -> None:
     """result = value where no operand element lands, result[low + i] = operand[i]: a row of
     the result (its last dim) at a time, the padding filled and the operand's row copied once,
     rows on OpenMP threads when there are `PAD_PARALLEL_MIN` elements or more: the rows of each
-    plane split the same way for every plane where the operand's product splits its last two
-    dims between the threads (`PAD_PLANES`), else all rows in one run."""
+    plane split the same way for every plane where the pad sits between products that split
+    their columns (`PAD_PLANES`, `_splits_planes`), else all rows in one run."""
     dtype = op.type.dtype
     t = ctype(dtype, op, prog.module)
     x = prog.entry.types()[op.operands[0]]
