@@ -185,13 +185,20 @@ def ort_session(path: Path, threads: int = ORT_THREADS):
 
 
 def bound_pair(
-    name: str, path: str, level: int, work: Path, cache: str | None = None, ort_threads: int = 1
+    name: str,
+    path: str,
+    level: int,
+    work: Path,
+    cache: str | None = None,
+    ort_threads: int = 1,
+    keep: dict | None = None,
 ):
     """Model `name` (`build`, not quick) exported to ONNX in `work`, imported through `path`,
     compiled for the C target at -O`level` with its weights bound (proof cache `cache`,
     default `work`/proofs), and an onnxruntime session of the ONNX file with `ort_threads`
     intra-op threads: (the bound executable, the feed as numpy arrays, the session, the
-    model's description). A SystemExit when the compile is not proved."""
+    model's description). A SystemExit when the compile is not proved. With `keep`, the
+    compilation and the weights are also stored there (`comp`, `weights`)."""
     import numpy as np
 
     from gdv.driver import CompileOptions, compile_module
@@ -210,6 +217,8 @@ def bound_pair(
     if comp.verdict != "proved":
         raise SystemExit(f"{name}: the compile is {comp.verdict}")
     feed = {k: v.numpy() for k, v in inputs.items()}
+    if keep is not None:
+        keep.update(comp=comp, weights=weights)
     return comp.bind(**weights), feed, ort_session(onnx_file, ort_threads), what
 
 

@@ -4,6 +4,7 @@ vCPUs are not always equally close.
 
     HF_HUB_OFFLINE=1 python benchmarks/two_threads.py [--model resnet18] [--seconds 150]
                                                       [--level 3] [--calls 15] [--out FILE]
+                                                      [--kernels K]
 
 The model (`models.build`, batch 1, seeded) goes through the ONNX path, is compiled with its
 weights bound at `--level`, and runs beside an onnxruntime session of the ONNX file with two
@@ -15,7 +16,10 @@ in which each of two threads writes half of a 2 MiB buffer and then sums a half,
 
 A round whose probe reads the other core's half at least `FAR_RATIO` times slower than its own
 is a "far" round (the two vCPUs share no cache level at that moment); the summary gives the
-medians of both engines over the near and the far rounds apart. Measured on the 2-core Zen 4
+medians of both engines over the near and the far rounds apart. With `--kernels K`, each round
+also times a block of calls of the same program built with `gdv profile`'s timers, and the
+summary lists the K kernels whose medians differ most between the near and the far rounds
+(`kernel_table`): where the far rounds' time goes. Measured on the 2-core Zen 4
 VM of the README (2026-12-05, resnet18): near rounds gdv 18.2-18.5 ms, onnxruntime 16.8-17.1,
 probe cross 17-19 us against same 14-15; far rounds gdv 23.5-24.1, onnxruntime 17.5-18.1,
 probe cross 41-76 us. One thread was unaffected (gdv 34.2-34.8, onnxruntime 33.2-33.7).
@@ -126,6 +130,52 @@ def summarize(rounds: list[dict]) -> dict:
     return summary
 
 
+def kernel_table(rounds: list[dict], names: list[str], k: int) -> list[dict]:
+    """The `k` timed ops whose medians over the near rounds and over the far rounds differ
+    most (each round's `kernels`: one median per op, in `names`' order), largest change
+    first; with rounds of one kind only, the `k` slowest. Each row: the op's name, its median
+    in ms over the near and the far rounds (None for a kind without rounds) and the change."""
+    med: dict[bool, list[float] | None] = {}
+    for far in (False, True):
+        part = [r["kernels"] for r in rounds if r["far"] == far and "kernels" in r]
+        med[far] = [statistics.median(col) for col in zip(*part, strict=True)] if part else None
+    near, far = med[False], med[True]
+    rows = []
+    for q, name in enumerate(names):
+        a = near[q] if near else None
+        b = far[q] if far else None
+        change = b - a if a is not None and b is not None else None
+        rows.append({"op": name, "near_ms": a, "far_ms": b, "change_ms": change})
+    if near and far:
+        rows.sort(key=lambda r: -abs(r["change_ms"]))
+    else:
+        rows.sort(key=lambda r: -(r["near_ms"] if r["near_ms"] is not None else r["far_ms"]))
+    return rows[:k]
+
+
+def _profiled(keep: dict):
+    """The compiled program built again with per-op timers and bound to the same weights:
+    (a call taking the feed and returning each timed op's ms, the timed ops' names)."""
+    import numpy as np
+
+    from gdv.backends import c
+    from gdv.backends.c import profile as pr
+
+    comp = keep["comp"]
+    exe = c.Executable(comp.module, comp.options.allow_fallback, profile=True)
+    run = exe.bind(keep["weights"])
+    n = len(exe.lowered.spans)
+    prof = pr.counters(exe)
+    names = [f"{t.op} %{t.value}" for t in pr.timed_ops(exe.lowered)]
+
+    def call(feed: dict) -> list[float]:
+        run(feed)
+        raw = np.frombuffer(prof, dtype=np.int64)
+        return ((raw[1 : 2 * n : 2] - raw[0 : 2 * n : 2]) / 1e6).tolist()
+
+    return call, names
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="resnet18")
@@ -133,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--level", type=int, default=3, choices=(2, 3))
     ap.add_argument("--calls", type=int, default=15, help="calls per engine per round")
     ap.add_argument("--out", default=None, help="JSON file of every round (default: none)")
+    ap.add_argument(
+        "--kernels",
+        type=int,
+        default=0,
+        help="also time a build with per-op timers; list the K ops that change most when far",
+    )
     args = ap.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = "2"  # before anything loads OpenMP or onnxruntime
     sys.path.insert(0, str(HERE))
@@ -140,8 +196,18 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="gdv-two-threads-"))
     probe = build_probe(work)
-    bound, feed, sess, what = bench.bound_pair(args.model, "onnx", args.level, work, ort_threads=2)
+    keep: dict = {}
+    bound, feed, sess, what = bench.bound_pair(
+        args.model, "onnx", args.level, work, ort_threads=2, keep=keep
+    )
     engines = {"gdv": lambda: bound(**feed), "ort": lambda: sess.run(None, feed)}
+    timed, names = _profiled(keep) if args.kernels else (None, [])
+
+    def timed_block() -> list[float]:
+        time.sleep(0.1)
+        timed(feed)
+        per_call = [timed(feed) for _ in range(args.calls)]
+        return [statistics.median(col) for col in zip(*per_call, strict=True)]
 
     def block(fn) -> float:
         time.sleep(0.1)
@@ -158,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.model} ({what}), -O{args.level}, two threads; ms per call, probe in us")
     while time.monotonic() - start < args.seconds:
         row = {k: block(fn) for k, fn in engines.items()}
+        if timed is not None:
+            row["kernels"] = timed_block()
         row["same_us"], row["cross_us"] = run_probe(probe)
         row["far"] = is_far(row["same_us"], row["cross_us"])
         row["t"] = time.monotonic() - start
@@ -174,8 +242,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{label}: {s['rounds']} rounds, gdv {s['gdv_ms']:.2f} ms, ort {s['ort_ms']:.2f} ms, "
             f"{s['ratio']:.3f}x"
         )
+    table = kernel_table(rounds, names, args.kernels) if args.kernels else []
+    if table:
+        print("ops by change from near to far rounds (ms, medians of the rounds' block medians):")
+
+    def ms(v: float | None) -> str:
+        return f"{v:7.3f}" if v is not None else "      -"
+
+    for r in table:
+        change = f"{r['change_ms']:+7.3f}" if r["change_ms"] is not None else "      -"
+        print(f"  near {ms(r['near_ms'])}  far {ms(r['far_ms'])}  {change}  {r['op']}")
     if args.out:
         result = {"model": args.model, "level": args.level, "rounds": rounds, "summary": summary}
+        if args.kernels:
+            result["kernel_names"], result["kernels"] = names, table
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     return 0
 

@@ -42,3 +42,30 @@ def test_the_summary_keeps_near_and_far_rounds_apart() -> None:
     assert s["near"] == {"rounds": 3, "gdv_ms": 18.2, "ort_ms": 16.9, "ratio": 18.2 / 16.9}
     assert s["far"]["rounds"] == 1 and s["far"]["ratio"] == pytest.approx(24.0 / 17.5)
     assert "far" not in two_threads.summarize(rounds[:3])
+
+
+def test_the_kernel_table_ranks_ops_by_their_change_from_near_to_far() -> None:
+    names = ["pad %a", "kernel %b", "kernel %c"]
+    rounds = [
+        {"far": False, "kernels": [0.03, 1.00, 0.020]},
+        {"far": False, "kernels": [0.04, 1.02, 0.030]},
+        {"far": False, "kernels": [0.05, 1.01, 0.025]},
+        {"far": True, "kernels": [0.15, 1.10, 0.020]},
+        {"far": True, "kernels": [0.13, 1.20, 0.010]},
+        {"far": True, "gdv": 21.0},  # a round without the timed block counts for no op
+    ]
+    rows = two_threads.kernel_table(rounds, names, 2)
+    assert [r["op"] for r in rows] == ["kernel %b", "pad %a"]
+    b, a = rows
+    assert b["near_ms"] == 1.01 and b["far_ms"] == pytest.approx(1.15)
+    assert b["change_ms"] == pytest.approx(0.14)
+    assert a["near_ms"] == 0.04 and a["far_ms"] == pytest.approx(0.14)
+    assert a["change_ms"] == pytest.approx(0.10)
+
+
+def test_with_near_rounds_only_the_kernel_table_lists_the_slowest() -> None:
+    names = ["pad %a", "kernel %b", "kernel %c"]
+    rounds = [{"far": False, "kernels": [0.03, 1.00, 0.2]}]
+    rows = two_threads.kernel_table(rounds, names, 3)
+    assert [r["op"] for r in rows] == ["kernel %b", "kernel %c", "pad %a"]
+    assert all(r["far_ms"] is None and r["change_ms"] is None for r in rows)
