@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         help="also time a build with per-op timers; list the K ops that change most when far",
     )
     args = ap.parse_args(argv)
+    if args.kernels < 0:
+        ap.error(f"--kernels: expected a count of at least 0, got {args.kernels}")
     os.environ["OMP_NUM_THREADS"] = "2"  # before anything loads OpenMP or onnxruntime
     sys.path.insert(0, str(HERE))
     import models as bench  # benchmarks/models.py: the same models, seeds and export

@@ -69,3 +69,10 @@ def test_with_near_rounds_only_the_kernel_table_lists_the_slowest() -> None:
     rows = two_threads.kernel_table(rounds, names, 3)
     assert [r["op"] for r in rows] == ["kernel %b", "kernel %c", "pad %a"]
     assert all(r["far_ms"] is None and r["change_ms"] is None for r in rows)
+
+
+def test_a_negative_kernel_count_is_a_usage_error(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        two_threads.main(["--kernels", "-1"])
+    assert exit_.value.code == 2
+    assert "--kernels: expected a count of at least 0, got -1" in capsys.readouterr().err
