@@ -13,8 +13,12 @@ from gdv.api import parse
 from gdv.backends import c, reference
 from gdv.backends.c import nest
 from gdv.backends.c.simd import VECTOR_BYTES_ENV
+from gdv.ir.dtypes import DType
+from gdv.ir.types import TensorType
 from gdv.passes.manager import PassManager
 from gdv.passes.pipelines import pipeline
+
+from .test_thread_splits import _run_with_threads
 
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-45, 3.4e38]
 
@@ -96,3 +100,66 @@ def test_a_row_longer_than_the_stack_buffers_allow_is_not_staged(
     text, out = _window_max(1, width, 2)
     assert out > nest.STAGE_STRIDE2_MAX
     assert not _staged(_run(monkeypatch, text, width, 1, "64", 5))
+
+
+def _pool(ch: int, h: int, w: int) -> str:
+    """A 3x3 max pool at stride 2 on f32[1, ch, h, w] as resnet18's ONNX import writes it: a
+    row max over stride-2 row slices, then a column max over stride-2 column slices. The two
+    kernels form a row group (by channels), and the second one's rows are staged."""
+    oh, ow = (h - 3) // 2 + 1, (w - 3) // 2 + 1
+    a, b = f"f32[1,{ch},{oh},{w}]", f"f32[1,{ch},{oh},{ow}]"
+    lines = [f"func @main(%x: f32[1,{ch},{h},{w}]) -> {b} {{"]
+    for t in range(3):
+        lines.append(
+            f"  %r{t} = slice(%x) {{start = [0, 0, {t}, 0], limit = [1, {ch}, "
+            f"{t + 2 * (oh - 1) + 1}, {w}], stride = [1, 1, 2, 1]}} : {a}"
+        )
+    lines += [f"  %ra = max(%r0, %r1) : {a}", f"  %rb = max(%ra, %r2) : {a}"]
+    for t in range(3):
+        lines.append(
+            f"  %c{t} = slice(%rb) {{start = [0, 0, 0, {t}], limit = [1, {ch}, {oh}, "
+            f"{t + 2 * (ow - 1) + 1}], stride = [1, 1, 1, 2]}} : {b}"
+        )
+    lines += [f"  %ca = max(%c0, %c1) : {b}", f"  %cb = max(%ca, %c2) : {b}", "  return %cb", "}"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_row_groups_staged_rows_are_exact_at_every_thread_count(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """The row group's blocks run on the threads; each block stages only its own rows'
+    stride-2 columns."""
+    monkeypatch.setenv(VECTOR_BYTES_ENV, "64")
+    text = _pool(64, 57, 57)
+    module = PassManager(pipeline("c", 2, **c.schedule_parameters())).run(parse(text)).module
+    grouped = [op for op in module.entry.ops if op.attrs.get("row_group") is not None]
+    assert len(grouped) == 2
+    staged = [
+        ch["kernel"] for ch in c.printer_choices(module) if ch["value"] == "stride-2 rows staged"
+    ]
+    assert staged == [grouped[1].result]
+    rng = np.random.default_rng(threads)
+    x = rng.standard_normal((1, 64, 57, 57)).astype(np.float32)
+    x[0, 3, 4, :5] = [np.nan, np.inf, -np.inf, -0.0, 0.0]
+    want = reference.run(parse(text), {"x": x})[0]
+    got = _run_with_threads(tmp_path, text, {"x": x}, threads, host=True)
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+
+
+def test_a_row_groups_own_row_dim_is_never_staged() -> None:
+    """A grouped kernel computes only rows [r0, r1) of its row dim, while a staged row is
+    copied whole: where the row dim is the innermost loop, it keeps the strided loop."""
+    f32 = DType.F32
+    types = [TensorType(f32, (1, 1, 1, 64))]
+    maps = [[[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 2, 0]]]
+
+    class _Op:
+        type = TensorType(f32, (1, 1, 1, 32))
+
+    def stageable(schedule: dict) -> bool:
+        loops = nest.Nest([1, 1, 1, 32], maps, [0, 1, 2, 3], [], "none", schedule)
+        return nest._stageable(None, _Op(), loops, types, [2], 3)  # type: ignore[arg-type]
+
+    assert stageable({"vector": 16})
+    assert not stageable({"vector": 16, "row_group": [0, 4]})

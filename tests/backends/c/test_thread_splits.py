@@ -63,7 +63,8 @@ RUN = textwrap.dedent(
 
     source = open(sys.argv[1], encoding="utf-8").read()
     inputs = dict(np.load(sys.argv[2]))
-    module = PassManager(pipeline("c", 2)).run(parse(source)).module
+    params = c.schedule_parameters() if sys.argv[4:] == ["host"] else {}
+    module = PassManager(pipeline("c", 2, **params)).run(parse(source)).module
     np.save(sys.argv[3], c.run(module, inputs)[0])
     """
 )
@@ -75,13 +76,17 @@ def _inputs(source: str, seed: int) -> dict:
     return {p.name: rng.standard_normal(p.type.shape).astype(np.float32) for p in fn.params}
 
 
-def _run_with_threads(tmp_path, source: str, inputs: dict, threads: int) -> np.ndarray:
+def _run_with_threads(
+    tmp_path, source: str, inputs: dict, threads: int, host: bool = False
+) -> np.ndarray:
+    """`source` compiled (with this host's schedule parameters where `host`, as `gdv
+    compile` does; else the pipeline's defaults) and run at `threads` OpenMP threads."""
     prog, data, out = tmp_path / "p.gdv", tmp_path / "in.npz", tmp_path / f"out{threads}.npy"
     prog.write_text(source, encoding="utf-8")
     np.savez(data, **inputs)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     done = subprocess.run(
-        [sys.executable, "-c", RUN, str(prog), str(data), str(out)],
+        [sys.executable, "-c", RUN, str(prog), str(data), str(out), *(["host"] if host else [])],
         env=env,
         capture_output=True,
         text=True,
