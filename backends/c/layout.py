@@ -191,7 +191,7 @@ def _pad(prog: Program, op: Op) -> None:
     width, xw, lw = shape[-1], xs[-1], low[-1]
     rows = math.prod(shape[:-1])
     par = op.type.num_elements >= PAD_PARALLEL_MIN and rows > 1
-    planes = par and PAD_PLANES and len(shape) >= 3 and _splits_planes(prog, op)
+    planes = par and PAD_PLANES and _splits_planes(prog, op)
     if planes:
         # every thread runs all planes and, in each, the same static share of its rows
         height = shape[-2]
