@@ -7,7 +7,10 @@ service to read, each under a versioned JSON Schema (`schema/reports-<name>-<N>.
   roofline time they allow on the target's measured peaks, and its source (line, and the
   ONNX node or torch module it was imported from); derived, hashed;
 - `execution` (`gdv compile --emit-evidence --profile`, and `gdv profile --json`): per op, the
-  time measured by the timers in the generated C, as GFLOP/s, GB/s and percent of roofline.
+  time measured by the timers in the generated C, as GFLOP/s, GB/s and percent of roofline;
+- `scaling` (`gdv profile --threads 1,2 --json`; not a bundle report): the execution report
+  at each of several thread counts, measured interleaved, and per op its medians, speedup and
+  the time it loses against perfect scaling from the first count.
 
 `chrome_trace` turns an execution's runs into a Chrome-trace / Perfetto JSON timeline.
 """
@@ -22,7 +25,7 @@ from gdv.backends.cost import OpCost, Roofline, module_costs
 from gdv.frontends.provenance import origins
 from gdv.ir.core import Module
 
-VERSIONS = {"compile-cost": 1, "predicted-cost": 1, "execution": 1}
+VERSIONS = {"compile-cost": 1, "predicted-cost": 1, "execution": 1, "scaling": 1}
 """The current schema version of each report."""
 
 MEASURED = frozenset({"compile-cost"})
@@ -210,6 +213,58 @@ def execution(
         },
         "kernels": kernels,
     } | ({"bound": list(bound)} if bound else {})
+
+
+def scaling(counts: list[int], executions: list[dict]) -> dict:
+    """The scaling report of the execution reports `executions` of one program measured at the
+    thread `counts` (in that order, interleaved: `gdv.backends.c.profile.run_threads`): per op
+    its median at each count, its speedup from the first count to the last, and the seconds it
+    loses against perfect scaling (its median at the last count minus the first count's median
+    times first / last), ops sorted by the time lost, most first; and the same for the whole
+    entry, with its parallel efficiency."""
+    first = executions[0]
+    ratio = counts[0] / counts[-1]
+
+    def speedup(a: float, b: float) -> float | None:
+        return a / b if b > 0 else None
+
+    per = [{k["index"]: k for k in e["kernels"]} for e in executions]
+    kernels = []
+    for k in first["kernels"]:
+        medians = [p[k["index"]]["median_seconds"] for p in per]
+        kernels.append(
+            {
+                "index": k["index"],
+                "value": k["value"],
+                "op": k["op"],
+                "kind": k["kind"],
+                "median_seconds": medians,
+                "speedup": speedup(medians[0], medians[-1]),
+                "lost_seconds": medians[-1] - medians[0] * ratio,
+                "source": k["source"],
+            }
+        )
+    kernels.sort(key=lambda r: (-r["lost_seconds"], r["index"]))
+    totals = [e["total"]["median_seconds"] for e in executions]
+    up = speedup(totals[0], totals[-1])
+    return {
+        "schema": schema_id("scaling"),
+        "source": first["source"],
+        "target": first["target"],
+        "level": first["level"],
+        "runs": first["runs"],
+        "warmup": first["warmup"],
+        "machine": first["machine"],
+        "threads": list(counts),
+        "total": {
+            "median_seconds": totals,
+            "speedup": up,
+            "efficiency": up * ratio if up is not None else None,
+            "lost_seconds": totals[-1] - totals[0] * ratio,
+        },
+        "kernels": kernels,
+        "executions": executions,
+    }
 
 
 def chrome_trace(runs: Any, report: dict) -> dict:

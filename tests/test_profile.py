@@ -98,6 +98,11 @@ def test_bind_fixes_weights_before_the_timed_runs(capsys, tmp_path) -> None:
         (["BAD", "--warmup", "-1"], "--warmup: expected a whole number >= 0"),
         ([str(CONV), "--inputs", "missing.npz"], "cannot read inputs: no such file"),
         ([str(CONV), "-O", "9"], "invalid choice"),
+        ([str(CONV), "--threads", "0"], "--threads: expected distinct whole numbers from 1 to"),
+        ([str(CONV), "--threads", "1,x"], "--threads: expected distinct whole numbers"),
+        ([str(CONV), "--threads", "2,2"], "--threads: expected distinct whole numbers"),
+        ([str(CONV), "--threads", "1,5000"], "--threads: expected distinct whole numbers"),
+        ([str(CONV), "--threads", ""], "--threads: expected distinct whole numbers"),
     ],
 )
 def test_bad_input_is_an_input_error(capsys, tmp_path, args, message) -> None:
@@ -106,6 +111,65 @@ def test_bad_input_is_an_input_error(capsys, tmp_path, args, message) -> None:
     args = [str(bad) if a == "BAD" else a for a in args]
     rc, _, err = _profile(capsys, *args)
     assert rc == 3 and message in err and "Traceback" not in err
+
+
+def test_threads_times_each_count_and_ranks_the_time_lost_to_scaling(capsys) -> None:
+    """`--threads 1,2 --json`: the scaling report, holding one execution report per count; each
+    kernel's medians are those of the execution reports, its speedup and lost time computed
+    from them, the kernels ranked by the time lost."""
+    rc, out, err = _profile(capsys, CONV, "--runs", "3", "--threads", "1,2", "--json")
+    assert rc == 0, err
+    report = json.loads(out)
+    validate_report("reports-scaling-1", report)
+    assert report["schema"] == "gdv.reports.scaling/1" and report["threads"] == [1, 2]
+    executions = report["executions"]
+    assert len(executions) == 2
+    for e in executions:
+        validate_report("reports-execution-1", e)
+        assert e["runs"] == 3
+    medians = [{k["index"]: k["median_seconds"] for k in e["kernels"]} for e in executions]
+    assert {k["index"] for k in report["kernels"]} == set(medians[0]) == set(medians[1])
+    for k in report["kernels"]:
+        one, two = medians[0][k["index"]], medians[1][k["index"]]
+        assert k["median_seconds"] == [one, two]
+        assert k["lost_seconds"] == pytest.approx(two - one / 2)
+        assert k["speedup"] == pytest.approx(one / two)
+    lost = [k["lost_seconds"] for k in report["kernels"]]
+    assert lost == sorted(lost, reverse=True)
+    totals = [e["total"]["median_seconds"] for e in executions]
+    assert report["total"]["median_seconds"] == totals
+    assert report["total"]["efficiency"] == pytest.approx(totals[0] / totals[1] / 2)
+    bad = dict(report, threads=[2])
+    with pytest.raises(Exception, match="threads"):
+        validate_report("reports-scaling-1", bad)
+
+
+def test_threads_prints_the_last_counts_table_then_the_scaling_table(capsys, tmp_path) -> None:
+    trace = tmp_path / "t.json"
+    rc, out, err = _profile(capsys, CONV, "--runs", "3", "--threads", "1,2", "--trace", trace)
+    assert rc == 0, err
+    assert "-O2, 2 thread(s), median of 3 run(s)" in out
+    assert "scaling, 1 -> 2 threads" in out and "efficiency" in out
+    head = next(ln for ln in out.splitlines() if ln.lstrip().startswith("ms @1"))
+    assert head.split()[:6] == ["ms", "@1", "ms", "@2", "speedup", "lost"]
+    rows = out.split(head)[1].strip().splitlines()
+    assert rows[-1] == f"trace: {trace}"
+    assert len(rows) == 4 and all(f"{CONV}:" in r for r in rows[:3])  # the pad, conv, pool
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert sum(e.get("cat") == "entry" for e in events) == 3  # the last count's runs
+    rc, out, _ = _profile(capsys, CONV, "--runs", "2", "--threads", "1")
+    assert rc == 0 and "1 thread(s)" in out and "scaling" not in out
+
+
+def test_threads_without_openmp_is_an_input_error(capsys, monkeypatch) -> None:
+    from gdv.backends.c import profile
+
+    def no_openmp(executable, name):
+        raise profile.ThreadsError("this build has no OpenMP")
+
+    monkeypatch.setattr(profile, "_omp", no_openmp)
+    rc, _, err = _profile(capsys, CONV, "--runs", "1", "--threads", "1,2")
+    assert rc == 3 and "--threads: this build has no OpenMP" in err and "Traceback" not in err
 
 
 def test_malformed_ir_names_its_position(capsys, tmp_path) -> None:

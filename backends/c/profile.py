@@ -10,7 +10,8 @@ of the plain program, and `lower` never emits the timers (the evidence bundle re
 plain text byte for byte).
 
 `run(executable, inputs, runs)` calls an executable built with `profile=True` and reads the
-timers after each call.
+timers after each call; `run_threads(executable, inputs, runs, counts)` does so at several
+OpenMP thread counts, interleaved call by call (`gdv profile --threads`).
 """
 
 from __future__ import annotations
@@ -115,20 +116,86 @@ def counters(executable) -> ctypes.Array:
     return (ctypes.c_int64 * (2 * n + 2)).in_dll(executable._lib, "gdv_prof")
 
 
+def _timed_call(executable, inputs: Mapping[str, np.ndarray], prof, out: Runs) -> None:
+    """One call of `executable`, its timers appended to `out`."""
+    n = len(executable.lowered.spans)
+    t = time.perf_counter_ns()
+    executable(inputs)
+    wall = time.perf_counter_ns() - t
+    raw = np.frombuffer(prof, dtype=np.int64).copy()
+    out.op_times.append(raw[: 2 * n].reshape(n, 2))
+    out.entry.append((int(raw[2 * n]), int(raw[2 * n + 1])))
+    out.wall.append(wall)
+
+
 def run(executable, inputs: Mapping[str, np.ndarray], runs: int, warmup: int = 1) -> Runs:
     """Call `executable` (built with `profile=True`) `warmup` times, then `runs` times, reading
     its timers after each measured call."""
     prof = counters(executable)
-    n = len(executable.lowered.spans)
     out = Runs(timed_ops(executable.lowered))
     for _ in range(warmup):
         executable(inputs)
     for _ in range(runs):
-        t = time.perf_counter_ns()
-        executable(inputs)
-        wall = time.perf_counter_ns() - t
-        raw = np.frombuffer(prof, dtype=np.int64).copy()
-        out.op_times.append(raw[: 2 * n].reshape(n, 2))
-        out.entry.append((int(raw[2 * n]), int(raw[2 * n + 1])))
-        out.wall.append(wall)
+        _timed_call(executable, inputs, prof, out)
+    return out
+
+
+class ThreadsError(RuntimeError):
+    """The thread count of an executable cannot be set (it was built without OpenMP)."""
+
+
+def _omp(executable, name: str):
+    try:
+        return getattr(executable._lib, name)
+    except AttributeError:
+        raise ThreadsError(
+            "this build has no OpenMP (the C compiler did not accept -fopenmp): its thread "
+            "count cannot be set"
+        ) from None
+
+
+def threads(executable) -> int:
+    """The OpenMP thread count the executable's next call runs with (`omp_get_max_threads`)."""
+    get = _omp(executable, "omp_get_max_threads")
+    get.restype = ctypes.c_int
+    return int(get())
+
+
+def set_threads(executable, count: int) -> int:
+    """Make the executable's next calls from this thread run with `count` OpenMP threads
+    (`omp_set_num_threads`, the calling thread's setting, which every parallel region the
+    entry opens follows); the count before."""
+    before = threads(executable)
+    put = _omp(executable, "omp_set_num_threads")
+    put.argtypes = [ctypes.c_int]
+    put(int(count))
+    return before
+
+
+def run_threads(
+    executable,
+    inputs: Mapping[str, np.ndarray],
+    runs: int,
+    counts: list[int],
+    warmup: int = 1,
+) -> list[Runs]:
+    """`run` at each of the thread `counts`, interleaved so that a slow spell of the machine
+    falls on every count alike: `warmup` rounds, then `runs` rounds, each round one untimed and
+    one timed call per count in turn (the untimed call after each switch lets the thread pool
+    settle). One `Runs` per count, in the order of `counts`; the thread count is restored."""
+    prof = counters(executable)
+    out = [Runs(timed_ops(executable.lowered)) for _ in counts]
+    before = set_threads(executable, counts[0])
+    try:
+        for _ in range(warmup):
+            for count in counts:
+                set_threads(executable, count)
+                executable(inputs)
+        for _ in range(runs):
+            for count, into in zip(counts, out, strict=True):
+                set_threads(executable, count)
+                executable(inputs)
+                _timed_call(executable, inputs, prof, into)
+    finally:
+        set_threads(executable, before)
     return out

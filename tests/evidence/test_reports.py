@@ -9,6 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from support import manifest_of, rehash, save_manifest, verify_cli
 
 from gdv.cli import main
@@ -54,7 +56,8 @@ def test_every_bundle_has_the_cost_reports_under_their_schemas(pristine) -> None
 
 
 def test_the_report_schemas_are_strict() -> None:
-    for name in ("reports-compile-cost-1", "reports-predicted-cost-1", "reports-execution-1"):
+    names = ("compile-cost-1", "predicted-cost-1", "execution-1", "scaling-1")
+    for name in (f"reports-{n}" for n in names):
         assert report_schema(name)["additionalProperties"] is False
     with pytest.raises(EvidenceError, match="unknown report schema"):
         report_schema("reports-nope-1")
@@ -144,3 +147,80 @@ def test_profile_needs_an_evidence_bundle(capsys) -> None:
     assert main(["compile", str(ROOT / "examples" / "mlp.gdv"), "--profile"]) == 3
     err = capsys.readouterr().err
     assert "--profile adds the execution report to an evidence bundle" in err
+
+
+def _execution(medians: dict[int, float], total: float) -> dict:
+    """A minimal execution report: its kernels' medians and the entry's."""
+    machine = {
+        "cpu": "test",
+        "cores": 2,
+        "isa": ["avx2"],
+        "peak_gflops_f32": 1.0,
+        "copy_bandwidth_gbs": 1.0,
+    }
+    kernels = [
+        {
+            "index": i,
+            "value": f"v{i}",
+            "op": "kernel",
+            "kind": "product",
+            "median_seconds": m,
+            "source": {"location": f"m.gdv:{i + 1}:3", "origin": None},
+        }
+        for i, m in medians.items()
+    ]
+    return {
+        "schema": "gdv.reports.execution/1",
+        "source": "m.gdv",
+        "target": "c",
+        "level": 3,
+        "runs": 5,
+        "warmup": 1,
+        "machine": machine,
+        "total": {"median_seconds": total},
+        "kernels": kernels,
+    }
+
+
+def test_scaling_ranks_the_kernels_by_the_time_they_lose() -> None:
+    from gdv.evidence.reports import scaling
+
+    one = _execution({0: 2.0, 1: 0.01, 2: 0.5, 3: 0.0}, 2.6)
+    two = _execution({0: 1.2, 1: 0.03, 2: 0.25, 3: 0.0}, 1.5)
+    report = scaling([1, 2], [one, two])
+    validate_report("reports-scaling-1", report)
+    by = {k["index"]: k for k in report["kernels"]}
+    assert [k["index"] for k in report["kernels"]] == [0, 1, 2, 3]  # lost 0.2, 0.025, 0, 0
+    assert by[0]["lost_seconds"] == pytest.approx(0.2)
+    assert by[1]["lost_seconds"] == pytest.approx(0.025)
+    assert by[1]["speedup"] == pytest.approx(1 / 3)
+    assert by[2]["lost_seconds"] == pytest.approx(0.0) and by[2]["speedup"] == pytest.approx(2.0)
+    assert by[3]["speedup"] is None and by[0]["median_seconds"] == [2.0, 1.2]
+    total = report["total"]
+    assert total["speedup"] == pytest.approx(2.6 / 1.5)
+    assert total["efficiency"] == pytest.approx(2.6 / 1.5 / 2)
+    assert total["lost_seconds"] == pytest.approx(0.2)
+    assert report["executions"] == [one, two] and report["threads"] == [1, 2]
+
+
+@given(
+    counts=st.lists(st.integers(1, 64), min_size=2, max_size=4, unique=True),
+    data=st.data(),
+)
+def test_scaling_lost_time_is_against_perfect_scaling_from_the_first_count(counts, data) -> None:
+    from gdv.evidence.reports import scaling
+
+    n = data.draw(st.integers(1, 6))
+    times = st.floats(0.0, 10.0, allow_nan=False)
+    reports = [
+        _execution({i: data.draw(times) for i in range(n)}, data.draw(times)) for _ in counts
+    ]
+    report = scaling(counts, reports)
+    lost = [k["lost_seconds"] for k in report["kernels"]]
+    assert lost == sorted(lost, reverse=True)
+    for k in report["kernels"]:
+        first = reports[0]["kernels"][k["index"]]["median_seconds"]
+        last = reports[-1]["kernels"][k["index"]]["median_seconds"]
+        assert k["median_seconds"][0] == first and k["median_seconds"][-1] == last
+        assert k["lost_seconds"] == pytest.approx(last - first * counts[0] / counts[-1])
+        assert (k["speedup"] is None) == (last == 0)

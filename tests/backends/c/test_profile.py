@@ -13,6 +13,7 @@ from gdv.backends.c import profile
 from gdv.backends.cost import Roofline, module_costs
 from gdv.backends.reference import random_inputs
 from gdv.driver import CompileOptions, compile_module
+from gdv.ir.diagnostics import IRError
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -111,3 +112,90 @@ def test_the_cost_model_counts_products_and_elementwise_kernels(compiled) -> Non
     assert roof.bound(p) == "compute"
     f64 = type(p)(0, "v", "kernel", "product", "f64", 2 * 10**9, 8, None)
     assert roof.seconds(f64) == pytest.approx(2 * 10**9 / 50e9)  # half the lanes
+
+
+_THREADS_PROBE = """
+import os, sys
+from gdv.backends import c
+from gdv.backends.c import profile
+from gdv.backends.reference import random_inputs
+from gdv.driver import CompileOptions, compile_module
+from gdv.ir.diagnostics import IRError
+comp = compile_module(sys.argv[1], CompileOptions(jobs=1))
+exe = c.Executable(comp.module, profile=True)
+inputs = random_inputs(comp.source.entry, 0)
+before = profile.set_threads(exe, int(sys.argv[2]))
+exe(inputs)
+print(before, profile.threads(exe), len(os.listdir("/proc/self/task")))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("count", [1, 3])
+def test_set_threads_reaches_the_programs_parallel_regions(compiled, tmp_path, count) -> None:
+    """`set_threads` sets the thread count the program's OpenMP regions run with: in a fresh
+    process started with OMP_NUM_THREADS=2, a call after `set_threads(exe, 1)` starts no worker
+    thread, and one after `set_threads(exe, 3)` starts two (the OS counts the process's
+    threads). Not a timing: the threads are counted."""
+    import os
+    import subprocess
+    import sys
+
+    src = tmp_path / "big.gdv"
+    src.write_text(BIG)
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    out = subprocess.run(
+        [sys.executable, "-c", _THREADS_PROBE, str(src), str(count)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    before, now, tasks = map(int, out.stdout.split())
+    assert before == 2 and now == count
+    # the main thread, the workers of a team of `count` (OpenBLAS or others may add their own,
+    # started before the call and the same in both cases)
+    base = subprocess.run(
+        [sys.executable, "-c", _THREADS_PROBE.replace("exe(inputs)", ""), str(src), "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert base.returncode == 0, base.stderr
+    assert tasks - int(base.stdout.split()[2]) == count - 1
+
+
+def test_run_threads_interleaves_the_counts_and_restores_the_setting(compiled) -> None:
+    inputs = random_inputs(compiled.source.entry, 0)
+    exe = c.Executable(compiled.module, profile=True)
+    start = profile.threads(exe)
+    seen: list[int] = []
+    call = exe.__call__
+
+    class Watched:
+        """`exe`, noting the thread count of each call."""
+
+        lowered, _lib = exe.lowered, exe._lib
+
+        def __call__(self, feed):
+            seen.append(profile.threads(exe))
+            return call(feed)
+
+    runs = profile.run_threads(Watched(), inputs, runs=3, counts=[1, 2], warmup=1)
+    assert len(runs) == 2 and all(len(r.entry) == 3 for r in runs)
+    # warm-up: one call per count; then per round an untimed and a timed call per count
+    assert seen == [1, 2] + [1, 1, 2, 2] * 3
+    assert profile.threads(exe) == start
+    with pytest.raises(IRError, match="missing input"):  # a failing call restores it too
+        profile.run_threads(exe, {}, runs=1, counts=[1, 3])
+    assert profile.threads(exe) == start
+
+
+def test_an_executable_without_openmp_is_refused() -> None:
+    class NoOpenMP:
+        _lib = object()
+
+    with pytest.raises(profile.ThreadsError, match="no OpenMP"):
+        profile.set_threads(NoOpenMP(), 2)
