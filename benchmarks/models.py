@@ -18,8 +18,9 @@ gdv's C target on both paths, called with the weights as arguments and bound onc
 (compiled again with `CompileOptions.bound` = the weights' names, `gdv compile --bound`, so
 its products plan for factors packed once, then `Compilation.bind`, as onnxruntime's session
 fixes its initializers: product factors read only from weights are packed at bind time; the
-bound result must equal the unbound one bit for bit), torch eager and onnxruntime (CPU, 2 intra-op threads, 1 inter-op), the ratios gdv/torch
-and gdv/ORT (time over time: below 1 is faster), and the largest absolute difference from torch.
+bound result must equal the unbound one bit for bit), torch eager and onnxruntime (CPU, 2
+intra-op threads, 1 inter-op), the ratios gdv/torch and gdv/ORT (time over time: below 1 is
+faster), and the largest absolute difference from torch.
 
 Peak memory is measured the same way for every engine, each in a fresh subprocess: load the
 engine (torch: build the model; ORT: create the session; gdv: compile with the proof and C
@@ -636,7 +637,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": "HF_HUB_OFFLINE=1 python benchmarks/models.py"
         + (f" --models {args.models}" if args.models != ",".join(MODELS) else "")
         + (" --quick" if args.quick else "")
-        + (f" --runs {args.runs}" if args.runs else ""),
+        + (f" --runs {args.runs}" if args.runs else "")
+        + (f" --level {args.level}" if args.level != 2 else ""),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": {
             "cpus": os.cpu_count(),
