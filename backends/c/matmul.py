@@ -396,6 +396,18 @@ EDGE_ROWS = (8, 4, 2, 1)
 MR rows and all NR columns is cut into, instead of computing MR rows of which the last are
 zero: 24 output channels in 16-row tiles spend a third of their steps on zeros otherwise."""
 
+BALANCED_ROWS = True
+"""A product whose `split` is `rows` and whose whole MR-row slivers would give two threads
+unequal shares gives each thread M / threads rows instead, where X is packed on every call (its
+slivers start wherever a thread's rows do). resnet18's layer 4 convs run 49 positions as rows
+in 13-row slivers: whole slivers gave the threads 26 and 23 rows, so one did 53% of the work.
+Measured on the 2-core Zen 4 host (-O3, bound, two threads, both builds in one process,
+interleaved blocks of 20 calls with the probe of `benchmarks/two_threads.py` before each,
+2026-12-06): in 174 near rounds the model 17.88 -> 17.71 ms, each of those convs 1.153-1.176
+-> 1.106-1.131 ms (0.598 -> 0.576 the smaller one); in 57 far rounds 21.10 -> 21.00. Applied
+to every product, the ones whose threads split columns (BERT's) ran 1.4-1.6% slower with
+nothing but that branch's text changed, so only products that split rows get it."""
+
 EDGE_ROWS_EXACT = True
 """Before `EDGE_ROWS`, a micro-kernel of exactly M mod MR rows: the only partial row sliver a
 product has (its row blocks and the threads' shares are whole slivers), run as one call
@@ -1107,13 +1119,25 @@ def _blocked(
             "rows (the same steps per element, in the same order)",
         )
     rows_edge = ""
-    exact = (m_ % mr,) if EDGE_ROWS_EXACT else ()
+    # Rows split evenly between threads where X is packed on every call and whole slivers
+    # would give two threads unequal shares (`BALANCED_ROWS`): each thread's last sliver may
+    # be partial, so the two threads' remainders get exact kernels.
+    half = (m_ + mr - 1) // mr // 2 * mr
+    balanced = (
+        BALANCED_ROWS
+        and op.attrs["split"] == "rows"
+        and not x_in
+        and bindable["x"] is None
+        and max(half, m_ - half) > (m_ + 1) // 2
+    )
+    shares = (m_ // 2, m_ - m_ // 2) if balanced else (m_,)
+    exact = tuple(sorted({h % mr for h in shares}, reverse=True)) if EDGE_ROWS_EXACT else ()
     row_kernels = {
         r: micro_kernel(
             prog, dtype, r, nr * dtype.itemsize // vb, vb, False, "contract" in op.attrs, mr
         )
         for r in (*exact, *EDGE_ROWS)
-        if 0 < r < mr and m_ % mr
+        if 0 < r < mr and any(h % mr for h in shares)
     }
     if row_kernels:
         steps = "\n".join(
@@ -1142,6 +1166,24 @@ def _blocked(
         )
     # The thread split the kernel's `split` gives (gdv.ir.products.split says what each means).
     split = op.attrs["split"]
+    if balanced:
+        row_split = (
+            f"        i_lo = tid * INT64_C({m_}) / nt;\n"
+            f"        i_hi = (tid + 1) * INT64_C({m_}) / nt;"
+        )
+        prog.record(
+            op,
+            "balanced rows",
+            "threads' rows",
+            "threads given rows share them evenly, each thread's last sliver partial where "
+            "needed (X is packed on every call; the same steps per element)",
+        )
+    else:
+        row_split = (
+            f"        i_lo = tid * msl / nt * {mr};\n"
+            f"        i_hi = (tid + 1) * msl / nt * {mr};\n"
+            f"        if (i_hi > {m_}) i_hi = {m_};"
+        )
     parallel = int(split != "none")
     by_columns = "nsl >= nt" if split != "rows" else "nsl >= nt && msl < nt"
     return (
@@ -1173,9 +1215,7 @@ def _blocked(
         j_hi = (tid + 1) * nsl / nt * {nr};
         if (j_hi > {n_}) j_hi = {n_};
       }} else {{
-        i_lo = tid * msl / nt * {mr};
-        i_hi = (tid + 1) * msl / nt * {mr};
-        if (i_hi > {m_}) i_hi = {m_};
+{row_split}
       }}
       for (int64_t jc = j_lo; jc < j_hi; jc += {nc_max}) {{
         const int64_t nc = j_hi - jc < {nc_max} ? j_hi - jc : {nc_max};

@@ -42,6 +42,14 @@ LATE = f"""func @main(%x: f32[1,256,7,7], %w: f32[256,256,3,3]) -> f32[1,256,7,7
 """
 """A late CNN layer (few positions, many channels: a product through a workspace)."""
 
+UNEVEN = f"""func @main(%x: f32[1,256,6,7], %w: f32[256,256,3,3]) -> f32[1,256,6,7] {{
+  %c = conv2d(%x, %w) {{{CONV}}} : f32[1,256,6,7]
+  return %c
+}}
+"""
+"""A late layer on 6 x 7: 42 positions as rows in 6-row slivers, 7 of them, so whole slivers
+would give two threads 18 and 24 rows (`matmul.BALANCED_ROWS` gives each 21: 6 + 6 + 6 + 3)."""
+
 PACKED = """func @main(%a: f32[100,70], %b: f32[70,130]) -> f32[100,130] {
   %s = add(%a, %a) : f32[100,70]
   %t = add(%b, %b) : f32[70,130]
@@ -129,9 +137,29 @@ def test_a_product_of_two_packed_factors_splits_its_rows() -> None:
     assert [a["split"] for a in products] == ["rows"]
 
 
-@pytest.mark.parametrize("program", ["mid", "late", "packed"])
+def test_uneven_row_slivers_are_shared_evenly() -> None:
+    """Rows split between threads in whole slivers would be uneven here (7 slivers of 6 rows):
+    the printer gives each thread half of the rows instead, records the choice, and has an
+    exact kernel for each thread's partial sliver (3 rows for two threads); a product whose
+    threads split evenly in whole slivers keeps them."""
+    from gdv.backends import c
+    from gdv.ir import products
+
+    module = PassManager(pipeline("c", 2)).run(parse(UNEVEN)).module
+    (op,) = [op for op in module.entry.ops if op.attrs.get("strategy") == "product"]
+    assert products.sizes(op.attrs, products.recorded(op.attrs))[1] == 42
+    assert op.attrs["micro"][0] == 6 and op.attrs["split"] == "rows"
+    choices = [ch["choice"] for ch in c.printer_choices(module)]
+    assert "balanced rows" in choices
+    text = c.lower(module)
+    assert "i_lo = tid * INT64_C(42) / nt;" in text and "(mr - ii >= 3)" in text
+    even = PassManager(pipeline("c", 2)).run(parse(MID)).module
+    assert "balanced rows" not in [ch["choice"] for ch in c.printer_choices(even)]
+
+
+@pytest.mark.parametrize("program", ["mid", "late", "packed", "uneven"])
 def test_every_thread_count_gives_the_reference_bits(tmp_path, program) -> None:
-    source = {"mid": MID, "late": LATE, "packed": PACKED}[program]
+    source = {"mid": MID, "late": LATE, "packed": PACKED, "uneven": UNEVEN}[program]
     inputs = _inputs(source, 7)
     want = reference.run(parse(source), inputs)[0]
     for threads in (1, 2, 3):
