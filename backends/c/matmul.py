@@ -410,8 +410,9 @@ nothing but that branch's text changed, so only products that split rows get it.
 
 EDGE_ROWS_EXACT = True
 """Before `EDGE_ROWS`, a micro-kernel of exactly M mod MR rows: the only partial row sliver a
-product has (its row blocks and the threads' shares are whole slivers), run as one call
-instead of a ladder whose smallest pieces keep one or two accumulator chains."""
+product has (its row blocks and the threads' shares are whole slivers; with `BALANCED_ROWS`,
+one of exactly each of two threads' shares mod MR), run as one call instead of a ladder whose
+smallest pieces keep one or two accumulator chains."""
 
 
 def column_kernel(prog: Program, dtype: DType, mr: int, vb: int, cols: int, fma: bool) -> str:
