@@ -155,25 +155,14 @@ def kernel_table(rounds: list[dict], names: list[str], k: int) -> list[dict]:
 
 def _profiled(keep: dict):
     """The compiled program built again with per-op timers and bound to the same weights:
-    (a call taking the feed and returning each timed op's ms, the timed ops' names)."""
-    import numpy as np
-
+    (the bound executable, for `gdv.backends.c.profile.run`; the timed ops' names)."""
     from gdv.backends import c
     from gdv.backends.c import profile as pr
 
     comp = keep["comp"]
     exe = c.Executable(comp.module, comp.options.allow_fallback, profile=True)
-    run = exe.bind(keep["weights"])
-    n = len(exe.lowered.spans)
-    prof = pr.counters(exe)
     names = [f"{t.op} %{t.value}" for t in pr.timed_ops(exe.lowered)]
-
-    def call(feed: dict) -> list[float]:
-        run(feed)
-        raw = np.frombuffer(prof, dtype=np.int64)
-        return ((raw[1 : 2 * n : 2] - raw[0 : 2 * n : 2]) / 1e6).tolist()
-
-    return call, names
+    return exe.bind(keep["weights"]), names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,10 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     timed, names = _profiled(keep) if args.kernels else (None, [])
 
     def timed_block() -> list[float]:
+        from gdv.backends.c import profile as pr
+
         time.sleep(0.1)
-        timed(feed)
-        per_call = [timed(feed) for _ in range(args.calls)]
-        return [statistics.median(col) for col in zip(*per_call, strict=True)]
+        ns = pr.run(timed, feed, args.calls, warmup=1).durations()
+        return [statistics.median(col) / 1e6 for col in ns.T.tolist()]
 
     def block(fn) -> float:
         time.sleep(0.1)
