@@ -161,15 +161,22 @@ def test_threads_prints_the_last_counts_table_then_the_scaling_table(capsys, tmp
     assert rc == 0 and "1 thread(s)" in out and "scaling" not in out
 
 
-def test_threads_without_openmp_is_an_input_error(capsys, monkeypatch) -> None:
-    from gdv.backends.c import profile
-
-    def no_openmp(executable, name):
-        raise profile.ThreadsError("this build has no OpenMP")
-
-    monkeypatch.setattr(profile, "_omp", no_openmp)
+def test_threads_on_a_build_without_openmp_says_so_and_profiles(capsys, tmp_path) -> None:
+    """A program none of whose ops runs in parallel links no OpenMP runtime: `--threads`
+    profiles it at every count all the same and says on standard error that each runs on
+    one thread."""
+    small = tmp_path / "small.gdv"
+    small.write_text(
+        "func @main(%x: f32[4]) -> f32[4] {\n  %y = add(%x, %x) : f32[4]\n  return %y\n}\n"
+    )
+    rc, out, err = _profile(capsys, small, "--runs", "2", "--threads", "1,2", "--json")
+    assert rc == 0, err
+    assert "links no OpenMP runtime" in err and "Traceback" not in err
+    report = json.loads(out)
+    validate_report("reports-scaling-1", report)
+    assert report["threads"] == [1, 2] and len(report["kernels"]) == 1
     rc, _, err = _profile(capsys, CONV, "--runs", "1", "--threads", "1,2")
-    assert rc == 3 and "--threads: this build has no OpenMP" in err and "Traceback" not in err
+    assert rc == 0 and "OpenMP" not in err  # the conv's product runs in parallel
 
 
 def test_malformed_ir_names_its_position(capsys, tmp_path) -> None:

@@ -140,23 +140,27 @@ def run(executable, inputs: Mapping[str, np.ndarray], runs: int, warmup: int = 1
     return out
 
 
-class ThreadsError(RuntimeError):
-    """The thread count of an executable cannot be set (it was built without OpenMP)."""
-
-
 def _omp(executable, name: str):
+    """The OpenMP runtime's function `name` as the executable's library sees it; None where
+    the library links no OpenMP runtime (none of its ops opens a parallel region, or the C
+    compiler has no OpenMP): it then runs on one thread whatever the setting."""
     try:
         return getattr(executable._lib, name)
     except AttributeError:
-        raise ThreadsError(
-            "this build has no OpenMP (the C compiler did not accept -fopenmp): its thread "
-            "count cannot be set"
-        ) from None
+        return None
+
+
+def has_openmp(executable) -> bool:
+    """Whether the executable's library links an OpenMP runtime (`omp_set_num_threads`)."""
+    return _omp(executable, "omp_set_num_threads") is not None
 
 
 def threads(executable) -> int:
-    """The OpenMP thread count the executable's next call runs with (`omp_get_max_threads`)."""
+    """The OpenMP thread count the executable's next call runs with (`omp_get_max_threads`;
+    1 without OpenMP)."""
     get = _omp(executable, "omp_get_max_threads")
+    if get is None:
+        return 1
     get.restype = ctypes.c_int
     return int(get())
 
@@ -164,11 +168,12 @@ def threads(executable) -> int:
 def set_threads(executable, count: int) -> int:
     """Make the executable's next calls from this thread run with `count` OpenMP threads
     (`omp_set_num_threads`, the calling thread's setting, which every parallel region the
-    entry opens follows); the count before."""
+    entry opens follows); the count before. Without OpenMP nothing changes (1)."""
     before = threads(executable)
     put = _omp(executable, "omp_set_num_threads")
-    put.argtypes = [ctypes.c_int]
-    put(int(count))
+    if put is not None:
+        put.argtypes = [ctypes.c_int]
+        put(int(count))
     return before
 
 

@@ -19,7 +19,9 @@ last count's table and then the scaling table: per kernel its medians at each co
 speedup and the time it loses against perfect scaling from the first count, most first (a
 kernel that gets slower with more threads, or one whose threads wait on each other, heads the
 list). `--json` then prints the scaling report (`evidence/schema/reports-scaling-1.json`),
-which holds the execution report of every count; `--trace` is the last count's timeline.
+which holds the execution report of every count; `--trace` is the last count's timeline. A
+build that links no OpenMP runtime (no op of it runs in parallel) runs on one thread at every
+count, and a note on standard error says so.
 """
 
 from __future__ import annotations
@@ -160,13 +162,17 @@ def measure(
         exe = exe.bind({k: v for k, v in inputs.items() if k in bound})
         inputs = {k: v for k, v in inputs.items() if k not in bound}
     counts = threads or []
-    try:
-        if counts:
-            every = profile.run_threads(exe, inputs, runs, counts, warmup)
-        else:
-            every = [profile.run(exe, inputs, runs, warmup)]
-    except profile.ThreadsError as e:
-        raise IRError(f"--threads: {e}", Loc("<command line>", 1, 1)) from None
+    if counts and not profile.has_openmp(exe):
+        print(
+            "note: --threads: this build links no OpenMP runtime (none of its ops opens a "
+            "parallel region, or the C compiler has no OpenMP), so every count runs it on one "
+            "thread",
+            file=sys.stderr,
+        )
+    if counts:
+        every = profile.run_threads(exe, inputs, runs, counts, warmup)
+    else:
+        every = [profile.run(exe, inputs, runs, warmup)]
     reports = [
         execution(
             comp.module,

@@ -183,9 +183,9 @@ def test_run_threads_interleaves_the_counts_and_restores_the_setting(compiled) -
     assert profile.threads(exe) == start
 
 
-def test_an_executable_without_openmp_is_refused() -> None:
+def test_an_executable_without_openmp_runs_on_one_thread() -> None:
     class NoOpenMP:
         _lib = object()
 
-    with pytest.raises(profile.ThreadsError, match="no OpenMP"):
-        profile.set_threads(NoOpenMP(), 2)
+    assert not profile.has_openmp(NoOpenMP())
+    assert profile.threads(NoOpenMP()) == 1 and profile.set_threads(NoOpenMP(), 2) == 1
