@@ -8,7 +8,8 @@ caller's arrays, returned values are written into buffers the caller owns); ever
 is an intermediate and gets a buffer in the arena. A group is live from the op that defines its
 root to the last use of any of its values; intervals are closed, so an op's result never shares
 space with its operands. Buffers are placed first-fit in definition order at 64-byte aligned
-offsets. The plan is recorded in the function's attributes: `arena_bytes` (the peak memory) and
+offsets, except that no value takes the bytes of a product's shared factor (`shared_factors`).
+The plan is recorded in the function's attributes: `arena_bytes` (the peak memory) and
 `buffers` ([root, offset, bytes] per intermediate group). The C target takes every
 intermediate from this arena at these offsets. The `memory-safety` obligation asserts, over
 symbolic buffer indices a and b, two distinct buffers live at one time whose byte ranges
@@ -21,12 +22,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gdv.ir import products
 from gdv.ir.core import Function, Module
 from gdv.ir.obligation import Obligation
 from gdv.ir.ops.kernel import bodies_used, group_spans
 from gdv.passes.base import Pass, PassResult, Step
 
 ALIGN = 64
+
+KEEP_SHARED = True
+"""No value is placed over the bytes of a value that a product's threads each read whole (its
+factor on the side they do not split: `shared_factors`). Those bytes end in every core's cache,
+and a value written over them has to take each line back from the other core first. On the
+2-core Zen 4 VM, resnet18's layer 2 and 3 pads (each a conv's input that every thread of the
+conv packs whole) are placed over the previous such pad; placing values past every earlier
+buffer took them from 0.036-0.039 to 0.017-0.018 ms (layer 2) and 0.022-0.026 to 0.011-0.013
+(layer 3) when the two vCPUs shared a cache, and 0.142-0.145 to 0.017-0.018 and 0.089-0.091 to
+0.011-0.019 when they did not (-O3, bound, two threads, both plans in one process, interleaved
+blocks of 20 calls with the probe of `benchmarks/two_threads.py` before each, medians,
+2026-12-06). Placing every value of at most 512 KiB so (the arena of resnet18 6.8 -> 14.8 MiB)
+made mobilenet_v2 4.5% slower when the vCPUs shared a cache (4.38 -> 4.58 ms, 198 rounds),
+hence only the shared factors' bytes."""
 
 
 @dataclass(frozen=True)
@@ -54,9 +70,31 @@ def storage(fn: Function) -> tuple[dict[str, str], set[str]]:
     return root, external
 
 
-def plan(fn: Function) -> list[Buffer]:
-    """First-fit placement of every intermediate storage group of `fn` by liveness."""
+def shared_factors(fn: Function, bodies: dict[str, Function]) -> set[str]:
+    """The values some product kernel of `fn` reads as the factor on the side its threads do
+    not split (`split = "rows"`: the column factor; `"columns"`: the row factor): every thread
+    reads all of it. `bodies`: the module's functions by name (a kernel's body)."""
+    shared: set[str] = set()
+    for op in fn.ops:
+        a = op.attrs
+        if op.name != "kernel" or a.get("strategy") != "product" or a.get("split") == "none":
+            continue
+        body = bodies.get(a.get("body", ""))
+        if body is None:
+            continue
+        x, y = products.factors(a, body)
+        whole = y if a.get("split") == "rows" else x
+        reads = products.closure(body, whole)
+        shared.update(v for v, q in zip(op.operands, body.params, strict=False) if q.name in reads)
+    return shared
+
+
+def plan(fn: Function, bodies: dict[str, Function] | None = None) -> list[Buffer]:
+    """First-fit placement of every intermediate storage group of `fn` by liveness, no group
+    over the bytes of a shared factor (`KEEP_SHARED`, given the module's `bodies`)."""
     root, external = storage(fn)
+    shared = shared_factors(fn, bodies or {}) if KEEP_SHARED else set()
+    keep = {root[v] for v in shared if v in root}
     spans = group_spans(fn)  # a row group is one step of liveness
     first = {op.result: spans[i][0] for i, op in enumerate(fn.ops) if root[op.result] == op.result}
     last = {op.result: spans[i][1] for i, op in enumerate(fn.ops) if root[op.result] == op.result}
@@ -75,7 +113,7 @@ def plan(fn: Function) -> list[Buffer]:
         busy = sorted(
             (b.offset, b.offset + b.size)
             for b in placed
-            if b.start <= last[op.result] and first[op.result] <= b.end
+            if b.name in keep or (b.start <= last[op.result] and first[op.result] <= b.end)
         )
         offset = 0
         for lo, hi in busy:  # the lowest aligned gap that holds `size` bytes
@@ -119,7 +157,7 @@ class PlanMemory(Pass):
             if fn.name in bodies or not fn.ops:
                 functions.append(fn)
                 continue
-            buffers = plan(fn)
+            buffers = plan(fn, {f.name: f for f in module.functions})
             arena = max((b.offset + b.size for b in buffers), default=0)
             attrs = {
                 **fn.attrs,

@@ -262,8 +262,8 @@ def _overlapping_buffers():
 
     original = pm.plan
 
-    def plan(fn):
-        buffers = original(fn)
+    def plan(fn, *args):
+        buffers = original(fn, *args)
         for j, b in enumerate(buffers):
             for a in buffers[:j]:
                 if a.start <= b.end and b.start <= a.end and a.offset != b.offset:
