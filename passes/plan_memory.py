@@ -33,16 +33,17 @@ ALIGN = 64
 KEEP_SHARED = True
 """No value is placed over the bytes of a value that a product's threads each read whole (its
 factor on the side they do not split: `shared_factors`). Those bytes end in every core's cache,
-and a value written over them has to take each line back from the other core first. On the
-2-core Zen 4 VM, resnet18's layer 2 and 3 pads (each a conv's input that every thread of the
-conv packs whole) are placed over the previous such pad; placing values past every earlier
-buffer took them from 0.036-0.039 to 0.017-0.018 ms (layer 2) and 0.022-0.026 to 0.011-0.013
-(layer 3) when the two vCPUs shared a cache, and 0.142-0.145 to 0.017-0.018 and 0.089-0.091 to
-0.011-0.019 when they did not (-O3, bound, two threads, both plans in one process, interleaved
-blocks of 20 calls with the probe of `benchmarks/two_threads.py` before each, medians,
-2026-12-06). Placing every value of at most 512 KiB so (the arena of resnet18 6.8 -> 14.8 MiB)
-made mobilenet_v2 4.5% slower when the vCPUs shared a cache (4.38 -> 4.58 ms, 198 rounds),
-hence only the shared factors' bytes."""
+and a value written over them has to take each line back from the other core first: resnet18's
+layer 2 and 3 pads (each a conv's input that every thread of the conv packs whole) were each
+placed over the previous such pad. On the 2-core Zen 4 VM (-O3, bound, two threads, both plans
+in one process, interleaved blocks of 20 calls with the probe of `benchmarks/two_threads.py`
+before each, medians, off -> on, 2026-12-06): resnet18 18.65 -> 18.51 ms when the two vCPUs
+shared a cache (143 rounds; those pads 0.022-0.036 -> 0.007-0.016 ms each) and 21.43 -> 20.84
+when they did not (75 rounds; 0.091-0.144 -> 0.028-0.083); mobilenet_v2 4.38 -> 4.33 and 7.01
+-> 7.04; efficientnet_b0 6.43 -> 6.35 and 9.83 -> 9.64; the 2-layer BERT 5.20 -> 5.22 and 6.26
+-> 6.20. Placing every value of at most 512 KiB past all earlier buffers instead made
+mobilenet_v2 4.5% slower when the vCPUs shared a cache (4.38 -> 4.58 ms, 198 rounds) and the
+arenas 2.2-11 times larger; this rule leaves the CNNs' arenas as they were."""
 
 
 @dataclass(frozen=True)
