@@ -70,6 +70,33 @@ def test_the_shared_factors_are_the_convs_padded_inputs() -> None:
     assert shared == set(pads)
 
 
+NOT_A_PRODUCT = """func @main(%x: f32[4,3], %w: f32[3,5]) -> f32[4,5] {
+  %d = kernel(%x, %w) {body = "main.k0", space = [4, 5, 3], maps = [[[1, 0, 0, 0], [0, 0, 1, 0]], [[0, 0, 1, 0], [0, 1, 0, 0]]], out = [0, 1], reduce = [2], combiner = "add", strategy = "product", batch = [], rows = [0], cols = [1], row_factor = 0, micro = [4, 16], blocks = [4, 3, 16], split = "rows"} : f32[4,5]
+  %r = kernel(%d) {body = "main.k1", space = [4, 5], maps = [[[1, 0, 0], [0, 1, 0]]], out = [0, 1], reduce = [], combiner = "none"} : f32[4,5]
+  return %r
+}
+
+func @main.k0(%a0: f32[], %a1: f32[]) -> f32[] {
+  return %a0
+}
+
+func @main.k1(%a0: f32[]) -> f32[] {
+  %r = relu(%a0) : f32[]
+  return %r
+}
+"""
+"""A kernel marked as a product whose body ends in no multiply (hand-written, hostile): no
+factor is shared, and planning it is no traceback (the C target says why it cannot run it)."""
+
+
+def test_a_kernel_that_is_no_product_has_no_shared_factor() -> None:
+    module = parse(NOT_A_PRODUCT)
+    assert plan_memory.shared_factors(module.entry, _bodies(module)) == set()
+    planned = PassManager([plan_memory.PlanMemory()]).run(module).module
+    assert [b[0] for b in planned.entry.attrs["buffers"]] == ["d"]
+    assert _safe(planned.entry)
+
+
 def test_no_value_takes_a_shared_factors_bytes() -> None:
     module = _compiled(_convs(3))
     entry = module.entry
