@@ -154,6 +154,9 @@ class ScheduleKernels(Pass):
                 if op.name != "kernel" or fn.name in bodies or "tile" in op.attrs:
                     ops.append(op)
                     continue
+                if "strategy" in op.attrs:  # scheduled already (by hand): its lanes stay
+                    ops.append(op)
+                    continue
                 attrs = {**op.attrs, **choose(op, self.vector_bytes)}
                 attrs["accumulators"] = blocks = split_accumulators(op, self.accumulators)
                 new = Op(op.result, op.name, list(op.operands), attrs, op.type, op.loc)

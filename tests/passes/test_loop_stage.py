@@ -231,3 +231,37 @@ def test_gdv_tv_proves_a_lowered_program_equal_to_its_source(tmp_path) -> None:
     low = tmp_path / "low.gdv"
     low.write_text(print_module(lowered))
     assert main(["tv", str(src), str(low)]) == 0
+
+
+HAND_PRODUCT = """func @main(%x: f32[4,3], %w: f32[3,5]) -> f32[4,5] {
+  %d = kernel(%x, %w) {body = "main.k0", space = [4, 5, 3], maps = [[[1, 0, 0, 0], [0, 0, 1, 0]], [[0, 0, 1, 0], [0, 1, 0, 0]]], out = [0, 1], reduce = [2], combiner = "add", strategy = "product", batch = [], rows = [0], cols = [1], row_factor = 0, micro = [4, 8], blocks = [4, 3, 8], split = "rows"} : f32[4,5]
+  return %d
+}
+
+func @main.k0(%a0: f32[], %a1: f32[]) -> f32[] {
+  %p = mul(%a0, %a1) : f32[]
+  return %p
+}
+"""  # noqa: E501
+"""A product kernel scheduled by hand (no `tile`, no `vector`: one lane, so NR = 8 is whole)."""
+
+
+def test_a_kernel_scheduled_by_hand_keeps_its_schedule() -> None:
+    """`schedule-kernels` leaves a kernel with a `strategy` as written: giving it the target's
+    lanes made its `micro` invalid (NR = 8 is not a whole number of 16-lane vectors), which
+    the compile reported as an internal error."""
+    from gdv.backends import c
+
+    module = parse(HAND_PRODUCT)
+    (before,) = module.entry.ops
+    scheduled = PassManager([ScheduleKernels(vector_bytes=64)]).run(module).module
+    (after,) = scheduled.entry.ops
+    assert after.attrs == before.attrs
+    rng = np.random.default_rng(5)
+    inputs = {
+        "x": rng.standard_normal((4, 3)).astype(np.float32),
+        "w": rng.standard_normal((3, 5)).astype(np.float32),
+    }
+    got = c.run(scheduled, inputs)[0]
+    want = reference.run(module, inputs)[0]
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
