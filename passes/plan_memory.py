@@ -86,7 +86,7 @@ def shared_factors(fn: Function, bodies: dict[str, Function]) -> set[str]:
         x, y = products.factors(a, body)
         whole = y if a.get("split") == "rows" else x
         reads = products.closure(body, whole)
-        shared.update(v for v, q in zip(op.operands, body.params, strict=False) if q.name in reads)
+        shared.update(v for v, q in zip(op.operands, body.params, strict=True) if q.name in reads)
     return shared
 
 

@@ -151,10 +151,8 @@ class ScheduleKernels(Pass):
             types = fn.types()
             ops = []
             for op in fn.ops:
-                if op.name != "kernel" or fn.name in bodies or "tile" in op.attrs:
-                    ops.append(op)
-                    continue
-                if "strategy" in op.attrs:  # scheduled already (by hand): its lanes stay
+                scheduled = "tile" in op.attrs or "strategy" in op.attrs  # (by hand, too)
+                if op.name != "kernel" or fn.name in bodies or scheduled:
                     ops.append(op)
                     continue
                 attrs = {**op.attrs, **choose(op, self.vector_bytes)}
