@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # "ci": derandomized, so CI is repeatable; "dev": more examples for local fuzzing.
@@ -25,9 +26,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 ROOT_PACKAGES = ("ir", "passes", "validate", "backends", "evidence", "grammar", "frontends")
 
 
-def pytest_sessionfinish(session, exitstatus):
-    """Fail the run if any root folder was imported by its bare name (`import ir`)."""
+@pytest.fixture(autouse=True, scope="session")
+def _no_bare_root_imports():
+    """Fail the run if any root folder was imported by its bare name (`import ir`): checked
+    when each test process finishes (each pytest-xdist worker too), as an error in the teardown
+    of its last test. A `pytest_sessionfinish` hook setting the exit status did not reach the
+    run's status from an xdist worker."""
+    yield
     bare = sorted(name for name in sys.modules if name.split(".")[0] in ROOT_PACKAGES)
-    if bare:
-        print(f"\nerror: modules imported by bare root-folder names: {bare}", file=sys.stderr)
-        session.exitstatus = 1
+    assert not bare, f"modules imported by bare root-folder names: {bare}"
