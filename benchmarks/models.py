@@ -13,14 +13,17 @@ dynamo=False)` then `gdv.import_onnx`): import seconds; a cold `gdv compile -O2 
 `GDV_C_CACHE`; the compile builds the shared object), split into pass time, proof time and the
 rest (parse, C build); obligations and verdict; per pass its wall time, obligations and solver
 seconds and its slowest obligations; the run median (`--runs`, default 20, after 3 warm-up
-calls; all engines in one process, in 4 rounds of back-to-back blocks, see `_side_by_side`) of
+calls; all engines in one process, in rounds of back-to-back blocks of `BLOCK` calls, each
+round after a probe of the two vCPUs' distance, see `_side_by_side`) of
 gdv's C target on both paths, called with the weights as arguments and bound once
 (compiled again with `CompileOptions.bound` = the weights' names, `gdv compile --bound`, so
 its products plan for factors packed once, then `Compilation.bind`, as onnxruntime's session
 fixes its initializers: product factors read only from weights are packed at bind time; the
 bound result must equal the unbound one bit for bit), torch eager and onnxruntime (CPU, 2
 intra-op threads, 1 inter-op), the ratios gdv/torch and gdv/ORT (time over time: below 1 is
-faster), and the largest absolute difference from torch.
+faster), and the largest absolute difference from torch. The same medians and ratios are
+also given over the near and the far rounds apart (`states`; the table's "bound/ORT near" and
+"rounds near/far" columns): the probe of `benchmarks/two_threads.py` runs before each round.
 
 Peak memory is measured the same way for every engine, each in a fresh subprocess: load the
 engine (torch: build the model; ORT: create the session; gdv: compile with the proof and C
@@ -289,37 +292,67 @@ def _error(e: BaseException) -> str:
     return text if len(text) < 600 else text[:600] + " ..."
 
 
-ROUNDS = 4
+BLOCK = 5
+"""Timed calls per engine per round (`_side_by_side`). Short blocks make many rounds, so that
+each state of a shared VM (below) falls on every engine alike."""
 
 
 QUIET_S = 0.2
 """Seconds of quiet before each engine's block of timed calls (as benchmarks/side_by_side.py)."""
 
 
-def _side_by_side(calls: dict[str, Any], runs: int) -> dict[str, float]:
-    """Median seconds of each engine's call. The runs are split into `ROUNDS` blocks; each
-    round gives every engine one untimed call and then its block of timed calls back to back,
-    so load from other processes falls on every engine alike, while each engine runs warm (its
-    threads awake, as in a loop over inputs). One call of each engine, strictly alternating,
-    would time every call cold: gdv's OpenMP threads fall asleep during the other engines'
-    calls (MiniLM: 3.6 ms a call back to back, 13.6 ms alternating). Each block starts after
-    `QUIET_S` of quiet, so that the previous engine's idle threads (onnxruntime's spin) no
-    longer compete for the 2 cores: without it, the engine timed after onnxruntime paid for it
-    (mobilenet_v2's torch.export path ran at 14.0 ms after ORT, its ONNX path at 7.1 ms)."""
+def _side_by_side(calls: dict[str, Any], runs: int, probe: Any = None) -> dict[str, Any]:
+    """Each engine's median seconds a call, over all rounds (`all`) and, with `probe`, over
+    the near and the far rounds apart (`near`, `far`: each with its number of `rounds`; a kind
+    without rounds is left out), and the probe's readings (`rounds`).
+
+    The runs are split into rounds of `BLOCK` calls per engine; each round runs the probe (a
+    callable giving (same, cross) read times in microseconds, `two_threads.run_probe`) and
+    then gives every engine one untimed call and its block of timed calls back to back, so
+    that load from other processes and the VM's state fall on every engine alike, while each
+    engine runs warm (its threads awake, as in a loop over inputs). One call of each engine,
+    strictly alternating, would time every call cold: gdv's OpenMP threads fall asleep during
+    the other engines' calls (MiniLM: 3.6 ms a call back to back, 13.6 ms alternating). Each
+    block starts after `QUIET_S` of quiet, so that the previous engine's idle threads
+    (onnxruntime's spin) no longer compete for the 2 cores: without it, the engine timed after
+    onnxruntime paid for it (mobilenet_v2's torch.export path ran at 14.0 ms after ORT, its ONNX
+    path at 7.1 ms). On this 2-core VM the two vCPUs are at times far apart (the probe's cross
+    read at least `two_threads.FAR_RATIO` times its same read), and every engine is slower
+    then, gdv more than onnxruntime (`benchmarks/two_threads.py`); four rounds of ten calls
+    put whole blocks of one engine in one state and another's in the other (resnet18's two
+    import paths, the same program but for BatchNorm, 22.9 and 21.1 ms in a run of this table
+    so timed, 17.9 and 18.1 ms in rounds of `BLOCK` calls; README, "Real models, latest run")."""
+    from two_threads import is_far
+
     for _ in range(WARMUP):
         for fn in calls.values():
             fn()
-    times: dict[str, list[float]] = {k: [] for k in calls}
-    per_round = [runs // ROUNDS + (1 if r < runs % ROUNDS else 0) for r in range(ROUNDS)]
-    for n in per_round:
+    rounds: list[dict[str, Any]] = []
+    for n in [BLOCK] * (runs // BLOCK) + ([runs % BLOCK] if runs % BLOCK else []):
+        rnd: dict[str, Any] = {"times": {k: [] for k in calls}}
+        if probe is not None:
+            rnd["same_us"], rnd["cross_us"] = probe()
+            rnd["far"] = is_far(rnd["same_us"], rnd["cross_us"])
         for k, fn in calls.items():
             time.sleep(QUIET_S)
             fn()
             for _ in range(n):
                 t = time.perf_counter()
                 fn()
-                times[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items() if v}
+                rnd["times"][k].append(time.perf_counter() - t)
+        rounds.append(rnd)
+
+    def medians(part: list[dict[str, Any]]) -> dict[str, float]:
+        return {k: statistics.median(t for r in part for t in r["times"][k]) for k in calls}
+
+    out: dict[str, Any] = {"all": medians(rounds)}
+    if probe is not None:
+        for label, far in (("near", False), ("far", True)):
+            part = [r for r in rounds if r["far"] == far]
+            if part:
+                out[label] = {"rounds": len(part), **medians(part)}
+        out["rounds"] = [{k: r[k] for k in ("same_us", "cross_us", "far")} for r in rounds]
+    return out
 
 
 def bench_model(name: str, quick: bool, runs: int, work: Path) -> dict:
@@ -420,7 +453,13 @@ def bench_model(name: str, quick: bool, runs: int, work: Path) -> dict:
         except Exception as e:  # noqa: BLE001 -- the error is the result
             res["error"] = f"{stage}: {_error(e)}"
             res["traceback"] = traceback.format_exc(limit=-4)
-    medians = _side_by_side(calls, runs)
+    from two_threads import build_probe, run_probe
+
+    probe = build_probe(work)
+    side = _side_by_side(calls, runs, lambda: run_probe(probe))
+    medians = side["all"]
+    row["probe_rounds"] = side["rounds"]
+    row["states"] = _states(side, row["paths"])
     row["torch_s"] = medians["torch"]
     if "ort" in medians:
         row["ort_s"] = medians["ort"]
@@ -436,6 +475,32 @@ def bench_model(name: str, quick: bool, runs: int, work: Path) -> dict:
             if "ort_s" in row:
                 res["bound_vs_ort"] = res["gdv_bound_s"] / row["ort_s"]
     return row
+
+
+def _states(side: dict[str, Any], paths: dict[str, dict]) -> dict[str, dict]:
+    """Per kind of round (`near`, `far`) that has rounds: their number, each engine's median
+    seconds, and gdv's ratios to torch and onnxruntime per path (bound and not), as in the
+    all-rounds figures of the row."""
+    states = {}
+    for label in ("near", "far"):
+        m = side.get(label)
+        if not m:
+            continue
+        st: dict[str, Any] = {"rounds": m["rounds"], "torch_s": m["torch"]}
+        if "ort" in m:
+            st["ort_s"] = m["ort"]
+        for path in paths:
+            res: dict[str, float] = {}
+            for key, engine in (("gdv_s", f"gdv:{path}"), ("gdv_bound_s", f"gdv-bound:{path}")):
+                if engine in m:
+                    res[key] = m[engine]
+                    pre = "bound_" if key == "gdv_bound_s" else ""
+                    res[f"{pre}vs_torch"] = m[engine] / m["torch"]
+                    if "ort" in m:
+                        res[f"{pre}vs_ort"] = m[engine] / m["ort"]
+            st[path] = res
+        states[label] = st
+    return states
 
 
 # --- memory -----------------------------------------------------------------------------------
@@ -530,8 +595,8 @@ def table(rows: list[dict]) -> str:
     head = (
         "| model | path | imported ops | import s | compile+prove s | passes s | prove s "
         "| obligations | verdict | gdv ms | bound ms | torch ms | ORT ms | gdv/torch "
-        "| bound/torch | bound/ORT | max abs diff | peak MB gdv | bound | torch | ORT "
-        "| arena MB |"
+        "| bound/torch | bound/ORT | bound/ORT near | rounds near/far | max abs diff "
+        "| peak MB gdv | bound | torch | ORT | arena MB |"
     )
     ncols = head.count("|") - 1
     out = [head, "|" + "---|" * ncols]
@@ -541,6 +606,7 @@ def table(rows: list[dict]) -> str:
             out.append(f"| {r['model']} | (all) | error: {why} |" + " |" * (ncols - 3))
             continue
         mem = r.get("memory", {})
+        near, far = (r.get("states", {}).get(k, {}) for k in ("near", "far"))
         for path, p in r["paths"].items():
             if "gdv_s" not in p:
                 cells = [r["model"], path, _f(p.get("imported_ops"), "d")]
@@ -570,6 +636,8 @@ def table(rows: list[dict]) -> str:
                 _f(p["vs_torch"], ".2f") + "x",
                 _f(p.get("bound_vs_torch"), ".2f") + "x",
                 _f(p.get("bound_vs_ort"), ".2f") + "x",
+                _f(near.get(path, {}).get("bound_vs_ort"), ".2f") + "x",
+                f"{_f(near.get('rounds', 0), 'd')}/{_f(far.get('rounds', 0), 'd')}",
                 _f(p["max_abs_diff"], ".1e"),
                 peak(f"gdv:{path}"),
                 peak(f"gdv-bound:{path}"),
