@@ -662,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--_one", nargs=2, metavar=("MODEL", "WORKDIR"), help=SUPPRESS)
     ap.add_argument("--_memory", nargs=3, metavar=("MODEL", "ENGINE", "DIR"), help=SUPPRESS)
     args = ap.parse_args(argv)
+    if args.runs is not None and args.runs < 1:
+        ap.error(f"--runs: expected at least 1 timed call per engine, got {args.runs}")
     if args._one is None and args._memory is None:  # the per-model subprocesses inherit it
         os.environ["GDV_MODELS_LEVEL"] = str(args.level)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -96,3 +96,13 @@ def test_states_give_each_paths_ratios() -> None:
     }
     assert near["torch.export"] == {}  # a path that did not run has no figures
     assert st["far"]["onnx"]["bound_vs_ort"] == 1.2
+
+
+@pytest.mark.parametrize("runs", ["0", "-3"])
+def test_fewer_than_one_run_is_a_usage_error(runs: str, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("GDV_MODELS_LEVEL", raising=False)
+    with pytest.raises(SystemExit) as e:
+        models.main(["--runs", runs])
+    assert "GDV_MODELS_LEVEL" not in models.os.environ  # refused before anything is set
+    assert e.value.code == 2
+    assert "--runs: expected at least 1" in capsys.readouterr().err
