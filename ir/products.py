@@ -121,6 +121,13 @@ def closure(body: Function, value: str) -> set[str]:
     return seen
 
 
+def factor_operands(body: Function, value: str) -> list[int]:
+    """The positions of the kernel operands that the body value `value` reads (a factor's
+    operands, for `value` one of `factors`)."""
+    index = {q.name: k for k, q in enumerate(body.params)}
+    return [index[v] for v in closure(body, value) if v in index]
+
+
 def _final_mul(attrs: dict, dtype: DType, body: Function):
     """The body's returned `mul` when the kernel can be a product, else None."""
     if (

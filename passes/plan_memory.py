@@ -85,8 +85,7 @@ def shared_factors(fn: Function, bodies: dict[str, Function]) -> set[str]:
             continue  # not a product the C target would run (it reports why)
         x, y = products.factors(a, body)
         whole = y if a.get("split") == "rows" else x
-        reads = products.closure(body, whole)
-        shared.update(v for v, q in zip(op.operands, body.params, strict=True) if q.name in reads)
+        shared.update(op.operands[k] for k in products.factor_operands(body, whole))
     return shared
 
 

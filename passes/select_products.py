@@ -46,12 +46,6 @@ SMALL_SIDE = 16
 columns in place (`backends/c/matmul.py`, DIRECT_MAX_ROWS)."""
 
 
-def factor_operands(body, value: str) -> list[int]:
-    """The positions of the kernel operands that the body value `value` reads."""
-    index = {q.name: k for k, q in enumerate(body.params)}
-    return [index[v] for v in products.closure(body, value) if v in index]
-
-
 def weights_as_rows(
     op: Op, p: products.Product, body, types: dict, bound: frozenset[str] = frozenset()
 ) -> products.Product | None:
@@ -67,7 +61,7 @@ def weights_as_rows(
     if m > SMALL_SIDE or n <= SMALL_SIDE or len(red) != 1:
         return None
     _, y = products.factors({**op.attrs, **p.attrs()}, body)
-    reads = factor_operands(body, y)
+    reads = products.factor_operands(body, y)
     if len(reads) != 1:
         return None  # a computed column factor: leave it to the packing
     (k,) = reads
@@ -191,7 +185,8 @@ class SelectProducts(Pass):
         def planned(p: products.Product) -> dict:
             x, y = products.factors({**op.attrs, **p.attrs()}, body)
             rx, ry = (
-                any(op.operands[k] in weights for k in factor_operands(body, f)) for f in (x, y)
+                any(op.operands[k] in weights for k in products.factor_operands(body, f))
+                for f in (x, y)
             )
             # a column factor read from a model's weights streams; else the model judges by size
             streamed = ry or None
