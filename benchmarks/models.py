@@ -464,17 +464,23 @@ def bench_model(name: str, quick: bool, runs: int, work: Path) -> dict:
     if "ort" in medians:
         row["ort_s"] = medians["ort"]
     for path, res in row["paths"].items():
-        if f"gdv:{path}" in medians:
-            res["gdv_s"] = medians[f"gdv:{path}"]
-            res["vs_torch"] = res["gdv_s"] / row["torch_s"]
-            if "ort_s" in row:
-                res["vs_ort"] = res["gdv_s"] / row["ort_s"]
-        if f"gdv-bound:{path}" in medians:
-            res["gdv_bound_s"] = medians[f"gdv-bound:{path}"]
-            res["bound_vs_torch"] = res["gdv_bound_s"] / row["torch_s"]
-            if "ort_s" in row:
-                res["bound_vs_ort"] = res["gdv_bound_s"] / row["ort_s"]
+        res.update(_figures(medians, path))
     return row
+
+
+def _figures(m: dict[str, float], path: str) -> dict[str, float]:
+    """gdv's median seconds on `path` (with its weights as arguments: `gdv_s`; bound:
+    `gdv_bound_s`) and their ratios to torch and onnxruntime (`vs_torch`, `vs_ort`,
+    `bound_vs_torch`, `bound_vs_ort`), from engine medians `m` (`_side_by_side`); an engine
+    that did not run gives no figures."""
+    res: dict[str, float] = {}
+    for key, engine, pre in (("gdv_s", "gdv", ""), ("gdv_bound_s", "gdv-bound", "bound_")):
+        if f"{engine}:{path}" in m:
+            res[key] = m[f"{engine}:{path}"]
+            res[f"{pre}vs_torch"] = res[key] / m["torch"]
+            if "ort" in m:
+                res[f"{pre}vs_ort"] = res[key] / m["ort"]
+    return res
 
 
 def _states(side: dict[str, Any], paths: dict[str, dict]) -> dict[str, dict]:
@@ -490,15 +496,7 @@ def _states(side: dict[str, Any], paths: dict[str, dict]) -> dict[str, dict]:
         if "ort" in m:
             st["ort_s"] = m["ort"]
         for path in paths:
-            res: dict[str, float] = {}
-            for key, engine in (("gdv_s", f"gdv:{path}"), ("gdv_bound_s", f"gdv-bound:{path}")):
-                if engine in m:
-                    res[key] = m[engine]
-                    pre = "bound_" if key == "gdv_bound_s" else ""
-                    res[f"{pre}vs_torch"] = m[engine] / m["torch"]
-                    if "ort" in m:
-                        res[f"{pre}vs_ort"] = m[engine] / m["ort"]
-            st[path] = res
+            st[path] = _figures(m, path)
         states[label] = st
     return states
 
