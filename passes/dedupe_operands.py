@@ -101,7 +101,7 @@ class DedupeOperands(Pass):
             ops = list(fn.ops)
             producers = {o.result: o for o in ops}
             for pos, op in enumerate(ops):
-                if op.name != "kernel" or op.attrs["body"] not in functions:
+                if op.name != "kernel" or op.attrs["body"] not in functions or "fill" in op.attrs:
                     continue
                 constants = splat_constants(op, producers)
                 keep, same = repeats(op, constants)

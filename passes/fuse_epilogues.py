@@ -56,6 +56,8 @@ def fusible_consumer(p: Op, c: Op, types: dict) -> bool:
     a = c.attrs
     if c.name != "kernel" or a["reduce"] or a["combiner"] != "none" or "row_group" in a:
         return False
+    if "fill" in a or "fill" in p.attrs:  # reads outside an operand: left as written
+        return False
     if c.type.dtype != p.type.dtype or c.type.shape != p.type.shape:
         return False
     n = len(a["space"])

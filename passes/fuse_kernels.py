@@ -77,7 +77,12 @@ in both the sum and the division took as long as writing it once)."""
 
 
 def _without_reduction(producer: Op | None) -> bool:
-    return producer is not None and producer.name == "kernel" and not producer.attrs["reduce"]
+    return (
+        producer is not None
+        and producer.name == "kernel"
+        and not producer.attrs["reduce"]
+        and "fill" not in producer.attrs
+    )
 
 
 def fusible(producer: Op | None, uses: int, consumer: Op, functions: dict) -> bool:
@@ -109,7 +114,7 @@ def duplicable(producer: Op | None, value: str, ops: list[Op], functions: dict) 
     for o in ops:
         if value not in o.operands:
             continue
-        if o.name != "kernel" or math.prod(o.attrs["space"]) != size:
+        if o.name != "kernel" or math.prod(o.attrs["space"]) != size or "fill" in o.attrs:
             return False
         maps = [m for v, m in zip(o.operands, o.attrs["maps"], strict=True) if v == value]
         if any(m != maps[0] for m in maps):  # (x - mean)^2 reads it twice at one place
@@ -130,7 +135,7 @@ def conv_consumer(d: Op, c: Op, types: dict, functions: dict) -> bool:
     checked apart. `c` reduces nothing, has `d`'s type, reads `d` at its own index and each
     other operand at the output channel (shape [O]) or whole (a scalar), and computes no
     transcendental (`TRANSCENDENTAL_IN_CONVS`)."""
-    if d.name != "conv2d" or c.name != "kernel":
+    if d.name != "conv2d" or c.name != "kernel" or "fill" in c.attrs:
         return False
     body = functions.get(c.attrs["body"])
     if body is None:
@@ -201,7 +206,7 @@ class FuseKernels(Pass):
         defs = {o.result: o for o in ops}
         types = {p.name: p.type for p in fn.params} | {o.result: o.type for o in ops}
         for pos, c in enumerate(ops):
-            if c.name != "kernel":
+            if c.name != "kernel" or "fill" in c.attrs:
                 continue
             for k, v in enumerate(c.operands):
                 p = defs.get(v)

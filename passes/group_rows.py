@@ -56,6 +56,8 @@ def _plain(op: Op) -> bool:
     a = op.attrs
     if op.name != "kernel" or "tile" not in a or row_dim(op) is None or not op.type.num_elements:
         return False
+    if "fill" in a:  # a member's reads must lie inside its operands' rows
+        return False
     return all(a["space"][d] > 0 for d in a["reduce"])
 
 

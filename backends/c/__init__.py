@@ -36,7 +36,14 @@ from gdv.backends.c import (  # noqa: F401  (importing the families fills RULES)
     layout,
     reduce,
 )
-from gdv.backends.c.emit import CTYPE, UNSUPPORTED_DTYPES, Program, comment, where
+from gdv.backends.c.emit import (
+    ARENA_MARGIN,
+    CTYPE,
+    UNSUPPORTED_DTYPES,
+    Program,
+    comment,
+    where,
+)
 from gdv.backends.c.function import lower_ops
 from gdv.backends.c.registry import LOWERINGS, RULES, UNSUPPORTED
 from gdv.backends.c.simd import simd_choice
@@ -340,7 +347,8 @@ class Executable:
             offset, stored = self._arena_of[name]
             arena = self._buffers[self.lowered.program.arena_slot].view(np.uint8)
             size = t.num_elements * np.dtype(stored.dtype.np).itemsize
-            return arena[offset : offset + size].view(stored.dtype.np).reshape(t.shape)
+            at = ARENA_MARGIN + offset
+            return arena[at : at + size].view(stored.dtype.np).reshape(t.shape)
         return self._slot_view(self._slot_of[name], t.shape, t.num_elements)
 
     def _slot_view(self, slot: int, shape: tuple[int, ...], size: int) -> np.ndarray:

@@ -202,6 +202,13 @@ class Prepack:
     call: str
 
 
+ARENA_MARGIN = 16384
+"""Bytes the arena's buffer has on each side of the planned arena, which no value uses: a
+product reading a filled operand's column slivers in place (`matmul.IMPLICIT_COLUMNS` with a
+`fill`) loads whole vectors that may reach this far outside the operand, into bytes of the
+arena or its margins, and keeps only the lanes inside it (the others take the fill)."""
+
+
 @dataclass
 class Program:
     """The C translation unit of one module's entry function, built op by op.
@@ -257,7 +264,7 @@ class Program:
             arena = int(self.entry.attrs.get("arena_bytes", 0))
             self.arena_slot = len(self.slot_types)
             self.aligned_slots.append(self.arena_slot)
-            self.slot_types.append(TensorType(DType.I1, (max(1, arena),)))
+            self.slot_types.append(TensorType(DType.I1, (max(1, arena) + 2 * ARENA_MARGIN,)))
         else:
             self.record(None, "buffers", "one per value", "the function has no buffer plan")
 
@@ -386,10 +393,10 @@ class Program:
         """The function's pointer variables: the arena's, and one per value."""
         lines = []
         if self.arena_slot is not None:
-            size = self.slot_types[self.arena_slot].num_elements
+            size = self.slot_types[self.arena_slot].num_elements - 2 * ARENA_MARGIN
             lines.append(
-                f"  uint8_t *const gdv_arena = (uint8_t *)buf[{self.arena_slot}];"
-                f"  /* the planned arena: {size} bytes */"
+                f"  uint8_t *const gdv_arena = (uint8_t *)buf[{self.arena_slot}] + "
+                f"{ARENA_MARGIN};  /* the planned arena: {size} bytes, between margins */"
             )
         types = self.entry.types()
         for value, var in self._var.items():

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from gdv.backends.c import matmul
 from gdv.backends.c.elementwise import bind_scalar
-from gdv.backends.c.emit import CTYPE, Program, comment, ctype
+from gdv.backends.c.emit import CTYPE, Program, attr_literal, comment, ctype
 from gdv.backends.c.nest import Nest, emit_nest
 from gdv.backends.c.registry import lowering
 from gdv.ir.core import Function, Op
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.kernel import BODY_OPS
+from gdv.ir.ops.kernel import BODY_OPS, fills_of
 
 SCHEDULE_KEYS = ("tile", "order", "vector", "parallel", "accumulators", "lanes", "row_group")
 
@@ -51,6 +51,7 @@ def _kernel(prog: Program, op: Op) -> None:
         list(op.attrs["reduce"]),
         op.attrs["combiner"],
         {k: op.attrs[k] for k in SCHEDULE_KEYS if k in op.attrs},
+        {k: attr_literal(v, operand_types[k].dtype) for k, v in fills_of(op.attrs).items()},
     )
     if op.attrs.get("strategy") == "product":
         matmul.emit(prog, op, operand_types, body)

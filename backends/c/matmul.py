@@ -36,10 +36,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gdv.backends.c.elementwise import bind_scalar
-from gdv.backends.c.emit import CTYPE, SUFFIX, Program, comment, ctype, strides
+from gdv.backends.c.emit import (
+    ARENA_MARGIN,
+    CTYPE,
+    SUFFIX,
+    Program,
+    attr_literal,
+    comment,
+    ctype,
+    strides,
+)
 from gdv.ir import products
 from gdv.ir.core import Function, Op
 from gdv.ir.dtypes import DType
+from gdv.ir.ops.kernel import affine_range, fills_of
 from gdv.ir.types import TensorType
 
 DIRECT_MAX_ROWS = 16
@@ -254,6 +264,7 @@ def micro_kernel(
     a_step: int | None = None,
     b_runs: int = 0,
     b_step: int = 1,
+    b_masked: bool = False,
 ) -> str:
     """The name of the MR x (NV vectors) micro-kernel for `dtype` (emitted once per program).
 
@@ -275,19 +286,28 @@ def micro_kernel(
     lanes as the packed sliver, so the same steps. With `b_step = 2` (`_s2`, a stride-2
     convolution's input) the sliver's column j is at bp[koff[k] + 2 j]: each vector of lanes
     comes from two loads and one two-source shuffle keeping the even elements, as
-    `strided_y`'s packing builds it."""
+    `strided_y`'s packing builds it.
+
+    With `b_masked` (`_z`, f32 runs only: a column factor with a `fill` of +0.0, read
+    unpadded) two more arguments follow `koff`: `masks` (per tap, NR int32 lanes, all ones
+    where the lane's read lies inside the operand) and `tap` (per reduce step, its tap: the
+    values of the reduce dims that move an index out of the operand, `_tap_masks`). Each
+    step's lanes are ANDed with its tap's mask: a lane outside the operand is +0.0, the padded
+    copy's value there (its loaded bits, which may lie outside the operand, are dropped)."""
     t, s = CTYPE[dtype], SUFFIX[dtype]
     va, vu = _vector_types(prog, dtype, vb)
     vl = vb // dtype.itemsize
     nr = nv * vl
     step = a_step or mr
     assert not (b_runs and a_in_place), "B runs go with a packed A sliver"
+    assert not b_masked or (b_runs and dtype is DType.F32), "masked runs are f32 runs"
     name = (
         f"gdv_mk_{s}_{mr}x{nr}_v{vb}"
         + ("_ai" if a_in_place else "")
         + (f"_a{step}" if step != mr else "")
         + (f"_r{b_runs}" if b_runs else "")
         + ("_s2" if b_runs and b_step == 2 else "")
+        + ("_z" if b_masked else "")
         + ("_fma" if fma else "")
     )
     vfma = fma_helper(prog, dtype, vb) if fma else None
@@ -302,6 +322,8 @@ def micro_kernel(
         2: f"const {t} *restrict bp, const {t} *restrict bq, int64_t cut, "
         "const int64_t *restrict koff, ",
     }[b_runs]
+    if b_masked:
+        b_args += "const int32_t *restrict masks, const int32_t *restrict tap, "
     lines = [
         f"{head}int64_t kc, const {t} *restrict ap, "
         + ("int64_t lda, " if a_in_place else "")
@@ -328,6 +350,8 @@ def micro_kernel(
             lanes = ", ".join(str(v * vl + lane) for lane in range(vl))
             cuts = ", ".join(["cut"] * vl)
             lines.append(f"  const gdv_mi m{v} = (gdv_mi){{{lanes}}} < (gdv_mi){{{cuts}}};")
+    if b_masked:
+        lines.append(f"  typedef int32_t gdv_zu __attribute__((vector_size({vb}), aligned(4)));")
     if b_runs and b_step == 2:
         even = [2 * lane for lane in range(vl // 2)] + [2 * lane + 1 for lane in range(vl // 2, vl)]
         lines.append(f"  typedef {it} gdv_si __attribute__((vector_size({vb})));")
@@ -365,6 +389,13 @@ def micro_kernel(
         # weights (MR floats a step).
         hint = PREFETCH_A_LOCALITY
         lines.append(f"    __builtin_prefetch(ap + {PREFETCH_STEPS * step}, 0, {hint});")
+    if b_masked:
+        # Lanes outside the operand at this step: +0.0, as the padded copy holds.
+        lines.append(f"    const int32_t *restrict mk = masks + tap[k] * {nr};")
+        lines += [
+            f"    b{v} = ({va})((gdv_zu)b{v} & *(const gdv_zu *)(mk + {v * vl}));"
+            for v in range(nv)
+        ]
     if not b_runs:
         lines += [f"    const {va} b{v} = *(const {vu} *)(bp + {v * vl});" for v in range(nv)]
     for r in range(mr):
@@ -529,15 +560,17 @@ class _Group:
         live = [(coef[d], z) for d, z in zip(self.dims, self.sizes, strict=True) if z != 1]
         return live[-1][0] if live and live[-1][1] % width == 0 else None
 
-    def offset(self, coef: list[int], table: str, tables: dict[str, str]) -> tuple[str, int]:
+    def offset(
+        self, coef: list[int], table: str, tables: dict[str, str], force: bool = False
+    ) -> tuple[str, int]:
         """C for sum_d coef[d] * index_d at flattened index `var`, and a stride hint (how far
         one step of `var` moves in memory; large when a table is needed). A table (int64_t
         `table[size]`, its initialising loop put in `tables`) serves when the dims do not
-        flatten to one stride."""
+        flatten to one stride, or with `force` (the table is made, the expression kept)."""
         step = self.step(coef)
-        if step == 0:
-            return "INT64_C(0)", 0
-        if step is not None:
+        if step is not None and not force:
+            if step == 0:
+                return "INT64_C(0)", 0
             return f"INT64_C({step}) * {self.var}", abs(step)
         if table not in tables:
             init = [
@@ -549,9 +582,11 @@ class _Group:
                 init.append(f"    const int64_t u{d} = q % INT64_C({z}); q /= INT64_C({z});")
                 if coef[d]:
                     terms.append(f"INT64_C({coef[d]}) * u{d}")
-            init.append(f"    {table}[v] = {' + '.join(terms)};")
+            init.append(f"    {table}[v] = {' + '.join(terms) or '0'};")
             init.append("  }")
             tables[table] = "\n".join(init)
+        if step is not None:
+            return (f"INT64_C({step}) * {self.var}", abs(step)) if step else ("INT64_C(0)", 0)
         return f"{table}[{self.var}]", 1 << 30
 
 
@@ -664,9 +699,52 @@ def _blocked(
             sg, sk = max(sg, hg), max(sk, hk)
         return offs, sk < sg
 
+    fills = fills_of(op.attrs)
+
+    def guard(k: int, groups: list[_Group]) -> str:
+        """C condition that operand k's read at the loop variables of `groups` (and the batch
+        position; the other groups' dims at 0) lies inside it: its `fill` is read elsewhere.
+        Per dim that the maps can take outside, its index from tables like the offsets'."""
+        t = operand_types[k]
+        conds = []
+        for d, row in enumerate(op.attrs["maps"][k]):
+            lo, hi = affine_range(row, list(op.attrs["space"]))
+            if lo >= 0 and hi < t.shape[d]:
+                continue
+            terms = [f"INT64_C({row[-1]})"]
+            terms += [f"INT64_C({row[b]}) * bi{b}" for b in gb.dims if row[b]]
+            terms += [g.offset(row[:-1], f"t{k}d{d}{g.var}", tables)[0] for g in groups]
+            conds.append(f"(uint64_t)({' + '.join(terms)}) < UINT64_C({t.shape[d]})")
+        return " && ".join(conds) or "1"
+
+    def guards(value: str, g: _Group) -> dict[int, tuple[str, str]]:
+        """Per filled operand the factor `value` reads: (its guard in a packing loop over g
+        and k, its fill as a C literal)."""
+        ks = {pidx[v] for v in _closure(body, value) & set(pidx)}
+        return {
+            k: (guard(k, [g, gk]), attr_literal(fills[k], operand_types[k].dtype))
+            for k in sorted(ks & set(fills))
+        }
+
+    x_guards, y_guards = guards(con.left, gi), guards(con.right, gj)
+    for k in y_guards:  # the run tables of masked runs (`_implicit_columns`), even if linear
+        gj.offset(coefs[k][0], f"t{k}j", tables, force=True)
+        gk.offset(coefs[k][0], f"t{k}k", tables, force=True)
     x_offs, x_k_inner = factor_offsets(con.left, gi, (mr, "r0", "ii"))
     y_offs, y_k_inner = factor_offsets(con.right, gj, (nr, "j0", "jj"))
-    epilogue = _epilogue(prog, op, coefs, gi, gj, tables, (m_, n_, k_))
+    epilogue = _epilogue(
+        prog,
+        op,
+        coefs,
+        gi,
+        gj,
+        tables,
+        (m_, n_, k_),
+        {
+            k: (guard(k, [gi, gj]), attr_literal(v, operand_types[k].dtype))
+            for k, v in fills.items()
+        },
+    )
 
     def in_place(value: str, unit: _Group, other: _Group) -> tuple[int, int] | None:
         """(operand, stride along `other`) when the factor `value` is an operand read
@@ -675,6 +753,8 @@ def _blocked(
         products, so packing it costs more than it saves: `select-products` makes a weight
         matrix read along k the row factor of a product with few tokens, `weights_as_rows`)."""
         k = pidx.get(value)
+        if k in fills:  # read through its guard, packed
+            return None
         few = min(m_, n_) if value == con.left else m_
         if value == con.left and n_ <= IN_PLACE_ROWS_MAX_COLS:
             few = 0  # each row sliver meets few column slivers
@@ -789,15 +869,20 @@ def _blocked(
 
     def edge_y(ind: str) -> str:
         """A Y read unchanged, a row of the sliver adjacent in memory: the edge sliver packed
-        whole in vector lanes, the columns past the edge zero (masked loads)."""
+        whole in vector lanes, the columns past the edge zero (masked loads); a filled Y's
+        reads outside it its fill."""
         (ky,) = y_offs
+        value = f"jj < nr ? a{ky}[{y_offs[ky]}] : 0"
+        if ky in y_guards:
+            cond, fill = y_guards[ky]
+            value = f"jj < nr && ({cond}) ? a{ky}[{y_offs[ky]}] : jj < nr ? {fill} : 0"
         return (
             f"{ind}for (int64_t kk = 0; kk < kc; kk++) {{\n"
             f"{ind}  const int64_t k = pc + kk;\n"
             "#pragma omp simd\n"
             f"{ind}  for (int64_t jj = 0; jj < {nr}; jj++) {{\n"
             f"{ind}    const int64_t j = j0 + jj;\n"
-            f"{ind}    dst[kk * {nr} + jj] = jj < nr ? a{ky}[{y_offs[ky]}] : 0;\n"
+            f"{ind}    dst[kk * {nr} + jj] = {value};\n"
             f"{ind}  }}\n"
             f"{ind}}}\n"
         )
@@ -821,7 +906,7 @@ def _blocked(
                 return fast
         return _pack(
             prog, body, con.right, y_offs, ind, ("jj", ext, "j", "j0 + jj"), y_k_inner,
-            f"dst[kk * {nr} + jj]", y_unit_full if ext == str(nr) else y_unit,
+            f"dst[kk * {nr} + jj]", y_unit_full if ext == str(nr) else y_unit, y_guards,
         )  # fmt: skip
 
     def strided_y(ind: str) -> str | None:
@@ -831,6 +916,8 @@ def _blocked(
         starts at the first's last lane), and the shuffle keeps the even ones. The same values
         in the same places as the element loop, which GCC left as scalar moves."""
         if y_k_inner or con.right not in pidx or dtype not in (DType.F32, DType.F64):
+            return None
+        if pidx[con.right] in fills:
             return None
         k = pidx[con.right]
         if operand_types[k].dtype != dtype:
@@ -866,7 +953,7 @@ def _blocked(
     def pack_x_as(ext: str, ind: str) -> str:
         return _pack(
             prog, body, con.left, x_offs, ind, ("ii", ext, "i", "r0 + ii"), x_k_inner,
-            f"dst[kk * {mr} + ii]",
+            f"dst[kk * {mr} + ii]", False, x_guards,
         )  # fmt: skip
 
     # Y's columns through an index table (a conv's output positions, H x W flattened): a full
@@ -900,8 +987,9 @@ def _blocked(
 
         def copy(offs: dict[int, str], side: tuple[str, str, str, str], store: str) -> str:
             return _pack(
-                prog, body, con.right, offs, ind + "  ", side, y_k_inner, store, not y_k_inner
-            )
+                prog, body, con.right, offs, ind + "  ", side, y_k_inner, store, not y_k_inner,
+                y_guards,
+            )  # fmt: skip
 
         whole = copy(from_entry("j0", "jj"), ("jj", ext, "j", "j0 + jj"), f"dst[kk * {nr} + jj]")
         generic = pack_y_as(ext, ind + "  ")
@@ -1028,6 +1116,14 @@ def _blocked(
     # Full column slivers of a stride-1 (or stride-2) convolution's input read where they lie
     # (IMPLICIT_COLUMNS): per sliver, one run or two of the input's rows, else packed.
     implicit = _implicit_columns(op, con, operand_types, pidx, coefs, gj, tables, nr, vb)
+    taps = None  # a filled Y's masked runs (`_tap_masks`)
+    if implicit is not None and implicit[0] in fills:
+        width = -(-min(nc_max, n_) // nr)
+        taps = _tap_masks(prog, op, operand_types, coefs, implicit, fills, nb, nr, width)
+        if taps is None:
+            implicit = None
+        elif not taps.dims:  # every read lies inside the operand: plain runs
+            taps = None
     # With X read in place (few columns), only a call with X packed at bind time takes them.
     x_packed = "pre_x" if x_in else ""
     if y_in or (x_in and bindable["x"] is None) or bindable["y"] is not None:
@@ -1049,17 +1145,54 @@ def _blocked(
             for n in (1, 2)
         )
         at, koff = f"a{ky} + o{ky}", f"{ktable} + pc"
-        return (
+        calls = (
             f"if (ymode[js] == 1) {one}(kc, {a}, {at} + yb[js], {koff}, {c_at}, {n_}, pc == 0); "
             f"else if (ymode[js] == 2) {two}(kc, {a}, {at} + yb[js], {at} + yq[js], ycut[js], "
-            f"{koff}, {c_at}, {n_}, pc == 0); else {plain}"
+            f"{koff}, {c_at}, {n_}, pc == 0); "
         )
+        if taps is not None:  # slivers with a lane outside the operand: masked (modes 3, 4)
+            one, two = (
+                micro_kernel(
+                    prog,
+                    dtype,
+                    rows,
+                    nr * dtype.itemsize // vb,
+                    vb,
+                    False,
+                    fma,
+                    step,
+                    n,
+                    b_step,
+                    True,
+                )  # fmt: skip
+                for n in (1, 2)
+            )
+            koff += ", ymask[js], ztap + pc"
+            calls += (
+                f"else if (ymode[js] == 3) {one}(kc, {a}, {at} + yb[js], {koff}, {c_at}, {n_}, "
+                f"pc == 0); else if (ymode[js] == 4) {two}(kc, {a}, {at} + yb[js], "
+                f"{at} + yq[js], ycut[js], {koff}, {c_at}, {n_}, pc == 0); "
+            )
+        return calls + f"else {plain}"
 
     if implicit is not None:
         _, table, _, b_step = implicit
         width = -(-min(nc_max, n_) // nr)
         y_state = f"      int64_t ymode[{width}], yb[{width}], yq[{width}], ycut[{width}];\n"
         ind = " " * 12
+        lanes = ""
+        if taps is not None:
+            # Per sliver read in place, per tap, which of its lanes lie inside the operand.
+            vl = vb // dtype.itemsize
+            y_state += (
+                f"      typedef int32_t gdv_zv __attribute__((vector_size({vb})));\n"
+                f"      typedef uint32_t gdv_zn __attribute__((vector_size({vb})));\n"
+                f"      int32_t ymask[{width}][{len(taps.parts) * nr}] "
+                f"__attribute__((aligned({vb})));\n"
+                f"      int64_t ymasked[{width}];\n"
+            )
+            lanes = taps.sliver_masks(op, gj, tables, nr, vl, ind + "  ")
+            alloc += taps.steps(gk.sizes)
         # Two runs are read in place only when the second starts at or after the first's
         # end, so that both loads stay between the sliver's first and last elements.
         after = f"{table}[j0 + cut] - INT64_C({b_step}) * cut >= {table}[j0]"
@@ -1071,7 +1204,8 @@ def _blocked(
             f"{ind}  yq[s] = cut < {nr} ? {table}[j0 + cut] - INT64_C({b_step}) * cut : 0;\n"
             f"{ind}  ycut[s] = cut;\n"
             f"{ind}  ymode[s] = cut == {nr} ? 1 : two && {after} ? 2 : 0;\n"
-            f"{ind}  if (ymode[s]) continue;  /* read where it lies, below */\n"
+            + lanes
+            + f"{ind}  if (ymode[s]) continue;  /* read where it lies, below */\n"
             f"{ind}}}\n"
         )
         if x_in:  # the call with X packed at bind time (`pre_x`)
@@ -1329,6 +1463,152 @@ def _implicit_columns(
     return None
 
 
+MASKED_RUNS = True
+"""A product whose column factor is an operand with a `fill` of +0.0 (`fold-pads`: a
+convolution's unpadded input) reads its full column slivers in place as `IMPLICIT_COLUMNS`
+does, the micro-kernel masking the lanes outside the operand to +0.0 at each reduce step
+(`micro_kernel`'s `b_masked`, `_tap_masks`), when the operand lives in the planned arena and
+the slivers' loads reach at most `emit.ARENA_MARGIN` bytes outside it (f32, one batch
+position, few taps); else it packs them, each read guarded."""
+
+MASKED_MAX_TAPS = 64
+MASKED_MAX_BYTES = 64 << 10
+"""At most this many taps (`_Taps`) and this many bytes of a thread's sliver masks."""
+
+
+@dataclass
+class _Taps:
+    """How the masked runs of filled column operand `k` find their lanes' masks. `dims`: the
+    operand's dims whose index the maps can take outside it; `red`: the positions (in
+    `reduce`) of the reduce dims that move those indices; a tap is one value of those reduce
+    dims, and `parts[t]` holds, per dim of `dims`, what tap t adds to its index (the map's
+    constant included)."""
+
+    k: int
+    dims: list[int]
+    extents: list[int]
+    """The operand's extents along `dims`."""
+    red: list[int]
+    parts: list[list[int]]
+
+    def steps(self, red_sizes: list[int]) -> str:
+        """C declaring, before the threads start, `ztap` (each reduce position's tap) and
+        `zpart` (the parts, tap by tap)."""
+        n = math.prod(red_sizes)
+        lines = [f"  int32_t ztap[{n}];", f"  for (int64_t k = 0; k < INT64_C({n}); k++) {{"]
+        lines.append("    int64_t q = k, tap = 0;")
+        radix = 1
+        for pos in reversed(range(len(red_sizes))):
+            z = red_sizes[pos]
+            lines.append(f"    {{ const int64_t u = q % INT64_C({z}); q /= INT64_C({z});")
+            if pos in self.red:
+                lines.append(f"      tap += INT64_C({radix}) * u;")
+                radix *= z
+            lines.append("    }")
+        lines += ["    ztap[k] = (int32_t)tap;", "  }"]
+        flat = [str(v) for part in self.parts for v in part]
+        lines.append(f"  static const int64_t zpart[{len(flat)}] = {{{', '.join(flat)}}};")
+        return "".join(line + "\n" for line in lines)
+
+    def sliver_masks(
+        self, op: Op, gj: _Group, tables: dict[str, str], nr: int, vl: int, ind: str
+    ) -> str:
+        """C filling `ymask[s]` for the sliver from column j0 (once per column block, at its
+        first reduce block): per tap, all ones in the lanes whose read lies inside the
+        operand, a vector of lanes at a time. A sliver with a lane outside at some tap takes
+        the masked micro-kernels (`ymasked[s]` = 2 is added to its mode), the others the
+        plain ones (their reads all lie inside the operand)."""
+        rows = op.attrs["maps"][self.k]
+        nd = len(self.dims)
+        lines = [
+            "if (ymode[s] && pc == 0) {",
+            "  gdv_zv inside = ~(gdv_zv){0};",
+            f"  for (int64_t v = 0; v < {nr // vl}; v++) {{",
+        ]
+        for z, d in enumerate(self.dims):
+            at = gj.offset(rows[d][:-1], f"t{self.k}d{d}j", tables)[0]
+            lines += [
+                f"    gdv_zv l{z};",
+                f"    for (int64_t q = 0; q < {vl}; q++) {{",
+                f"      const int64_t j = j0 + v * {vl} + q;",
+                f"      l{z}[q] = (int32_t)({at});",
+                "    }",
+            ]
+        conds = " & ".join(
+            f"(gdv_zv)((gdv_zn)(l{z} + (int32_t)zpart[t * {nd} + {z}]) < "
+            f"(gdv_zn){{{', '.join([str(self.extents[z])] * vl)}}})"
+            for z in range(nd)
+        )
+        lines += [
+            f"    for (int64_t t = 0; t < {len(self.parts)}; t++) {{",
+            f"      const gdv_zv m = {conds};",
+            f"      *(gdv_zv *)&ymask[s][t * {nr} + v * {vl}] = m;",
+            "      inside &= m;",
+            "    }",
+            "  }",
+            "  int32_t all = -1;",
+            f"  for (int64_t q = 0; q < {vl}; q++) all &= inside[q];",
+            "  ymasked[s] = all ? 0 : 2;  /* a lane reads outside: masked */",
+            "}",
+            "if (ymode[s]) ymode[s] += ymasked[s];",
+        ]
+        return "".join(f"{ind}{line}\n" for line in lines)
+
+
+def _tap_masks(
+    prog: Program,
+    op: Op,
+    operand_types: list[TensorType],
+    coefs: list[tuple[list[int], int]],
+    implicit: tuple[int, str, str, int],
+    fills: dict[int, int | float],
+    nb: int,
+    nr: int,
+    width: int,
+) -> _Taps | None:
+    """How the masked runs read the filled column operand (`implicit`'s), or None when they
+    cannot (`MASKED_RUNS`)."""
+    ky, _, _, step = implicit
+    t = operand_types[ky]
+    fill = float(fills[ky])
+    if (
+        not MASKED_RUNS
+        or nb != 1
+        or t.dtype is not DType.F32
+        or fill != 0.0
+        or math.copysign(1.0, fill) < 0
+        or op.operands[ky] not in prog.arena_of
+    ):
+        return None
+    space = list(op.attrs["space"])
+    coef, const = coefs[ky]
+    lo, hi = affine_range([*coef, const], space)
+    reach = max(0, -lo, hi - (t.num_elements - 1)) + 2 * nr * step
+    if reach * t.dtype.itemsize > ARENA_MARGIN:
+        return None
+    rows = op.attrs["maps"][ky]
+    dims = []
+    for d, row in enumerate(rows):
+        lo_d, hi_d = affine_range(row, space)
+        if lo_d < 0 or hi_d >= t.shape[d]:
+            dims.append(d)
+    if any(max(abs(v) for v in affine_range(rows[d], space)) >= 1 << 30 for d in dims):
+        return None  # the lanes' indices are int32
+    red_dims = list(op.attrs["reduce"])
+    red = [p for p, r in enumerate(red_dims) if any(rows[d][r] for d in dims)]
+    sizes = [space[red_dims[p]] for p in red]
+    taps = math.prod(sizes)
+    if taps > MASKED_MAX_TAPS or taps * nr * width * 4 > MASKED_MAX_BYTES:
+        return None
+    parts = []
+    for tap in range(taps):
+        u, q = {}, tap
+        for p, z in reversed(list(zip(red, sizes, strict=True))):
+            u[p], q = q % z, q // z
+        parts.append([rows[d][-1] + sum(rows[d][red_dims[p]] * u[p] for p in red) for d in dims])
+    return _Taps(ky, dims, [t.shape[d] for d in dims], red, parts)
+
+
 def _epilogue(
     prog: Program,
     op: Op,
@@ -1337,6 +1617,7 @@ def _epilogue(
     gj: _Group,
     tables: dict[str, str],
     sizes: tuple[int, int, int],
+    guards: dict[int, tuple[str, str]],
 ) -> str:
     """C applying the kernel's `epilogue` (IR_SPEC.md) to a finished row panel: after the last
     reduce block of a row sliver's tiles across the column block (MR rows by up to NC
@@ -1371,7 +1652,9 @@ def _epilogue(
             f"{ind}    const int64_t j = ja + jj;",
         ]
         acc = (f"ct[ii * {n_} + jj]", op.type.dtype)
-        expr = eval_value(prog, epi, epi.returns[0], offsets, lines, ind + "    ", {0: acc}, 1)
+        expr = eval_value(
+            prog, epi, epi.returns[0], offsets, lines, ind + "    ", {0: acc}, 1, guards
+        )
         lines += [f"{ind}    ct[ii * {n_} + jj] = {expr};", f"{ind}  }}", f"{ind}}}"]
         return lines
 
@@ -1436,11 +1719,12 @@ def _pack(
     k_inner: bool,
     store: str,
     simd: bool = False,
+    guards: dict[int, tuple[str, str]] | None = None,
 ) -> str:
     """C loops over a sliver storing the factor `value`: `side` = (counter, extent, index
     variable, index expression) of its rows or columns, the reduce positions kk < kc at
     k = pc + kk; k innermost when `k_inner`. `simd`: the inner loop in vector lanes (its
-    reads are adjacent)."""
+    reads are adjacent). `guards`: the filled operands' (condition, fill) (`eval_value`)."""
     first, second = (side, ("kk", "kc", "k", "pc + kk"))
     if not k_inner:
         first, second = second, first
@@ -1454,7 +1738,7 @@ def _pack(
         f"{ind}  for (int64_t {second[0]} = 0; {second[0]} < {second[1]}; {second[0]}++) {{",
         f"{ind}    const int64_t {second[2]} = {second[3]};",
     ]
-    expr = eval_value(prog, body, value, offsets, lines, ind + "    ")
+    expr = eval_value(prog, body, value, offsets, lines, ind + "    ", guards=guards)
     lines += [f"{ind}    {store} = {expr};", f"{ind}  }}", f"{ind}}}"]
     return "".join(line + "\n" for line in lines)
 
@@ -1468,11 +1752,14 @@ def eval_value(
     ind: str,
     given: dict[int, tuple[str, DType]] | None = None,
     first: int = 0,
+    guards: dict[int, tuple[str, str]] | None = None,
 ) -> str:
     """C lines computing the body value `value` (its operands read at `offsets[k]`); the C
     expression of its value. `given`: parameters (by position) whose value is a C expression
     instead (an epilogue's folded value); `first`: the position of the parameter that reads
-    operand 0 (an epilogue's parameters after the folded value)."""
+    operand 0 (an epilogue's parameters after the folded value). `guards`: per operand with a
+    `fill`, (C condition that its read lies inside it, the fill as a C literal): the read is
+    made only where the condition holds, the fill taken elsewhere."""
     need = _closure(body, value)
     env: dict[str, tuple[str, DType]] = {}
     for k, p in enumerate(body.params):
@@ -1484,7 +1771,11 @@ def eval_value(
             env[p.name] = (f"g{k}", dt)
         else:
             a = k - first
-            lines.append(f"{ind}const {CTYPE[p.type.dtype]} x{a} = a{a}[{offsets[a]}];")
+            read = f"a{a}[{offsets[a]}]"
+            if guards and a in guards:
+                cond, fill = guards[a]
+                read = f"({cond}) ? {read} : {fill}"
+            lines.append(f"{ind}const {CTYPE[p.type.dtype]} x{a} = {read};")
             env[p.name] = (f"x{a}", p.type.dtype)
     for s, b in enumerate(body.ops):
         if b.result not in need:

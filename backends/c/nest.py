@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gdv.backends.c.elementwise import bind_scalar, scalar
@@ -43,7 +43,7 @@ from gdv.backends.c.emit import (
 from gdv.backends.c.simd import vector_bytes
 from gdv.ir.core import Function, Op
 from gdv.ir.dtypes import DType
-from gdv.ir.ops.kernel import BODY_OPS, COMBINER_OP
+from gdv.ir.ops.kernel import BODY_OPS, COMBINER_OP, affine_range
 from gdv.ir.types import TensorType
 
 Body = Callable[[list[str], list[str], str], str]
@@ -89,6 +89,27 @@ class Nest:
     reduce: list[int]
     combiner: str
     schedule: dict[str, Any]
+    fills: dict[int, str] = field(default_factory=dict)
+    """Per operand with a `fill`: the fill as a C literal (a read outside the operand gives
+    it: `read`)."""
+
+
+def read(nest: Nest, k: int, t: TensorType, n: int) -> str:
+    """C for operand k's element at the current loop index: with a fill, guarded per dim that
+    its map can take outside it (the fill where it does)."""
+    at = f"a{k}[{_flat_index(nest.maps[k], t, n)}]"
+    if k not in nest.fills:
+        return at
+    conds = []
+    for d, row in enumerate(nest.maps[k]):
+        lo, hi = affine_range(row, nest.space)
+        if lo >= 0 and hi < t.shape[d]:
+            continue
+        terms = [f"INT64_C({row[-1]})"] + [
+            f"INT64_C({c}) * i{j}" for j, c in enumerate(row[:-1]) if c
+        ]
+        conds.append(f"(uint64_t)({' + '.join(terms)}) < UINT64_C({t.shape[d]})")
+    return f"({' && '.join(conds) or '1'}) ? {at} : {nest.fills[k]}"
 
 
 def grouped_row(nest: Nest) -> int | None:
@@ -152,7 +173,7 @@ def load_operands(
     innermost loop's index i{last} (`_stage_rows`)."""
     n = len(nest.space)
     for k, ot in enumerate(operand_types):
-        where = f"s{k}[i{last}]" if k in staged else f"a{k}[{_flat_index(nest.maps[k], ot, n)}]"
+        where = f"s{k}[i{last}]" if k in staged else read(nest, k, ot, n)
         lines.append(f"{indent}const {CTYPE[ot.dtype]} x{k} = {where};")
     return [f"x{k}" for k in range(len(operand_types))]
 
@@ -175,8 +196,8 @@ def _stageable(
     if vector_width(prog, op, nest, op.type.dtype) != 64:
         return False
     return all(
-        c in (0, 1) or (c == 2 and ot.dtype is DType.F32)
-        for c, ot in zip(coefs, operand_types, strict=True)
+        c in (0, 1) or (c == 2 and ot.dtype is DType.F32 and k not in nest.fills)
+        for k, (c, ot) in enumerate(zip(coefs, operand_types, strict=True))
     )
 
 
@@ -491,8 +512,7 @@ class _Hoist:
         for k, p in enumerate(self.function.params):
             if p.name in names and p.name not in env:
                 ot = self.operand_types[k]
-                index = _flat_index(self.nest.maps[k], ot, n)
-                lines.append(f"{indent}const {CTYPE[ot.dtype]} x{k} = a{k}[{index}];")
+                lines.append(f"{indent}const {CTYPE[ot.dtype]} x{k} = {read(self.nest, k, ot, n)};")
                 env[p.name] = (f"x{k}", p.type.dtype)
         for s, b in enumerate(self.function.ops):
             if b.result in names and b.result not in env:

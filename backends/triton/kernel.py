@@ -107,7 +107,7 @@ def _kernel(prog: Program, op: Op) -> None:
     fn = module.function(op.attrs["body"])
     if fn is None:
         raise prog.error(op, "its body function is not in the module")
-    for key in ("epilogue",):
+    for key in ("epilogue", "fill"):
         if key in op.attrs:
             raise prog.error(op, f"{key} is not implemented on this target yet")
     types = prog.types()

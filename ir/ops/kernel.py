@@ -33,6 +33,10 @@ dtype. `fuse-epilogues` puts a product's elementwise consumer there (a conv's bi
 activation, a residual add), so that the consumer runs on each tile of the product while it is
 in cache instead of over the whole tensor afterwards.
 
+`fill = [[k, v], ...]` (since gdv 0.9, issue 16) lets operand k be read outside its bounds, a
+read there giving `v` rounded to the operand's dtype (as `pad`'s value): `fold-pads` folds a
+pad into the product that reads it.
+
 `body` names a function of the module with one rank-0 parameter per operand (its dtype) and one
 rank-0 result of the kernel's dtype, made of elementwise ops and scalar constants. The schedule
 attributes (`tile`, `order`, `vector`, `parallel`, `accumulators`, and `strategy` with a
@@ -108,6 +112,28 @@ def kind_maps(v: Any) -> list[list[list[int]]]:
     return v
 
 
+def kind_fill(v: Any) -> list[list]:
+    """A list of `[k, value]` pairs: an operand index and a number."""
+    ok = isinstance(v, list) and all(
+        isinstance(p, list)
+        and len(p) == 2
+        and isinstance(p[0], int)
+        and not isinstance(p[0], bool)
+        and isinstance(p[1], int | float)
+        and not isinstance(p[1], bool)
+        for p in v
+    )
+    if not ok:
+        raise ValueError(f"expected a list of [operand, value] pairs, got {describe(v)}")
+    return v
+
+
+def fills_of(attrs: dict[str, Any]) -> dict[int, int | float]:
+    """`fill` as {operand index: value}: the operands that read `value` outside their bounds
+    (none without the attribute)."""
+    return {k: v for k, v in attrs.get("fill", [])}
+
+
 def kind_string(v: Any) -> str:
     if not isinstance(v, str):
         raise ValueError(f"expected a string, got {describe(v)}")
@@ -147,6 +173,14 @@ def _infer_kernel(
             f"maps has {len(maps)} maps, expected one per operand ({len(types)})", attr="maps"
         )
     empty = 0 in space
+    fills = attrs.get("fill", [])
+    ks = [k for k, _ in fills]
+    if ks != sorted(set(ks)) or any(not 0 <= k < len(types) for k in ks):
+        raise OpTypeError(
+            f"fill names operands {ks}: each at most once, in increasing order, among the "
+            f"{len(types)} operand(s)",
+            attr="fill",
+        )
     for k, (m, t) in enumerate(zip(maps, types, strict=True)):
         if len(m) != t.rank:
             raise OpTypeError(
@@ -161,7 +195,7 @@ def _infer_kernel(
                     attr="maps",
                 )
             lo, hi = affine_range(row, space)
-            if not empty and (lo < 0 or hi >= t.shape[d]):
+            if not empty and k not in ks and (lo < 0 or hi >= t.shape[d]):
                 raise OpTypeError(
                     f"map {k} row {d} reads indices {lo}..{hi} of operand {k + 1} ({t}), whose "
                     f"dim {d} has size {t.shape[d]}",
@@ -305,6 +339,7 @@ KERNEL = register(
             AttrSpec("blocks", kind_int_list, required=False),
             AttrSpec("split", kind_choice(*SPLITS), required=False),
             AttrSpec("epilogue", kind_string, required=False),
+            AttrSpec("fill", kind_fill, required=False),
         ),
         _infer_kernel,
         "result[i_out] = fold(combiner, body(x_k[maps[k] . i + c_k] for each operand k)) over "
@@ -313,8 +348,9 @@ KERNEL = register(
         "their results folded in order; lanes = L > 1: position p to lane p mod L, lanes "
         "folded apart, then in lane order; contract = fma: acc = fma(x, y, acc) for a body "
         "returning mul(x, y); epilogue = E: result[i_out] = E(that fold, x_k[maps[k] . i + "
-        "c_k] at the reduce dims' position 0); other schedule attributes never change the "
-        "meaning.",
+        "c_k] at the reduce dims' position 0); fill = [[k, v], ...]: operand k read outside "
+        "its bounds gives v (rounded to its dtype, as pad's value); other schedule attributes "
+        "never change the meaning.",
         stage="loop",
         int_legal=True,
         storage_legal=True,

@@ -3,9 +3,11 @@
 A kernel computes body(operands at affine positions) at every point of its space and folds the
 reduce dims like reduce_sum / reduce_max / reduce_min. Every gathered operand element is an
 element of that operand, so the operand's bound (interval, error, specials) bounds it; its
-relational facts speak of particular axes and are dropped. The body's ops are bounded by their
-own rules on tensors shaped like the space (reduced positions flattened into one trailing axis,
-so per-element event counts stay right), and the fold by the reduce rule over that axis.
+relational facts speak of particular axes and are dropped. An operand with a `fill` gives
+the fill value outside it, so its bound is the pad rule's hull of its bound and that value.
+The body's ops are bounded by their own rules on tensors shaped like the space (reduced
+positions flattened into one trailing axis, so per-element event counts stay right), and the
+fold by the reduce rule over that axis.
 With `accumulators` > 1 the sum runs in blocks; the sequential rule still bounds it: a
 summation tree's error is at most u times the sum over terms of |term| times the additions the
 term goes through, and the sequential order (every term through the most) maximises that.
@@ -23,7 +25,7 @@ import math
 from gdv.ir.core import Function, Op
 from gdv.ir.diagnostics import IRError
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.kernel import body_of, epilogue_of
+from gdv.ir.ops.kernel import body_of, epilogue_of, fills_of
 from gdv.ir.ops.reduce import REDUCTIONS
 from gdv.ir.types import TensorType
 from gdv.validate.bounds.model import SPECIALS, TB, Err, make_tb
@@ -46,6 +48,7 @@ def _kernel(op: Op, args: list[TB], ctx: Context) -> TB:
     # A context of its own: body value names must not meet the caller's, nor its producers'
     # facts; the rounding model, assumptions and event counts are shared.
     sub = Context(ctx.ideal, ctx.ulps, ctx.lam, ctx.target, ctx.assumptions, ctx.notes)
+    args = with_fills(op, args, ctx)
     for p, a in zip(body.params, args, strict=True):
         sub.values[p.name] = a.with_(type=TensorType(a.dtype, shape), facts={})
     for b in body.ops:
@@ -64,6 +67,25 @@ def _kernel(op: Op, args: list[TB], ctx: Context) -> TB:
     ctx.prob_events += sub.prob_events
     ctx.max_u = max(ctx.max_u, sub.max_u)
     return value.with_(type=op.type, facts={})
+
+
+def with_fills(op: Op, args: list[TB], ctx: Context) -> list[TB]:
+    """`args` with each operand that has a `fill` bounded as a pad of it by the fill value
+    (a read outside it gives that value, exactly): the pad rule's hull."""
+    fills = fills_of(op.attrs)
+    out = list(args)
+    for k, value in fills.items():
+        a = args[k]
+        rank = a.type.rank
+        pad = Op(
+            "fill",
+            "pad",
+            ["x"],
+            {"low": [1] * rank, "high": [0] * rank, "value": value},
+            a.type,
+        )
+        out[k] = RULES[OPS["pad"]](pad, [a], ctx) if rank else a
+    return out
 
 
 def apply_epilogue(epi: Function, value: TB, args: list[TB], t: TensorType, ctx: Context) -> TB:

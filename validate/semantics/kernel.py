@@ -14,7 +14,14 @@ import z3
 
 from gdv.ir.core import Function, Op
 from gdv.ir.ops import REGISTRY as OPS
-from gdv.ir.ops.kernel import FOLD_KIND, body_of, contracted_factors, epilogue_of, epilogue_point
+from gdv.ir.ops.kernel import (
+    FOLD_KIND,
+    body_of,
+    contracted_factors,
+    epilogue_of,
+    epilogue_point,
+    fills_of,
+)
 from gdv.ir.types import TensorType
 from gdv.validate.encode import encode
 from gdv.validate.semantics.index import Idx, delinearize
@@ -41,8 +48,8 @@ def kernel(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
 
     def point(loop: list[Idx]) -> Term:
         scalars = []
-        for x, m in zip(xs, maps, strict=True):
-            value = yield x.read(tuple(affine(row, loop) for row in m))
+        for k, (x, m) in enumerate(zip(xs, maps, strict=True)):
+            value = yield from read(k, x, m, loop)
             scalars.append(Tensor(TensorType(x.dtype, ()), lambda _i, v=value: v))
         (result,) = encode(ctx, body, scalars)
         return result.at(())
@@ -50,8 +57,8 @@ def kernel(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
     def factors(loop: list[Idx]) -> Term:
         """(x, y): the operands of the body's final mul at `loop`."""
         scalars = []
-        for x, m in zip(xs, maps, strict=True):
-            value = yield x.read(tuple(affine(row, loop) for row in m))
+        for k, (x, m) in enumerate(zip(xs, maps, strict=True)):
+            value = yield from read(k, x, m, loop)
             scalars.append(Tensor(TensorType(x.dtype, ()), lambda _i, v=value: v))
         pair = Function(body.name, body.params, body.results * 2, body.ops, list(named))
         tx, ty = encode(ctx, pair, scalars)
@@ -90,6 +97,25 @@ def kernel(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
         return fold(z3.IntVal(n), *guard)
 
     named = contracted_factors(body) if "contract" in op.attrs else None
+    fills = {k: ctx.values.literal(v, xs[k].dtype) for k, v in fills_of(op.attrs).items()}
+
+    def read(k: int, x: Tensor, m: list[list[int]], loop: list[Idx]) -> Term:
+        """Operand k at `maps[k] . loop`; with a `fill`, the fill value outside its bounds
+        (as `pad` reads: IR_SPEC.md section 7)."""
+        at = tuple(affine(row, loop) for row in m)
+        if k not in fills:
+            return (yield x.read(at))
+        fill = fills[k]
+        if 0 in x.shape:
+            return fill
+        inside = [i.in_range(0, n) for i, n in zip(at, x.shape, strict=True)]
+        if any(z3.is_false(c) for c in inside):
+            return fill
+        here = yield x.read(at)
+        conds = [c for c in inside if not z3.is_true(c)]
+        if not conds:
+            return here
+        return z3.If(z3.And(*conds) if len(conds) > 1 else conds[0], here, fill)
 
     epi = epilogue_of(op.attrs)
 
@@ -101,8 +127,8 @@ def kernel(ctx: Ctx, op: Op, xs: list[Tensor]) -> Tensor:
         loop = epilogue_point(op.attrs, list(i))
         loop = [v if isinstance(v, Idx) else Idx.of(v) for v in loop]
         scalars = [Tensor(TensorType(op.type.dtype, ()), lambda _i, v=acc: v)]
-        for x, m in zip(xs, maps, strict=True):
-            value = yield x.read(tuple(affine(row, loop) for row in m))
+        for k, (x, m) in enumerate(zip(xs, maps, strict=True)):
+            value = yield from read(k, x, m, loop)
             scalars.append(Tensor(TensorType(x.dtype, ()), lambda _i, v=value: v))
         (result,) = encode(ctx, epi, scalars)
         return result.at(())
