@@ -13,6 +13,7 @@ from gdv.passes.eliminate_dead_code import EliminateDeadCode
 from gdv.passes.fast_math import FastMath
 from gdv.passes.fold_constants import FoldConstants
 from gdv.passes.fold_layout import FoldLayout
+from gdv.passes.fold_pads import FoldPads
 from gdv.passes.fuse_conv_epilogues import FuseConvEpilogues
 from gdv.passes.fuse_epilogues import FuseEpilogues
 from gdv.passes.fuse_kernels import FuseKernels
@@ -42,6 +43,7 @@ PASSES: dict[str, type[Pass]] = {
         ReassociateReductions,
         FuseEpilogues,
         GroupRows,
+        FoldPads,
         PlanMemory,
     )
 }
@@ -143,6 +145,8 @@ def pipeline(
         # Row-wise kernels run row block by row block, each row in cache for all of them.
         l2 = int(cache_bytes[1]) if cache_bytes else GroupRows.l2_bytes
         passes += [GroupRows(l2_bytes=l2)]
+        # A stride-1 convolution's product reads its input unpadded, its pad folded in.
+        passes += [FoldPads()]
     if level >= 2:
         passes += [PlanMemory()]
     elif target_info(target).planned_memory:

@@ -118,6 +118,19 @@ func @e(%acc: f32[], %bias: f32[]) -> f32[] {
   return %3
 }
 """,
+    # two convs, the second's pad folded into its product (`fold-pads`: a `fill`), whose
+    # 6-wide rows put padding lanes in most of its column slivers
+    "conv_fold": """func @main(%x: f32[1,4,6,6] {range = [-1.0, 1.0]},
+           %w: f32[4,4,3,3] {range = [-1.0, 1.0]}, %v: f32[4,4,3,3] {range = [-1.0, 1.0]})
+    -> f32[1,4,6,6] {
+  %a = conv2d(%x, %w) {stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1],
+                       groups = 1} : f32[1,4,6,6]
+  %b = relu(%a) : f32[1,4,6,6]
+  %c = conv2d(%b, %v) {stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1],
+                       groups = 1} : f32[1,4,6,6]
+  return %c
+}
+""",
     # two intermediates (a row sum and a row max) live at once in the arena
     "arena": """func @main(%x: f32[8,16] {range = [-1.0, 1.0]}, %y: f32[8,16] {range = [-1.0, 1.0]})
     -> f32[8] {
@@ -455,6 +468,50 @@ def _c_conv_epilogue_channel():
     return mock.patch.object(conv._Epilogue, "code", code)
 
 
+def _folding_everywhere() -> contextlib.ExitStack:
+    """`fold-pads` folds whatever the host's vector width and the rows' width (so that the fill
+    mutants below reach their code on every host: masked runs with 64-byte vectors, guarded
+    packing else)."""
+    from gdv.passes import fold_pads
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(mock.patch.object(fold_pads, "FOLD_MIN_VECTOR_BYTES", 0))
+    stack.enter_context(mock.patch.object(fold_pads, "FOLD_MIN_WIDTH_TILES", 0))
+    return stack
+
+
+def _fold_off_by_one():
+    """`fold-pads` shifts the folded operand's maps by the pad's low side plus one (every read
+    one element further along each padded dim)."""
+    from gdv.passes import fold_pads
+
+    original = fold_pads.folded
+
+    def folded(op, k, pad):
+        _fire()
+        shifted = {**pad.attrs, "low": [lo + 1 for lo in pad.attrs["low"]]}
+        return original(op, k, dataclasses.replace(pad, attrs=shifted))
+
+    stack = _folding_everywhere()
+    stack.enter_context(mock.patch.object(fold_pads, "folded", folded))
+    return stack
+
+
+def _c_unguarded_fill():
+    """The C product printer takes every read of a filled operand as inside it: no masks on
+    the in-place slivers, no guards in the packing (the reads outside it give whatever lies
+    there instead of the fill)."""
+    from gdv.backends.c import matmul
+
+    def affine_range(row, space):
+        _fire()
+        return 0, 0
+
+    stack = _folding_everywhere()
+    stack.enter_context(mock.patch.object(matmul, "affine_range", affine_range))
+    return stack
+
+
 MUTANTS: dict[str, Mutant] = {
     m.name: m
     for m in (
@@ -569,6 +626,23 @@ MUTANTS: dict[str, Mutant] = {
             "conformance",
             ("conv_epilogue",),
             _c_conv_epilogue_channel,
+        ),
+        Mutant(
+            "fold-pad-off-by-one",
+            "passes/fold_pads.py folded",
+            "a folded pad's reads are shifted one element along each padded dim",
+            "proof",
+            ("conv_fold",),
+            _fold_off_by_one,
+        ),
+        Mutant(
+            "c-unguarded-fill",
+            "backends/c/matmul.py guard, _tap_masks",
+            "a product reads its filled operand as if every read lay inside it (no lane masks, "
+            "no packing guards)",
+            "conformance",
+            ("conv_fold",),
+            _c_unguarded_fill,
         ),
         Mutant(
             "overlapping-buffers",

@@ -38,7 +38,12 @@ LISTED = {
         "c-conv-epilogue-channel",  # a conv epilogue reading another channel's bias (issue 16)
     ],
     "dropped rounding": ["dropped-convert", "c-dropped-rounding"],
-    "off-by-one bound": ["off-by-one-extent", "c-off-by-one-loop"],
+    "off-by-one bound": [
+        "off-by-one-extent",
+        "c-off-by-one-loop",
+        "fold-pad-off-by-one",  # a folded pad's reads one element off (issue 16)
+        "c-unguarded-fill",  # a filled operand read past its bounds unguarded (issue 16)
+    ],
     "wrong fold start": ["c-wrong-fold-start"],
     "wrong fold order": [
         "wrong-fold-order",
