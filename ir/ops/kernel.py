@@ -35,7 +35,7 @@ in cache instead of over the whole tensor afterwards.
 
 `fill = [[k, v], ...]` (since gdv 0.9, issue 16) lets operand k be read outside its bounds, a
 read there giving `v` rounded to the operand's dtype (as `pad`'s value): `fold-pads` folds a
-pad into the product that reads it.
+pad into the kernel that reads it.
 
 `body` names a function of the module with one rank-0 parameter per operand (its dtype) and one
 rank-0 result of the kernel's dtype, made of elementwise ops and scalar constants. The schedule
