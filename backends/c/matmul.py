@@ -49,7 +49,7 @@ from gdv.backends.c.emit import (
 from gdv.ir import products
 from gdv.ir.core import Function, Op
 from gdv.ir.dtypes import DType
-from gdv.ir.ops.kernel import affine_range, fills_of
+from gdv.ir.ops.kernel import affine_range, fills_of, leaving_dims
 from gdv.ir.types import TensorType
 
 DIRECT_MAX_ROWS = 16
@@ -707,10 +707,8 @@ def _blocked(
         Per dim that the maps can take outside, its index from tables like the offsets'."""
         t = operand_types[k]
         conds = []
-        for d, row in enumerate(op.attrs["maps"][k]):
-            lo, hi = affine_range(row, list(op.attrs["space"]))
-            if lo >= 0 and hi < t.shape[d]:
-                continue
+        for d in leaving_dims(op.attrs["maps"][k], list(op.attrs["space"]), t.shape):
+            row = op.attrs["maps"][k][d]
             terms = [f"INT64_C({row[-1]})"]
             terms += [f"INT64_C({row[b]}) * bi{b}" for b in gb.dims if row[b]]
             terms += [g.offset(row[:-1], f"t{k}d{d}{g.var}", tables)[0] for g in groups]
@@ -1587,11 +1585,7 @@ def _tap_masks(
     if reach * t.dtype.itemsize > ARENA_MARGIN:
         return None
     rows = op.attrs["maps"][ky]
-    dims = []
-    for d, row in enumerate(rows):
-        lo_d, hi_d = affine_range(row, space)
-        if lo_d < 0 or hi_d >= t.shape[d]:
-            dims.append(d)
+    dims = leaving_dims(rows, space, t.shape)
     if any(max(abs(v) for v in affine_range(rows[d], space)) >= 1 << 30 for d in dims):
         return None  # the lanes' indices are int32
     red_dims = list(op.attrs["reduce"])

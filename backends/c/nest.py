@@ -43,7 +43,7 @@ from gdv.backends.c.emit import (
 from gdv.backends.c.simd import vector_bytes
 from gdv.ir.core import Function, Op
 from gdv.ir.dtypes import DType
-from gdv.ir.ops.kernel import BODY_OPS, COMBINER_OP, affine_range
+from gdv.ir.ops.kernel import BODY_OPS, COMBINER_OP, leaving_dims
 from gdv.ir.types import TensorType
 
 Body = Callable[[list[str], list[str], str], str]
@@ -101,10 +101,8 @@ def read(nest: Nest, k: int, t: TensorType, n: int) -> str:
     if k not in nest.fills:
         return at
     conds = []
-    for d, row in enumerate(nest.maps[k]):
-        lo, hi = affine_range(row, nest.space)
-        if lo >= 0 and hi < t.shape[d]:
-            continue
+    for d in leaving_dims(nest.maps[k], nest.space, t.shape):
+        row = nest.maps[k][d]
         terms = [f"INT64_C({row[-1]})"] + [
             f"INT64_C({c}) * i{j}" for j, c in enumerate(row[:-1]) if c
         ]

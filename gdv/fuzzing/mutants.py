@@ -503,12 +503,12 @@ def _c_unguarded_fill():
     there instead of the fill)."""
     from gdv.backends.c import matmul
 
-    def affine_range(row, space):
+    def leaving_dims(rows, space, shape):
         _fire()
-        return 0, 0
+        return []
 
     stack = _folding_everywhere()
-    stack.enter_context(mock.patch.object(matmul, "affine_range", affine_range))
+    stack.enter_context(mock.patch.object(matmul, "leaving_dims", leaving_dims))
     return stack
 
 
@@ -637,7 +637,7 @@ MUTANTS: dict[str, Mutant] = {
         ),
         Mutant(
             "c-unguarded-fill",
-            "backends/c/matmul.py guard, _tap_masks",
+            "backends/c/matmul.py leaving_dims (guard, _tap_masks)",
             "a product reads its filled operand as if every read lay inside it (no lane masks, "
             "no packing guards)",
             "conformance",

@@ -149,6 +149,17 @@ def affine_range(row: list[int], space: list[int]) -> tuple[int, int]:
     return lo, hi
 
 
+def leaving_dims(rows: list[list[int]], space: list[int], shape: tuple[int, ...]) -> list[int]:
+    """The dims of an operand of `shape`, read through map `rows` over the box `space`, whose
+    index leaves the operand somewhere in the box (where a `fill` is read)."""
+    out = []
+    for d, row in enumerate(rows):
+        lo, hi = affine_range(row, space)
+        if lo < 0 or hi >= shape[d]:
+            out.append(d)
+    return out
+
+
 def _infer_kernel(
     types: list[TensorType], attrs: dict[str, Any], written: TensorType
 ) -> TensorType:
