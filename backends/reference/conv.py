@@ -26,12 +26,13 @@ def _conv2d(op: Op, args: list[np.ndarray], ctx: Context) -> np.ndarray:
     epi = epilogue_of(op.attrs)
     if epi is None:
         return out
-    # out[n,o,i,j] = E(sum, e_k[o]...): each extra operand broadcast along the channel dim.
+    # out[n,o,i,j] = E(sum, e_k[o]...): each extra operand broadcast along the channel dim to
+    # the output's shape (an op of E may read extras alone: batch norm's bias - mean * alpha).
     shape = op.type.shape
     env = {epi.params[0].name: out}
     for q, e in zip(epi.params[1:], args[2:], strict=True):
         e = np.asarray(e)
-        env[q.name] = e if e.ndim == 0 else e.reshape(1, -1, 1, 1)
+        env[q.name] = np.broadcast_to(e if e.ndim == 0 else e.reshape(1, -1, 1, 1), shape)
     ops = [
         Op(b.result, b.name, b.operands, b.attrs, TensorType(b.type.dtype, shape)) for b in epi.ops
     ]

@@ -212,6 +212,39 @@ def test_no_conv_epilogue_where_the_conditions_fail(tmp_path, extra, tail) -> No
         assert reference.bit_equal(g, w)
 
 
+AFFINE = """func @main(%x: f32[1,32,12,12], %w: f32[32,1,3,3], %s: f32[32], %m: f32[32], %b: f32[32], %p: f32[16,32,1,1]) -> f32[1,16,12,12] {
+  %c = conv2d(%x, %w) {stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1], groups = 32} : f32[1,32,12,12]
+  %ms = mul(%m, %s) : f32[32]
+  %t = sub(%b, %ms) : f32[32]
+  %sb = broadcast(%s) {dims = [1]} : f32[1,32,12,12]
+  %tb = broadcast(%t) {dims = [1]} : f32[1,32,12,12]
+  %y = mul(%c, %sb) : f32[1,32,12,12]
+  %a = add(%y, %tb) : f32[1,32,12,12]
+  %z = conv2d(%a, %p) {stride = [1, 1], padding = [[0, 0], [0, 0]], dilation = [1, 1], groups = 1} : f32[1,16,12,12]
+  return %z
+}
+"""
+
+
+def test_an_epilogue_op_may_read_the_extras_alone(tmp_path) -> None:
+    """Batch norm as torch computes it, x * s + (b - m * s): the per-channel `b - m * s` fuses
+    into the consumer, so the conv's epilogue holds ops that read only its extra operands.
+    The reference evaluates each op of the epilogue at every output element (it once gave such
+    an op the channel vector's shape and failed the compile's counterexample replay)."""
+    comp = _compile(tmp_path, AFFINE)
+    assert comp.verdict == "proved"
+    conv = comp.module.entry.ops[0]
+    assert conv.name == "conv2d" and "epilogue" in conv.attrs
+    epi = comp.module.function(conv.attrs["epilogue"])
+    acc = epi.params[0].name
+    assert any(acc not in o.operands and o.operands for o in epi.ops), "no op reads extras alone"
+    for seed in range(3):
+        ins = reference.random_inputs(comp.source.entry, seed)
+        want = reference.run(comp.source, ins)[0]
+        assert reference.bit_equal(reference.run(comp.module, ins)[0], want)
+        assert reference.bit_equal(comp(**ins)[0], want)
+
+
 def test_other_targets_keep_the_activation_a_kernel(tmp_path) -> None:
     """The pass runs for CPU targets only; an interpreter runs the program as written."""
     tail = "return %r"
