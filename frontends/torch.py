@@ -1640,27 +1640,34 @@ def _convolution(imp: Importer, node: Any, a: dict[str, Any]) -> None:
 
 @handler("aten._native_batch_norm_legit_no_training.default")
 def _batch_norm(imp: Importer, node: Any, a: dict[str, Any]) -> None:
-    # Inference: (x - mean) * (1 / sqrt(var + eps)) * weight + bias per channel (dim 1), the
-    # invstd first, as torch's CPU kernel; the saved mean/invstd outputs are empty in eval.
+    # Inference in the form torch's CPU kernel computes (batch_norm_cpu_collect_linear_and_
+    # constant_terms): per channel (dim 1) invstd = 1 / sqrt(var + eps), alpha = invstd *
+    # weight and beta = bias - mean * alpha, then x * alpha + beta, one multiply and one add
+    # per element (torch's build fuses that multiply and add, and the one in beta, into
+    # fused multiply-adds; here each is rounded). The saved mean/invstd outputs are empty.
     x = imp.dyn(a["input"])
     t = _require_float(imp, x)
     xc, back = _narrow_in(imp, x)
     tc = imp.type_of(xc)
     c = t.shape[1] if t.rank > 1 else 1
-
-    def chan(name: str, default: float) -> str:
-        v = a.get(name)
-        if v is None:
-            return imp.const(default, tc)
-        return imp.emit("broadcast", [convert(imp, imp.dyn(v), tc.dtype)], tc, dims=[1])
-
-    var = a.get("running_var")
     ct = tc.with_shape((c,))
-    vv = convert(imp, imp.dyn(var), tc.dtype)
-    inv = imp.emit("rsqrt", [imp.emit("add", [vv, imp.const(float(a["eps"]), ct)])])
-    inv = imp.emit("broadcast", [inv], tc, dims=[1])
-    y = imp.emit("mul", [imp.emit("sub", [xc, chan("running_mean", 0.0)]), inv])
-    y = imp.emit("add", [imp.emit("mul", [y, chan("weight", 1.0)]), chan("bias", 0.0)])
+
+    def chan(name: str) -> str | None:
+        v = a.get(name)
+        return None if v is None else convert(imp, imp.dyn(v), tc.dtype)
+
+    var, mean, weight, bias = (chan(k) for k in ("running_var", "running_mean", "weight", "bias"))
+    if var is None:
+        raise imp.unsupported("batch norm without running statistics")
+    std = imp.emit("sqrt", [imp.emit("add", [var, imp.const(float(a["eps"]), ct)])])
+    alpha = imp.emit("div", [imp.const(1.0, ct), std])
+    if weight is not None:
+        alpha = imp.emit("mul", [alpha, weight])
+    beta = imp.const(0.0, ct) if bias is None else bias
+    if mean is not None:
+        beta = imp.emit("sub", [beta, imp.emit("mul", [mean, alpha])])
+    y = imp.emit("mul", [xc, imp.emit("broadcast", [alpha], tc, dims=[1])])
+    y = imp.emit("add", [y, imp.emit("broadcast", [beta], tc, dims=[1])])
     imp.tuples[node.name] = [_v(imp, convert(imp, y, back)), None, None]
 
 

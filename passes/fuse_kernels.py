@@ -86,17 +86,25 @@ def _without_reduction(producer: Op | None) -> bool:
 
 
 def fusible(producer: Op | None, uses: int, consumer: Op, functions: dict) -> bool:
-    """A kernel without reduction whose result is read exactly once, and not one with a
-    transcendental read by a kernel over a larger space: fused, its body would run at every
-    point of the consumer's space (batch norm's rsqrt(var + eps), 32 values, broadcast to
-    32 x 112 x 112: 12544 evaluations of each), where alone it runs once per element and the
-    consumer reads its result."""
+    """A kernel without reduction whose result is read exactly once, fused unless the consumer
+    runs over a larger space and its body would run at every point of it where alone it runs
+    once per element and the consumer reads its result:
+
+    - into an elementwise consumer (a broadcast), a producer that computes anything: batch
+      norm's beta = bias - mean * alpha, 32 values broadcast to 32 x 112 x 112, would be
+      12544 evaluations of each and one more operand for the consumer to read (a body of
+      constants and reads alone, a copy, fuses);
+    - into a reducing consumer (a product packing the producer's values into its slivers
+      once per column block: a normalisation or activation before a matrix product), a
+      producer that computes a transcendental (rsqrt(var + eps))."""
     if not (_without_reduction(producer) and uses == 1):
         return False
     assert producer is not None
     if math.prod(consumer.attrs["space"]) <= math.prod(producer.attrs["space"]):
         return True
     body = functions[producer.attrs["body"]].ops
+    if not consumer.attrs["reduce"]:
+        return all(b.name == "constant" for b in body)
     return not any(b.name in TRANSCENDENTAL for b in body)
 
 

@@ -481,6 +481,36 @@ def test_cnn_batch_norm_and_pools() -> None:
     check(cnn, rand(2, 3, 8, 8, seed=14), tol=1e-5)
 
 
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_is_torchs_linear_and_constant_terms(affine: bool) -> None:
+    """Inference batch norm imports as torch's CPU kernel computes it: per channel alpha = 1 /
+    sqrt(var + eps) * weight and beta = bias - mean * alpha, then x * alpha + beta (one
+    multiply and one add over the tensor). The reference gives numpy's evaluation of that
+    formula, each op rounded, bit for bit; torch's build fuses the multiply-adds, so against
+    torch it is within an ulp or two."""
+    torch.manual_seed(3)
+    bn = nn.BatchNorm2d(6, eps=1e-3, affine=affine).eval()
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.25, 4)
+    if affine:
+        bn.weight.data.uniform_(-2, 2)
+        bn.bias.data.uniform_(-1, 1)
+    x = rand(2, 6, 5, 7, seed=21)
+    got, want, m = run_both(bn, x)
+    full = [op for op in m.entry.ops if op.type.shape == (2, 6, 5, 7)]
+    assert sorted(op.name for op in full if op.name != "broadcast") == ["add", "mul"]
+    f = np.float32
+    var, mean = bn.running_var.numpy(), bn.running_mean.numpy()
+    alpha = f(1) / np.sqrt(var + f(1e-3))
+    beta = f(0) - mean * alpha
+    if affine:
+        alpha = alpha * bn.weight.detach().numpy()
+        beta = bn.bias.detach().numpy() - mean * alpha
+    formula = x.numpy() * alpha[:, None, None] + beta[:, None, None]
+    assert reference.bit_equal(got[0], formula.astype(f))
+    assert _maxdiff(got[0], want[0]) <= 1e-6
+
+
 def test_softmax_layer_norm_gelu() -> None:
     x = rand(2, 3, 8, seed=8) * 3
     check(Fn(lambda a: (F.softmax(a, -1), F.softmax(a, 1), F.log_softmax(a, -1))), x, tol=1e-6)

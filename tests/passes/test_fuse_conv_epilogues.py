@@ -214,12 +214,13 @@ def test_no_conv_epilogue_where_the_conditions_fail(tmp_path, extra, tail) -> No
 
 AFFINE = """func @main(%x: f32[1,32,12,12], %w: f32[32,1,3,3], %s: f32[32], %m: f32[32], %b: f32[32], %p: f32[16,32,1,1]) -> f32[1,16,12,12] {
   %c = conv2d(%x, %w) {stride = [1, 1], padding = [[1, 1], [1, 1]], dilation = [1, 1], groups = 32} : f32[1,32,12,12]
-  %ms = mul(%m, %s) : f32[32]
-  %t = sub(%b, %ms) : f32[32]
   %sb = broadcast(%s) {dims = [1]} : f32[1,32,12,12]
-  %tb = broadcast(%t) {dims = [1]} : f32[1,32,12,12]
+  %mb = broadcast(%m) {dims = [1]} : f32[1,32,12,12]
+  %bb = broadcast(%b) {dims = [1]} : f32[1,32,12,12]
+  %ms = mul(%mb, %sb) : f32[1,32,12,12]
+  %t = sub(%bb, %ms) : f32[1,32,12,12]
   %y = mul(%c, %sb) : f32[1,32,12,12]
-  %a = add(%y, %tb) : f32[1,32,12,12]
+  %a = add(%y, %t) : f32[1,32,12,12]
   %z = conv2d(%a, %p) {stride = [1, 1], padding = [[0, 0], [0, 0]], dilation = [1, 1], groups = 1} : f32[1,16,12,12]
   return %z
 }
@@ -227,8 +228,8 @@ AFFINE = """func @main(%x: f32[1,32,12,12], %w: f32[32,1,3,3], %s: f32[32], %m: 
 
 
 def test_an_epilogue_op_may_read_the_extras_alone(tmp_path) -> None:
-    """Batch norm as torch computes it, x * s + (b - m * s): the per-channel `b - m * s` fuses
-    into the consumer, so the conv's epilogue holds ops that read only its extra operands.
+    """x * s + (b - m * s) written over the whole tensor: `b - m * s` is in the consumer's own
+    body, so the conv's epilogue holds ops that read only its extra operands.
     The reference evaluates each op of the epilogue at every output element (it once gave such
     an op the channel vector's shape and failed the compile's counterexample replay)."""
     comp = _compile(tmp_path, AFFINE)

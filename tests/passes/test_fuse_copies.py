@@ -6,6 +6,8 @@ bit-exact to the unfused ones on the reference backend, and on the C target with
 reduction (a transcendental body evaluated a tile at a time) bit-exact to the same program with
 the tiling off."""
 
+# ruff: noqa: E501  (IR programs written out line by line)
+
 from __future__ import annotations
 
 import numpy as np
@@ -200,3 +202,53 @@ def test_a_transcendental_is_not_fused_into_a_larger_space(target: str) -> None:
         assert reference.bit_equal(got, want)
     else:  # rsqrt's last bits are the C library's
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+AFFINE_NORM = """func @main(%x: f32[1,8,12,12], %v: f32[8], %g: f32[8], %m: f32[8], %b: f32[8], %w: f32[8,8]) -> (f32[1,8,12,12], f32[8,8]) {
+  %eps = constant() {value = 1e-05} : f32[8]
+  %one = constant() {value = 1.0} : f32[8]
+  %ve = add(%v, %eps) : f32[8]
+  %sd = sqrt(%ve) : f32[8]
+  %inv = div(%one, %sd) : f32[8]
+  %alpha = mul(%inv, %g) : f32[8]
+  %ma = mul(%m, %alpha) : f32[8]
+  %beta = sub(%b, %ma) : f32[8]
+  %ab = broadcast(%alpha) {dims = [1]} : f32[1,8,12,12]
+  %bb = broadcast(%beta) {dims = [1]} : f32[1,8,12,12]
+  %y = mul(%x, %ab) : f32[1,8,12,12]
+  %z = add(%y, %bb) : f32[1,8,12,12]
+  %wr = relu(%w) : f32[8,8]
+  %p = dot(%wr, %w) {lhs_batch = [], rhs_batch = [], lhs_contract = [1], rhs_contract = [0]} : f32[8,8]
+  return %z, %p
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["reference", "c"])
+def test_per_channel_arithmetic_is_not_fused_into_a_broadcast(target: str) -> None:
+    """batch norm as torch's CPU kernel computes it: beta = b - m * alpha (8 values, read once)
+    stays a kernel of its own instead of running at each of the 1152 points of x * alpha +
+    beta, so the normalisation reads two values per channel and computes one multiply and one
+    add per element; the relu before the product still fuses into the product (a reducing
+    consumer packs it). Bit for bit the reference."""
+    comp = compile_module(AFFINE_NORM, CompileOptions(target=target, use_cache=False))
+    assert comp.verdict == "proved"
+    kernels = _kernels(comp)
+    big = [k for k in kernels if k.attrs["space"] == [1, 8, 12, 12]]
+    assert len(big) == 1 and sorted(_body_ops(comp, big[0])) == ["add", "mul"], [
+        _body_ops(comp, k) for k in big
+    ]
+    assert any(k.attrs["space"] == [8] and "sub" in _body_ops(comp, k) for k in kernels)
+    product = [k for k in kernels if k.attrs["reduce"]]
+    assert len(product) == 1 and "relu" in _body_ops(comp, product[0])
+    rng = np.random.default_rng(2)
+    inputs = {
+        "x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32),
+        "v": np.abs(rng.standard_normal(8)).astype(np.float32),
+        **{k: rng.standard_normal(8).astype(np.float32) for k in ("g", "m", "b")},
+        "w": rng.standard_normal((8, 8)).astype(np.float32),
+    }
+    want = reference.run(parse(AFFINE_NORM), inputs)
+    got = comp(**inputs) if target == "c" else reference.run(comp.module, inputs)
+    for g, w in zip(got, want, strict=True):
+        assert reference.bit_equal(g, w)
