@@ -85,26 +85,35 @@ def _without_reduction(producer: Op | None) -> bool:
     )
 
 
-def fusible(producer: Op | None, uses: int, consumer: Op, functions: dict) -> bool:
+def fusible(
+    producer: Op | None, uses: int, consumer: Op, functions: dict, types: dict | None = None
+) -> bool:
     """A kernel without reduction whose result is read exactly once, fused unless the consumer
-    runs over a larger space and its body would run at every point of it where alone it runs
-    once per element and the consumer reads its result:
+    runs over a larger space and the producer's body would run at every point of it where
+    alone it runs once per element and the consumer reads its result:
 
-    - into an elementwise consumer (a broadcast), a producer that computes anything: batch
-      norm's beta = bias - mean * alpha, 32 values broadcast to 32 x 112 x 112, would be
-      12544 evaluations of each and one more operand for the consumer to read (a body of
-      constants and reads alone, a copy, fuses);
+    - into an elementwise consumer (a broadcast), a producer that computes anything from
+      operands it reads one element per point (`types` gives their sizes): batch norm's beta
+      = bias - mean * alpha, 32 values broadcast to 32 x 112 x 112, would be 12544
+      evaluations of each and two more operands for the consumer to read, in a conv's
+      epilogue where nothing is hoisted. A copy fuses, and so does a producer that broadcasts
+      smaller operands itself (an attention mask built from a [1, T] mask: fused, the scores'
+      consumer reads the [1, T] mask, constant along the product's rows, and can become the
+      product's epilogue);
     - into a reducing consumer (a product packing the producer's values into its slivers
       once per column block: a normalisation or activation before a matrix product), a
       producer that computes a transcendental (rsqrt(var + eps))."""
     if not (_without_reduction(producer) and uses == 1):
         return False
     assert producer is not None
-    if math.prod(consumer.attrs["space"]) <= math.prod(producer.attrs["space"]):
+    size = math.prod(producer.attrs["space"])
+    if math.prod(consumer.attrs["space"]) <= size:
         return True
     body = functions[producer.attrs["body"]].ops
-    if not consumer.attrs["reduce"]:
-        return all(b.name == "constant" for b in body)
+    if not consumer.attrs["reduce"] and types is not None:
+        computes = any(b.name != "constant" for b in body)
+        whole = all(types[v].num_elements == size for v in producer.operands)
+        return not (computes and whole)
     return not any(b.name in TRANSCENDENTAL for b in body)
 
 
@@ -219,7 +228,7 @@ class FuseKernels(Pass):
             for k, v in enumerate(c.operands):
                 p = defs.get(v)
                 copy = uses.get(v, 0) > 1 and v not in fn.returns
-                single = fusible(p, uses.get(v, 0), c, functions)
+                single = fusible(p, uses.get(v, 0), c, functions, types)
                 if not (single or (copy and duplicable(p, v, ops, functions))):
                     continue
                 assert p is not None

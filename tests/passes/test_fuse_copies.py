@@ -252,3 +252,30 @@ def test_per_channel_arithmetic_is_not_fused_into_a_broadcast(target: str) -> No
     got = comp(**inputs) if target == "c" else reference.run(comp.module, inputs)
     for g, w in zip(got, want, strict=True):
         assert reference.bit_equal(g, w)
+
+
+MASK = """func @main(%s: f32[2,3,4,4], %m: f32[4]) -> f32[2,3,4,4] {
+  %mb = broadcast(%m) {dims = [1]} : f32[4,4]
+  %big = constant() {value = -1e9} : f32[4,4]
+  %k = mul(%mb, %big) : f32[4,4]
+  %kb = broadcast(%k) {dims = [2, 3]} : f32[2,3,4,4]
+  %y = add(%s, %kb) : f32[2,3,4,4]
+  return %y
+}
+"""
+
+
+def test_a_producer_that_broadcasts_fuses_into_a_broadcast() -> None:
+    """An attention mask built from a [T] mask (a [T, T] producer reading a smaller operand)
+    fuses into the scores' consumer, which then reads the [T] mask itself (constant along the
+    product's rows: it can become the product's epilogue)."""
+    comp = _compile(MASK)
+    kernels = _kernels(comp)
+    assert len(kernels) == 1 and kernels[0].attrs["space"] == [2, 3, 4, 4]
+    assert sorted(_body_ops(comp, kernels[0])) == ["add", "constant", "mul"]
+    rng = np.random.default_rng(3)
+    inputs = {
+        "s": rng.standard_normal((2, 3, 4, 4)).astype(np.float32),
+        "m": rng.standard_normal(4).astype(np.float32),
+    }
+    _same_on_reference(comp, MASK, inputs)
