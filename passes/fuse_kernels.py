@@ -85,9 +85,7 @@ def _without_reduction(producer: Op | None) -> bool:
     )
 
 
-def fusible(
-    producer: Op | None, uses: int, consumer: Op, functions: dict, types: dict | None = None
-) -> bool:
+def fusible(producer: Op | None, uses: int, consumer: Op, functions: dict, types: dict) -> bool:
     """A kernel without reduction whose result is read exactly once, fused unless the consumer
     runs over a larger space and the producer's body would run at every point of it where
     alone it runs once per element and the consumer reads its result:
@@ -110,7 +108,7 @@ def fusible(
     if math.prod(consumer.attrs["space"]) <= size:
         return True
     body = functions[producer.attrs["body"]].ops
-    if not consumer.attrs["reduce"] and types is not None:
+    if not consumer.attrs["reduce"]:
         computes = any(b.name != "constant" for b in body)
         whole = all(types[v].num_elements == size for v in producer.operands)
         return not (computes and whole)
