@@ -93,8 +93,10 @@ def test_profiled_results_are_the_plain_results_and_timers_sum_to_the_call(compi
         assert start <= ops[0, 0] and ops[-1, 1] <= end
         assert (ops[1:, 0] >= ops[:-1, 1]).all()
     # The kernels' timers account for (about) all of the call: only the clock reads between.
+    # A run the VM preempts between two timers loses that gap (a CI run once saw 0.85 in one of
+    # fifteen), so the bound is on the median run; no run may exceed its call.
     share = d.sum(axis=1) / totals
-    assert (share > 0.9).all() and (share <= 1.0).all(), share
+    assert np.median(share) > 0.9 and (share <= 1.0).all(), share
     # ... and the call timed in C is within the call timed from Python.
     assert (totals <= np.array(runs.wall)).all()
 
