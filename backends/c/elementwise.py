@@ -108,28 +108,24 @@ LIBM = {
 
 
 def _float_extreme(kind: str, dtype: DType) -> str:
-    """`gdv_{kind}_{s}(a, b)`: IR_SPEC's max (min) on the bits, without a branch: each value's
-    place in the order -inf < ... < -0.0 < +0.0 < ... < +inf as a signed integer (the bits, the
-    magnitude bits flipped when negative), the larger (smaller) key's value; a NaN operand is
-    the result, `a`'s before `b`'s (its bits kept). Equal keys are equal bits. Branch-free, so
-    a loop of them vectorises (a stride-2 max pool's) and its scalar remainder runs no
-    branches either."""
+    """`gdv_{kind}_{s}(a, b)`: IR_SPEC's max (min) on the bits, without a branch. `a` when it
+    is NaN or the larger (smaller), else `b` (so a NaN `b` is the result when `a` is not, its
+    bits kept); when the two compare equal, `a & b` (`a | b`) of their bits: the same bits for
+    equal nonzero values, +0.0 (-0.0) for the two zeros. Three compares, a blend and a masked
+    and (or) per vector: a loop of them vectorises (a max pool's), and its scalar remainder
+    runs no branches either. tests/backends/c/test_extremes.py checks every pair of special
+    values against the reference."""
     t, s = CTYPE[dtype], SUFFIX[dtype]
-    bits, it = (32, "int32_t") if dtype is DType.F32 else (64, "int64_t")
-    top = f"INT{bits}_MAX"
-    inf = "0x7f800000" if bits == 32 else "INT64_C(0x7ff0000000000000)"
-    cmp = ">=" if kind == "max" else "<="
+    it = "int32_t" if dtype is DType.F32 else "int64_t"
+    cmp, bitop = (">", "&") if kind == "max" else ("<", "|")
     return (
         f"static inline {t} gdv_{kind}_{s}({t} a, {t} b)\n"
         "{\n"
         f"  {it} ia, ib;\n"
         "  memcpy(&ia, &a, sizeof ia);\n"
         "  memcpy(&ib, &b, sizeof ib);\n"
-        f"  const {it} ka = ia ^ ((ia >> {bits - 1}) & {top}),"
-        f" kb = ib ^ ((ib >> {bits - 1}) & {top});\n"
-        f"  {it} r = ka {cmp} kb ? ia : ib;\n"
-        f"  r = (ib & {top}) > {inf} ? ib : r;\n"
-        f"  r = (ia & {top}) > {inf} ? ia : r;\n"
+        f"  {it} r = (a {cmp} b || a != a) ? ia : ib;\n"
+        f"  r = a == b ? (ia {bitop} ib) : r;\n"
         f"  {t} f;\n"
         "  memcpy(&f, &r, sizeof f);\n"
         "  return f;\n"
