@@ -496,3 +496,39 @@ def test_a_max_pool_reads_its_padding_through_guards(level) -> None:
     got = comp(x=x)[0]
     want = reference.run(parse(POOL), {"x": x})[0]
     assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+
+
+ROW_MAX = """func @main(%x: f32[2,5,H,W]) -> f32[2,5,H,W] {
+  %y = neg(%x) : f32[2,5,H,W]
+  %p = pad(%y) {low = [0, 0, LH, 1], high = [0, 0, LH, 1], value = -inf} : f32[2,5,PH,PW]
+  %s0 = slice(%p) {start = [0, 0, 0, 0], limit = [2, 5, H, W], stride = [1, 1, 1, 1]} : f32[2,5,H,W]
+  %s1 = slice(%p) {start = [0, 0, LH, 1], limit = [2, 5, HL, W1], stride = [1, 1, 1, 1]} : f32[2,5,H,W]
+  %s2 = slice(%p) {start = [0, 0, LH2, 2], limit = [2, 5, PH, PW], stride = [1, 1, 1, 1]} : f32[2,5,H,W]
+  %m1 = max(%s0, %s1) : f32[2,5,H,W]
+  %r = max(%m1, %s2) : f32[2,5,H,W]
+  return %r
+}
+"""
+"""A max over three padded neighbours (along W, or along H and W together) outside a row group:
+the nest's loops over H and the channels continue its W loop's strides in every operand."""
+
+
+@pytest.mark.parametrize("level", [2, 3])
+@pytest.mark.parametrize(("h", "w", "lh"), [(4, 112, 0), (3, 17, 1), (1, 40, 0)])
+def test_a_guarded_read_keeps_its_dims_loops(level, h, w, lh) -> None:
+    """A filled operand's guards test each loop index against its own dim's extent, so a dim
+    they read is never merged into the innermost loop (the printer once ran H * W as one loop
+    and read the -inf fill past W: every row after the first wrong)."""
+    subs = {"HL": h + lh, "W1": w + 1, "LH2": 2 * lh, "PH": h + 2 * lh, "PW": w + 2, "LH": lh}
+    text = ROW_MAX
+    for key in sorted(subs, key=len, reverse=True):
+        text = text.replace(key, str(subs[key]))
+    text = text.replace("H", str(h)).replace("W", str(w))
+    comp = compile_module(text, CompileOptions(target="c", level=level, cache_dir=None))
+    assert comp.verdict == "proved"
+    assert "fill = [[0, -inf]" in print_module(comp.module)
+    x = np.random.default_rng(h * w).standard_normal((2, 5, h, w)).astype(np.float32)
+    x[0, 0, 0, :3] = [np.nan, -0.0, np.inf]
+    got = comp(x=x)[0]
+    want = reference.run(parse(text), {"x": x})[0]
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
