@@ -92,6 +92,9 @@ class Nest:
     fills: dict[int, str] = field(default_factory=dict)
     """Per operand with a `fill`: the fill as a C literal (a read outside the operand gives
     it: `read`)."""
+    inside: frozenset[tuple[int, int]] = frozenset()
+    """(operand, dim) pairs whose guard holds wherever this nest's code runs: the interior
+    segment of a peeled innermost loop (`peeled_segments`), where `read` leaves them out."""
 
 
 def read(nest: Nest, k: int, t: TensorType, n: int) -> str:
@@ -102,12 +105,54 @@ def read(nest: Nest, k: int, t: TensorType, n: int) -> str:
         return at
     conds = []
     for d in leaving_dims(nest.maps[k], nest.space, t.shape):
+        if (k, d) in nest.inside:
+            continue
         row = nest.maps[k][d]
         terms = [f"INT64_C({row[-1]})"] + [
             f"INT64_C({c}) * i{j}" for j, c in enumerate(row[:-1]) if c
         ]
         conds.append(f"(uint64_t)({' + '.join(terms)}) < UINT64_C({t.shape[d]})")
-    return f"({' && '.join(conds) or '1'}) ? {at} : {nest.fills[k]}"
+    return f"({' && '.join(conds)}) ? {at} : {nest.fills[k]}" if conds else at
+
+
+def peeled_segments(
+    nest: Nest, operand_types: list[TensorType], last: int
+) -> list[tuple[int, int, Nest]] | None:
+    """The innermost loop over dim `last` split where the guards of filled reads that depend on
+    i{last} alone hold: [(lo, hi, nest)] covering 0 .. extent - 1 in order, the interior's nest
+    with those guards in `inside`; None when no such guard is true on a proper part of the
+    loop. A guard 0 <= c * i + b < S with c > 0 holds exactly for ceil(-b / c) <= i <=
+    floor((S - 1 - b) / c); the edges keep every guard. The same reads of the same elements
+    (a pad folded into a max pool read 0.092 -> 0.068 ms, 2 threads: no masked load per lane
+    in the interior)."""
+    extent = nest.space[last]
+    lo, hi = 0, extent
+    known: set[tuple[int, int]] = set()
+    for k, ot in enumerate(operand_types):
+        if k not in nest.fills:
+            continue
+        for d in leaving_dims(nest.maps[k], nest.space, ot.shape):
+            row = nest.maps[k][d]
+            c, b = row[last], row[-1]
+            if c == 0 or any(row[j] for j in range(len(nest.space)) if j != last):
+                continue  # constant along the loop, or not along it alone: kept in the loop
+            if c < 0:
+                return None
+            lo = max(lo, -(b // c))  # ceil(-b / c)
+            hi = min(hi, (ot.shape[d] - 1 - b) // c + 1)
+            known.add((k, d))
+    if not known or hi <= lo or (lo, hi) == (0, extent):
+        return None
+    inner = Nest(
+        nest.space, nest.maps, nest.out, nest.reduce, nest.combiner, nest.schedule, nest.fills,
+        nest.inside | frozenset(known),
+    )  # fmt: skip
+    segments = [(0, lo, nest), (lo, hi, inner), (hi, extent, nest)]
+    return [(a, z, ns) for a, z, ns in segments if z > a]
+
+
+def _span(d: int, lo: int, hi: int) -> str:
+    return f"i{d} = INT64_C({lo}); i{d} < INT64_C({hi})"
 
 
 def grouped_row(nest: Nest) -> int | None:
@@ -421,6 +466,33 @@ def emit_nest(
     if function is not None and simd >= 0 and not staged:
         hoist = _hoist(prog, function, nest, operand_types, simd)
     lines += [f"  const int64_t i{d} = 0;  /* merged into i{simd} */" for d in merged]
+    out_index = " + ".join(
+        ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
+    )
+
+    def point(indent: str, acc: str | None, first: str | None, where: Nest = nest) -> None:
+        if hoist is not None:
+            lines.append(f"{indent}r[{out_index}] = {hoist.inside(lines, indent, where)};")
+            return
+        loads = load_operands(lines, indent, where, operand_types, staged, simd)
+        value = body(loads, lines, indent)
+        if acc is None:
+            lines.append(f"{indent}r[{out_index}] = {value};")
+            return
+        lines.append(f"{indent}const {t} val = {value};")
+        step = combine_expr(prog, nest.combiner, dtype, acc, "val")
+        lines.append(f"{indent}if ({first}) {{ {acc} = val; {first} = 0; }}")
+        lines.append(f"{indent}else {acc} = {step};")
+
+    # An elementwise innermost loop reading a filled operand through guards on its index alone
+    # (a pad folded into a max pool) runs its interior without them; not a parallel loop.
+    segments = None
+    if not nest.reduce and simd >= 0 and simd != row and not merged and not staged:
+        if any(nest.space[d] > 1 for d in order[:-1]):
+            segments = peeled_segments(nest, operand_types, simd)
+    if segments:
+        prog.record(op, "loop", "guards peeled", "the innermost loop's interior reads unguarded")
+    where = nest
     for d in order:
         if d in merged:
             continue
@@ -432,39 +504,36 @@ def emit_nest(
             lines.append(f"{ind}{{")
             ind += "  "
             _stage_rows(lines, ind, nest, operand_types, staged, d)
-        pragma(d, inner=d == order[-1])
-        if merged and d == simd:
-            lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({inner_extent}); i{d}++)")
-        elif d in tiled:
-            hi = f"(t{d} + INT64_C({tile[d]}) < INT64_C({nest.space[d]}) ? t{d} + "
-            hi += f"INT64_C({tile[d]}) : INT64_C({nest.space[d]}))"
-            lines.append(f"{ind}for (int64_t i{d} = t{d}; i{d} < {hi}; i{d}++)")
+        if segments and d == order[-1]:
+            if hoist is None:
+                lines.append(f"{ind}{{")
+                ind += "  "
+            for lo, hi, edge in segments[:-1]:
+                pragma(d, inner=True)
+                lines.append(f"{ind}for (int64_t {_span(d, lo, hi)}; i{d}++)")
+                lines.append(f"{ind}{{")
+                point(ind + "  ", None, None, edge)
+                lines.append(f"{ind}}}")
+            lo, hi, where = segments[-1]
+            pragma(d, inner=True)
+            lines.append(f"{ind}for (int64_t {_span(d, lo, hi)}; i{d}++)")
         else:
-            lines.append(_row_loop(nest, d, ind))
+            pragma(d, inner=d == order[-1])
+            if merged and d == simd:
+                lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < INT64_C({inner_extent}); i{d}++)")
+            elif d in tiled:
+                hi_ = f"(t{d} + INT64_C({tile[d]}) < INT64_C({nest.space[d]}) ? t{d} + "
+                hi_ += f"INT64_C({tile[d]}) : INT64_C({nest.space[d]}))"
+                lines.append(f"{ind}for (int64_t i{d} = t{d}; i{d} < {hi_}; i{d}++)")
+            else:
+                lines.append(_row_loop(nest, d, ind))
         ind += "  "
     lines.append(f"{ind[:-2]}{{" if order else f"{ind}{{")
     if not order:
         ind += "  "
-    out_index = " + ".join(
-        ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
-    )
-
-    def point(indent: str, acc: str | None, first: str | None) -> None:
-        if hoist is not None:
-            lines.append(f"{indent}r[{out_index}] = {hoist.inside(lines, indent)};")
-            return
-        loads = load_operands(lines, indent, nest, operand_types, staged, simd)
-        value = body(loads, lines, indent)
-        if acc is None:
-            lines.append(f"{indent}r[{out_index}] = {value};")
-            return
-        lines.append(f"{indent}const {t} val = {value};")
-        step = combine_expr(prog, nest.combiner, dtype, acc, "val")
-        lines.append(f"{indent}if ({first}) {{ {acc} = val; {first} = 0; }}")
-        lines.append(f"{indent}else {acc} = {step};")
 
     if not nest.reduce:
-        point(ind, None, None)
+        point(ind, None, None, where)
     else:
         ident = identity(nest.combiner, dtype)
         blocks = nest.schedule.get("accumulators", 1)
@@ -499,7 +568,7 @@ def emit_nest(
             lines.append(f"{inner[:-2]}}}")
         lines.append(f"{ind}r[{out_index}] = acc;")
     lines.append(f"{ind[:-2]}}}")
-    if hoist is not None or staged:
+    if hoist is not None or staged or segments:
         lines.append(f"{ind[:-4]}}}")
     _finish(prog, op, name, lines)
 
@@ -517,12 +586,12 @@ class _Hoist:
     """Body values computed before the loop (params read with no coefficient on it, and ops
     of those only)."""
 
-    def _emit(self, names: set[str], env: dict, lines: list[str], indent: str) -> None:
-        n = len(self.nest.space)
+    def _emit(self, names: set[str], env: dict, lines: list[str], indent: str, where: Nest) -> None:
+        n = len(where.space)
         for k, p in enumerate(self.function.params):
             if p.name in names and p.name not in env:
                 ot = self.operand_types[k]
-                lines.append(f"{indent}const {CTYPE[ot.dtype]} x{k} = {read(self.nest, k, ot, n)};")
+                lines.append(f"{indent}const {CTYPE[ot.dtype]} x{k} = {read(where, k, ot, n)};")
                 env[p.name] = (f"x{k}", p.type.dtype)
         for s, b in enumerate(self.function.ops):
             if b.result in names and b.result not in env:
@@ -530,12 +599,14 @@ class _Hoist:
 
     def before(self, lines: list[str], indent: str) -> None:
         self.env: dict = {}
-        self._emit(self.outside, self.env, lines, indent)
+        self._emit(self.outside, self.env, lines, indent, self.nest)
 
-    def inside(self, lines: list[str], indent: str) -> str:
+    def inside(self, lines: list[str], indent: str, where: Nest) -> str:
+        """The body's value at the loop's point, reading through `where` (the nest, or a
+        peeled segment's)."""
         env = dict(self.env)
         every = {p.name for p in self.function.params} | {b.result for b in self.function.ops}
-        self._emit(every, env, lines, indent)
+        self._emit(every, env, lines, indent, where)
         (ret,) = self.function.returns
         return env[ret][0]
 

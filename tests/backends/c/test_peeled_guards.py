@@ -1,0 +1,141 @@
+"""An elementwise kernel reading a filled operand (a pad folded into it, `fold-pads`) through
+guards on its innermost index alone runs that loop in segments: the edges with every guard, the
+interior without the ones that hold there (`backends/c/nest.py`, `peeled_segments`). The
+segments against the guards evaluated point by point, and the C target against the reference,
+bit for bit, on pools and sums over padded rows."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gdv.backends import c, reference
+from gdv.backends.c.nest import Nest, peeled_segments
+from gdv.ir.dtypes import DType
+from gdv.ir.ops.kernel import leaving_dims
+from gdv.ir.parser import parse
+from gdv.ir.types import TensorType
+from gdv.passes.manager import PassManager
+from gdv.passes.pipelines import pipeline
+
+
+def _holds(row: list[int], index: list[int], size: int) -> bool:
+    return 0 <= sum(c * i for c, i in zip(row, index, strict=False)) + row[-1] < size
+
+
+@given(
+    extent=st.integers(1, 40),
+    rows=st.lists(
+        st.tuples(st.integers(-1, 3), st.integers(0, 2), st.integers(-6, 6), st.integers(1, 40)),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_segments_cover_the_loop_and_the_interior_guards_hold(extent, rows) -> None:
+    """Operand k reads dim 0 of a 1-D operand at c * i1 + o * i0 + b (i0 of extent 3 outside,
+    i1 the innermost loop): each guard the interior drops holds at every interior point, for
+    every i0, and the segments cover 0 .. extent - 1 once, in order."""
+    space = [3, extent]
+    maps = [[[o, cf, b]] for cf, o, b, _ in rows]
+    types = [TensorType(DType.F32, (size,)) for *_, size in rows]
+    nest = Nest(space, maps, [0, 1], [], "none", {}, {k: "0.0f" for k in range(len(rows))})
+    segments = peeled_segments(nest, types, 1)
+    if segments is None:
+        return
+    assert [s[0] for s in segments][0] == 0 and segments[-1][1] == extent
+    assert all(a[1] == b[0] for a, b in zip(segments, segments[1:], strict=False))
+    interior = [s for s in segments if s[2].inside]
+    assert len(interior) == 1 and len(segments) >= 2
+    lo, hi, inner = interior[0]
+    for k, d in inner.inside:
+        assert d in leaving_dims(maps[k], space, types[k].shape)
+        assert maps[k][d][0] == 0, "a guard that also depends on i0 is never dropped"
+        for i0 in range(3):
+            for i1 in range(lo, hi):
+                assert _holds(maps[k][d], [i0, i1], types[k].shape[d])
+    for _, _, edge in segments:
+        assert edge.inside in (frozenset(), inner.inside)
+
+
+POOL = """func @main(%x: f32[2,5,H,W]) -> f32[2,5,H,OW] {
+  %y = neg(%x) : f32[2,5,H,W]
+  %p = pad(%y) {low = [0, 0, 0, LO], high = [0, 0, 0, HI], value = FILL} : f32[2,5,H,PW]
+BODY  return %r
+}
+"""
+
+
+def _pool(h: int, w: int, lo: int, hi: int, k: int, op: str, fill: str) -> str:
+    """A stride-1 window of k along W of a [lo, hi] padded copy, combined by `op`."""
+    ow = w + lo + hi - k + 1
+    body = ""
+    acc = None
+    for j in range(k):
+        body += (
+            f"  %s{j} = slice(%p) {{start = [0, 0, 0, {j}], limit = [2, 5, {h}, {j + ow}], "
+            f"stride = [1, 1, 1, 1]}} : f32[2,5,{h},{ow}]\n"
+        )
+        if acc is not None:
+            body += f"  %m{j} = {op}({acc}, %s{j}) : f32[2,5,{h},{ow}]\n"
+            acc = f"%m{j}"
+        else:
+            acc = "%s0"
+    body += f"  %r = {op}({acc}, {acc}) : f32[2,5,{h},{ow}]\n"
+    subs = {"BODY": body, "PW": str(w + lo + hi), "OW": str(ow), "LO": str(lo), "HI": str(hi)}
+    subs |= {"FILL": fill, "H": str(h), "W": str(w)}
+    text = POOL
+    for key in sorted(subs, key=len, reverse=True):
+        text = text.replace(key, subs[key])
+    return text
+
+
+def _inputs(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::7] = np.nan
+    flat[3::11] = -0.0
+    flat[5::13] = np.inf
+    return x
+
+
+@given(
+    w=st.integers(3, 40),
+    lo=st.integers(0, 3),
+    hi=st.integers(0, 3),
+    k=st.integers(1, 3),
+    op=st.sampled_from(["max", "min", "add"]),
+)
+def test_padded_windows_match_the_reference(w, lo, hi, k, op) -> None:
+    fill = {"max": "-inf", "min": "inf", "add": "0.0"}[op]
+    text = _pool(3, w, lo, hi, k, op, fill)
+    module = PassManager(pipeline("c", 3, **c.schedule_parameters())).run(parse(text)).module
+    x = _inputs((2, 5, 3, w), w * 97 + lo * 7 + hi)
+    got = c.run(module, {"x": x})
+    want = reference.run(parse(text), {"x": x})
+    for g, wt in zip(got, want, strict=True):
+        assert reference.bit_equal(g, wt), reference.describe_difference(g, wt)
+
+
+def test_a_max_pools_interior_reads_without_guards() -> None:
+    """resnet18's max pool along W: the folded pad's guards leave the interior loop, and stay
+    on the edges."""
+    text = _pool(4, 112, 1, 1, 3, "max", "-inf")
+    module = PassManager(pipeline("c", 3, **c.schedule_parameters())).run(parse(text)).module
+    assert any("fill" in op.attrs for op in module.entry.ops), "the pad was not folded"
+    lines = c.lower(module).split("\n")
+
+    def loop(header: str) -> list[str]:
+        start = next(k for k, ln in enumerate(lines) if ln.strip() == header)
+        end = next(k for k in range(start, len(lines)) if lines[k].strip() == "}")
+        return lines[start:end]
+
+    guard = "INT64_C(1) * i3) < UINT64_C(112)"
+    interior = loop("for (int64_t i3 = INT64_C(1); i3 < INT64_C(111); i3++)")
+    assert not any(guard in ln for ln in interior)
+    for edge in ("0); i3 < INT64_C(1)", "111); i3 < INT64_C(112)"):
+        assert any(guard in ln for ln in loop(f"for (int64_t i3 = INT64_C({edge}; i3++)"))
+    x = _inputs((2, 5, 4, 112), 3)
+    got = c.run(module, {"x": x})
+    want = reference.run(parse(text), {"x": x})
+    assert reference.bit_equal(got[0], want[0]), reference.describe_difference(got[0], want[0])
