@@ -2,7 +2,9 @@
 guards on its innermost index alone runs that loop in segments: the edges with every guard, the
 interior without the ones that hold there (`backends/c/nest.py`, `peeled_segments`). The
 segments against the guards evaluated point by point, and the C target against the reference,
-bit for bit, on pools and sums over padded rows."""
+bit for bit, on pools and sums over padded rows; and padded 2-D pools of every shape, stride
+and combiner, summed or not, in every nest form the printer has (merged dims, peeled loops,
+row groups, staged stride-2 rows, reducing nests)."""
 
 from __future__ import annotations
 
@@ -139,3 +141,69 @@ def test_a_max_pools_interior_reads_without_guards() -> None:
     got = c.run(module, {"x": x})
     want = reference.run(parse(text), {"x": x})
     assert reference.bit_equal(got[0], want[0]), reference.describe_difference(got[0], want[0])
+
+
+def _windows(shape, low, high, k, s, op: str, fill: str, reduce: bool) -> str:
+    """y = neg(x) padded by (low, high) on H and W, the k[0] x k[1] windows at strides s combined
+    by `op` in window order (as the ONNX importer writes a pool), and with `reduce` summed
+    over W."""
+    n, ch, h, w = shape
+    ph, pw = h + low[0] + high[0], w + low[1] + high[1]
+    oh, ow = (ph - k[0]) // s[0] + 1, (pw - k[1]) // s[1] + 1
+    t = f"f32[{n},{ch},{oh},{ow}]"
+    lines = [
+        f"func @main(%x: f32[{n},{ch},{h},{w}]) -> "
+        + (f"f32[{n},{ch},{oh}]" if reduce else t)
+        + " {",
+        f"  %y = neg(%x) : f32[{n},{ch},{h},{w}]",
+        f"  %p = pad(%y) {{low = [0, 0, {low[0]}, {low[1]}], high = [0, 0, {high[0]}, "
+        f"{high[1]}], value = {fill}}} : f32[{n},{ch},{ph},{pw}]",
+    ]
+    acc = None
+    for a in range(k[0]):
+        for b in range(k[1]):
+            lim = [a + (oh - 1) * s[0] + 1, b + (ow - 1) * s[1] + 1]
+            lines.append(
+                f"  %s{a}_{b} = slice(%p) {{start = [0, 0, {a}, {b}], limit = [{n}, {ch}, "
+                f"{lim[0]}, {lim[1]}], stride = [1, 1, {s[0]}, {s[1]}]}} : {t}"
+            )
+            if acc is None:
+                acc = f"%s{a}_{b}"
+            else:
+                lines.append(f"  %m{a}_{b} = {op}({acc}, %s{a}_{b}) : {t}")
+                acc = f"%m{a}_{b}"
+    if reduce:
+        lines.append(f"  %r = reduce_sum({acc}) {{axes = [3]}} : f32[{n},{ch},{oh}]")
+        acc = "%r"
+    lines += [f"  return {acc}", "}", ""]
+    return "\n".join(lines)
+
+
+@given(
+    n=st.integers(1, 2),
+    ch=st.integers(1, 4),
+    h=st.integers(1, 9),
+    w=st.integers(1, 36),
+    low=st.tuples(st.integers(0, 2), st.integers(0, 2)),
+    high=st.tuples(st.integers(0, 2), st.integers(0, 2)),
+    k=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    s=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    op=st.sampled_from(["max", "min", "add"]),
+    reduce=st.booleans(),
+    level=st.sampled_from([2, 3]),
+)
+def test_padded_pools_in_every_nest_form_match_the_reference(
+    n, ch, h, w, low, high, k, s, op, reduce, level
+) -> None:
+    """Pads folded into nests of every form the printer has (merged dims, peeled loops, row
+    groups, stride-2 staging, reducing nests) give the reference's bits."""
+    if h + low[0] + high[0] < k[0] or w + low[1] + high[1] < k[1]:
+        return
+    fill = {"max": "-inf", "min": "inf", "add": "0.0"}[op]
+    text = _windows((n, ch, h, w), low, high, k, s, op, fill, reduce)
+    module = PassManager(pipeline("c", level, **c.schedule_parameters())).run(parse(text)).module
+    x = _inputs((n, ch, h, w), n + ch * 3 + h * 7 + w * 11)
+    got = c.run(module, {"x": x})
+    want = reference.run(parse(text), {"x": x})
+    for g, wt in zip(got, want, strict=True):
+        assert reference.bit_equal(g, wt), reference.describe_difference(g, wt)
