@@ -168,3 +168,28 @@ def test_the_plan_widens_only_streamed_weights() -> None:
     assert tile(384, 1536, 64, 32) == [6, 64]
     assert tile(784, 128, 64, 32) == [12, 16]
     assert tile(384, 1536, 32, 16) == [6, 16]
+
+
+@given(
+    elem=ELEMS,
+    mr=st.integers(1, 32),
+    nr=st.sampled_from([4, 8, 16, 32, 48]),
+    l1=st.sampled_from([16384, 32768, 49152]),
+    reduce=st.integers(1, 20000),
+)
+def test_reduce_blocks_are_the_models_count_of_equal_length(
+    elem: int, mr: int, nr: int, l1: int, reduce: int
+) -> None:
+    """With K given, KC gives the same number of reduce blocks as the model's KC (one when K
+    is at most a quarter longer), of equal length but the last, which is shorter by less
+    than 8 steps a block; MC and NC are the model's."""
+    model = products.blocking(elem, mr, nr, (l1, 1 << 21))
+    kc, mc, nc = products.blocking(elem, mr, nr, (l1, 1 << 21), reduce=reduce)
+    assert (mc, nc) == model[1:]
+    blocks = -(-reduce // kc)
+    if reduce <= model[0] + model[0] // products.KC_STRETCH:
+        assert blocks == 1
+        return
+    assert blocks == -(-reduce // model[0])
+    assert kc % 8 == 0 and kc <= model[0]
+    assert reduce - (blocks - 1) * kc > kc - 8 * blocks

@@ -64,10 +64,13 @@ def test_the_sizes_are_the_hosts() -> None:
         assert op.attrs["blocks"] == [mc, kc, nc]
 
 
-@pytest.mark.parametrize(("k", "one_block"), [(128, True), (147, True), (160, True), (161, False)])
-def test_a_reduction_a_little_longer_than_kc_runs_as_one_block(k: int, one_block: bool) -> None:
+@pytest.mark.parametrize(
+    ("k", "kc"), [(128, 128), (147, 147), (160, 160), (161, 88), (300, 104), (384, 128), (385, 104)]
+)
+def test_a_reduction_a_little_longer_than_kc_runs_as_one_block(k: int, kc: int) -> None:
     """KC 128 (imposed through the cache sizes: 16 KiB L1d, 16 x 16 tiles): K up to 160 runs
-    as one reduce block (`products.KC_STRETCH`), a longer one in blocks of KC."""
+    as one reduce block (`products.KC_STRETCH`), a longer one in as many blocks as KC 128
+    gives, of equal length rounded up to a multiple of 8 (`products.BALANCED_KC`)."""
     text = (
         f"func @main(%a: f32[64,{k}], %b: f32[{k},256]) -> f32[64,256] {{\n"
         "  %y = matmul(%a, %b) : f32[64,256]\n  return %y\n}\n"
@@ -75,7 +78,10 @@ def test_a_reduction_a_little_longer_than_kc_runs_as_one_block(k: int, one_block
     passes = pipeline("c", 2, vector_bytes=64, vector_registers=32, cache_bytes=(16384, 1 << 20))
     (op,) = _products(PassManager(passes).run(parse(text)).module)
     assert op.attrs["micro"] == [16, 16]
-    assert op.attrs["blocks"][1] == (k if one_block else 128)
+    assert op.attrs["blocks"][1] == kc
+    blocks = -(-k // kc)
+    assert blocks == -(-k // 128) or k <= 160, "as many blocks as KC 128 gives"
+    assert kc % 8 == 0 or blocks == 1
 
 
 def test_the_coverage_claims_prove(tmp_path: Path) -> None:
