@@ -19,7 +19,8 @@ bodies in scope.
 Conditions: the product's result is read only by the consumer (and not returned), at the
 consumer's own index (identity map, every time it is read); the consumer reduces nothing and has
 the product's dtype and shape; its other operands are constant along the product's rows or its
-columns (a per-channel bias or scale, a scalar; not a residual); the fused bodies stay below
+columns (a per-channel bias or scale, a scalar), or vary along both with their last dim along
+the product's innermost column dim (a residual: `RESIDUALS`); the fused bodies stay below
 `MAX_BODY_OPS`.
 """
 
@@ -51,6 +52,21 @@ def lift_row(row: list[int], out: list[int], n: int) -> list[int]:
     return lifted
 
 
+RESIDUALS = True
+"""A consumer's operand that varies along both the product's rows and its columns (a residual
+add) fuses too, when its last dim runs along the product's innermost column dim: the epilogue
+reads it one row of the finished row panel at a time, beside the output it writes. (When the
+epilogue ran tile by tile, 16 x 16, it read 16 lines per tile out of cache, and a 64-channel
+56x56 3x3 conv with bias, residual and relu ran 3-15% slower fused.) Measured on the 2-core
+Zen 4 host (-O3, bound, ONNX path, two threads, both builds in one process, alternating blocks
+of 5 calls with the two-vCPU probe of `benchmarks/two_threads.py` before each, medians, apart ->
+fused, 2026-12-07): resnet18 17.743 -> 17.638 ms when the two vCPUs shared a cache (495 blocks),
+20.110 -> 20.054 when they did not (218); mobilenet_v2 4.217 -> 4.178 (601) and 6.991 ->
+6.834 (603); efficientnet_b0 6.670 -> 6.677 (733) and 9.927 -> 9.900 (206); the same output
+bits. The 2-layer BERT and MiniLM have no such consumer (their residual adds feed a layer
+norm's row group)."""
+
+
 def fusible_consumer(p: Op, c: Op, types: dict) -> bool:
     """Whether `c` may become product `p`'s epilogue (the uses of `p` are checked apart)."""
     a = c.attrs
@@ -73,11 +89,11 @@ def fusible_consumer(p: Op, c: Op, types: dict) -> bool:
             continue
         along = {j for row in m for j in range(n) if row[j]}
         if along & set(rows) and along & set(cols):
-            # A tensor varying along both (a residual) would be read tile by tile, 16 lines of
-            # memory per tile, out of cache: on the 2-core Zen 4 host a 64-channel 56x56 3x3
-            # conv with bias, residual and relu ran 3-15% slower fused than with the residual
-            # in its own streaming kernel (1.70 against 1.62 ms, 1.43 against 1.34).
-            return False
+            # A tensor varying along both (a residual) is read row by row beside each finished
+            # row panel; only where its rows run along the product's innermost column dim
+            # (`RESIDUALS`): a transposed one would be read a column at a time.
+            if not (RESIDUALS and m and m[-1] == [int(j == cols[-1]) for j in range(n + 1)]):
+                return False
     return True
 
 

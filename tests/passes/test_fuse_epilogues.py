@@ -64,13 +64,35 @@ def test_bias_and_relu_become_the_products_epilogue(tmp_path, level: int) -> Non
         assert reference.bit_equal(got[0], reference.run(comp.source, ins)[0])
 
 
+@pytest.mark.parametrize("level", [2, 3])
+def test_a_residual_add_joins_the_epilogue(tmp_path, level: int) -> None:
+    """relu(x @ w + b) + q, q a whole tensor read along the product's rows: one product with
+    the bias, the relu and the residual as its epilogue, proved, with the reference's bits."""
+    text = BLOCK.format(
+        extra_param=", %q: f32[6,33]", tail="%t = add(%r, %q) : f32[6,33]\n  return %t"
+    )
+    comp = _compile(tmp_path, text, level)
+    assert comp.verdict == "proved"
+    (fused,) = _epilogues(comp)
+    assert "q" in fused.operands and len(comp.module.entry.ops) == 1
+    ins = _inputs(comp.source, 3)
+    got = comp(**ins)
+    assert reference.bit_equal(got[0], reference.run(comp.module, ins)[0])
+    if level == 2:
+        assert reference.bit_equal(got[0], reference.run(comp.source, ins)[0])
+
+
 @pytest.mark.parametrize(
     "extra_param, tail",
     [
         # the product's result is also returned
         ("", "return %r, %y"),
-        # a residual: a whole tensor, slower read tile by tile (fusible_consumer)
-        (", %q: f32[6,33]", "%t = add(%r, %q) : f32[6,33]\n  return %t"),
+        # a residual read transposed: its rows do not run along the product's (RESIDUALS)
+        (
+            ", %q: f32[33,6]",
+            "%qt = transpose(%q) {perm = [1, 0]} : f32[6,33]\n"
+            "  %t = add(%r, %qt) : f32[6,33]\n  return %t",
+        ),
     ],
 )
 def test_no_epilogue_where_the_conditions_fail(tmp_path, extra_param: str, tail: str) -> None:
