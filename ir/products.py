@@ -440,6 +440,26 @@ of 40 calls, three runs): 35.09 -> 34.74, 35.67 -> 35.25, 36.22 -> 35.82 ms; eve
 MiniLM 3.81 -> 3.86 (within this host's noise)."""
 
 
+KC_A_RESIDENT = True
+"""Where the A sliver is at least as wide as the B sliver (MR >= NR), KC comes from L1 holding
+the MR x KC sliver of A whole and half of a KC x NR sliver of B, not both whole: each A sliver
+sweeps every B sliver of the panel, so A is reused from L1 and B streams through it. MC and NC
+stay what the both-whole KC gives. On this 32 KiB L1d host AVX-512's 16 x 16 tiles run reduce
+blocks of up to 336, not 256. Measured on the 2-core Zen 4 host (AVX-512; -O3, bound, ONNX
+path, two threads, both builds in one process, alternating blocks of 5 calls with the
+two-vCPU probe of `benchmarks/two_threads.py` before each, medians, off -> on, 2026-12-07;
+the same output bits): resnet18 17.693 -> 17.494 ms when the vCPUs shared a cache (160
+blocks), 20.025 -> 19.777 when they did not (366); the 2-layer BERT 5.166 -> 5.162 (1672) and
+6.203 -> 6.125 (62); mobilenet_v2 4.636 -> 4.621 (1209) and 7.786 -> 7.667 (126);
+efficientnet_b0 7.225 -> 7.058 (435) and 10.237 -> 10.202 (353). The 1024^3 product
+(`benchmarks/isa_matmul.py --isa avx512 --turns 5`, three alternating runs each): 1.02, 0.94,
+0.95 of numpy's GFLOP/s against 0.98, 0.90, 0.95; with NC and MC from the longer KC too (672
+and 336), 0.87 and 0.88 against 0.91 and 1.13. AVX2's 6 x 16 tiles (GDV_C_ISA=avx2, resnet18,
+KC 584 against 368) ran slower: 22.129 -> 22.889 ms near (149 blocks), 24.091 -> 24.430 far
+(280); there a B sliver is wider than the A sliver, and the rule does not apply. NEON's
+12 x 4 follows it unmeasured (no NEON host)."""
+
+
 def blocking(
     elem_bytes: int,
     mr: int,
@@ -453,21 +473,24 @@ def blocking(
     every KC x NR sliver of B):
 
     - KC: an MR x KC sliver of A and a KC x NR sliver of B fill L1 data (the output tile is in
-      registers): KC = L1 / ((MR + NR) * bytes), a multiple of 8 in [16, 1024]. Each reduce
-      block stores and reloads every output tile and restarts the micro-kernel's pipeline, so
-      longer blocks pay off while the A sliver, read again for every B sliver, stays in L1
-      (`KC_FILLS_L1`).
+      registers): KC = L1 / ((MR + NR) * bytes), a multiple of 8 in [16, 1024]; where MR >=
+      NR, the A sliver and half the B sliver (`KC_A_RESIDENT`): L1 / ((MR + NR / 2) * bytes).
+      Each reduce block stores and reloads every output tile and restarts the micro-kernel's
+      pipeline, so longer blocks pay off while the A sliver, read again for every B sliver,
+      stays in L1 (`KC_FILLS_L1`).
     - NC: the KC x NC panel of B, which every A sliver sweeps, fills L2 (a multiple of NR). In
       this order the B panel, not an A block, is what L2 keeps; nothing is reused from L3 that
       L2 does not hold, so the L3 size does not enter.
     - MC: the MC x KC block of A, packed and then consumed sliver by sliver (each sliver then
       held in L1), takes half of L2 (a multiple of MR).
 
-    With a 48 KiB L1d and a 2 MiB L2, f32: AVX-512 16 x 16 -> KC 384, MC 672,
-    NC 1360; AVX2 6 x 16 -> KC 552, MC 474, NC 944. `caches`: (L1 data, L2) bytes; `override`:
-    (KC, MC, NC) wanted instead (MC and NC rounded down to whole slivers). `reduce`: the
-    product's reduction length K; one at most KC / KC_STRETCH longer than KC is one block, a
-    longer one is split into as many blocks of equal length (`BALANCED_KC`)."""
+    With a 48 KiB L1d and a 2 MiB L2, f32: AVX-512 16 x 16 -> KC 512, MC 672,
+    NC 1360 (KC from the A sliver and half a B sliver, MC and NC from both whole:
+    `KC_A_RESIDENT`); AVX2 6 x 16 -> KC 552, MC 474, NC 944. `caches`: (L1 data, L2)
+    bytes; `override`: (KC, MC, NC) wanted instead (MC and NC rounded down to whole
+    slivers). `reduce`: the product's reduction length K; one at most KC / KC_STRETCH longer
+    than KC is one block, a longer one is split into as many blocks of equal length
+    (`BALANCED_KC`)."""
     if override is not None:
         kc, mc, nc = override
         return kc, max(mr, mc - mc % mr), max(nr, nc - nc % nr)
@@ -479,6 +502,9 @@ def blocking(
     nc -= nc % nr
     mc = max(mr, (l2 // l2_block) // (kc * elem_bytes))
     mc -= mc % mr
+    if KC_A_RESIDENT and mr >= nr:
+        kc = (l1d // l1_share) // ((2 * mr + nr) * elem_bytes // 2)
+        kc = max(16, min(1024, kc - kc % 8))
     if reduce is not None and kc < reduce <= kc + kc // KC_STRETCH:
         kc = reduce  # one reduce block, not a full one and a short tail
     elif reduce is not None and kc < reduce and BALANCED_KC:

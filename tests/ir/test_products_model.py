@@ -54,13 +54,19 @@ def test_blocking_fits_the_caches(elem: int, mr: int, nr: int, l1: int, l2: int)
     kc, mc, nc = products.blocking(elem, mr, nr, (l1, l2))
     assert kc % 8 == 0 and 16 <= kc <= 1024
     assert mc % mr == 0 and nc % nr == 0 and mc >= mr and nc >= nr
-    if kc > 16:  # not held up by the floor: the two slivers take at most all of L1
-        assert (mr + nr) * kc * elem <= l1
-        assert (mr + nr) * (kc + 8) * elem > l1 or kc == 1024
+    # an A sliver at least as wide as the B sliver, and half the B sliver, take at most all of
+    # L1 (KC_A_RESIDENT; else both slivers whole), unless held up by the floor; and 8 steps
+    # more would not fit
+    held = 2 * mr + nr if mr >= nr else 2 * (mr + nr)
+    assert held * kc * elem <= 2 * l1 or kc == 16
+    assert held * (kc + 8) * elem > 2 * l1 or kc == 1024
+    # MC and NC come from the KC of both slivers whole
+    both = max(16, min(1024, l1 // ((mr + nr) * elem) // 8 * 8))
+    assert both <= kc
     if nc > nr:  # the B panel fits L2, and one more sliver would not
-        assert kc * nc * elem <= l2 < kc * (nc + nr) * elem
+        assert both * nc * elem <= l2 < both * (nc + nr) * elem
     if mc > mr:  # the A block fits half of L2, and one more sliver would not
-        assert mc * kc * elem <= l2 // 2 < kc * (mc + mr) * elem
+        assert mc * both * elem <= l2 // 2 < both * (mc + mr) * elem
 
 
 def test_the_four_host_classes() -> None:
@@ -68,10 +74,10 @@ def test_the_four_host_classes() -> None:
     (KC, MC, NC), the numbers the README and `micro_tile`'s docstring quote."""
     caches = (48 << 10, 2 << 20)
     table = {
-        "avx512": ((64, 32, 8), (16, 16), (384, 672, 1360)),
+        "avx512": ((64, 32, 8), (16, 16), (512, 672, 1360)),
         "avx2": ((32, 16, 8), (6, 16), (552, 474, 944)),
         "sse2": ((16, 16, 8), (6, 8), (872, 300, 600)),
-        "neon": ((16, 32, 6), (12, 4), (768, 336, 680)),
+        "neon": ((16, 32, 6), (12, 4), (872, 336, 680)),
     }
     for machine, tile, blocks in table.values():
         mr, nv, vl = products.micro_tile(4, 1 << 30, 1 << 30, *machine)
