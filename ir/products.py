@@ -448,10 +448,11 @@ stay what the both-whole KC gives. On this 32 KiB L1d host AVX-512's 16 x 16 til
 blocks of up to 336, not 256. Measured on the 2-core Zen 4 host (AVX-512; -O3, bound, ONNX
 path, two threads, both builds in one process, alternating blocks of 5 calls with the
 two-vCPU probe of `benchmarks/two_threads.py` before each, medians, off -> on, 2026-12-07;
-the same output bits): resnet18 17.693 -> 17.494 ms when the vCPUs shared a cache (160
-blocks), 20.025 -> 19.777 when they did not (366); the 2-layer BERT 5.166 -> 5.162 (1672) and
-6.203 -> 6.125 (62); mobilenet_v2 4.636 -> 4.621 (1209) and 7.786 -> 7.667 (126);
-efficientnet_b0 7.225 -> 7.058 (435) and 10.237 -> 10.202 (353). The 1024^3 product
+the same output bits): resnet18 17.753 -> 17.514 ms when the vCPUs shared a cache (215
+blocks), 20.496 -> 19.900 when they did not (239); the 2-layer BERT 5.379 -> 5.283 (1050) and
+6.314 -> 6.317 (66). A first form without the MR >= NR condition measured resnet18 17.693 ->
+17.494 and 20.025 -> 19.777, BERT 5.166 -> 5.162 and 6.203 -> 6.125, mobilenet_v2 4.636 ->
+4.621 and 7.786 -> 7.667, efficientnet_b0 7.225 -> 7.058 and 10.237 -> 10.202. The 1024^3 product
 (`benchmarks/isa_matmul.py --isa avx512 --turns 5`, three alternating runs each): 1.02, 0.94,
 0.95 of numpy's GFLOP/s against 0.98, 0.90, 0.95; with NC and MC from the longer KC too (672
 and 336), 0.87 and 0.88 against 0.91 and 1.13. AVX2's 6 x 16 tiles (GDV_C_ISA=avx2, resnet18,
