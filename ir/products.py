@@ -441,24 +441,31 @@ MiniLM 3.81 -> 3.86 (within this host's noise)."""
 
 
 KC_A_RESIDENT = True
-"""Where the A sliver is at least as wide as the B sliver (MR >= NR), KC comes from L1 holding
-the MR x KC sliver of A whole and half of a KC x NR sliver of B, not both whole: each A sliver
-sweeps every B sliver of the panel, so A is reused from L1 and B streams through it. MC and NC
-stay what the both-whole KC gives. On this 32 KiB L1d host AVX-512's 16 x 16 tiles run reduce
-blocks of up to 336, not 256. Measured on the 2-core Zen 4 host (AVX-512; -O3, bound, ONNX
-path, two threads, both builds in one process, alternating blocks of 5 calls with the
-two-vCPU probe of `benchmarks/two_threads.py` before each, medians, off -> on, 2026-12-07;
-the same output bits): resnet18 17.753 -> 17.514 ms when the vCPUs shared a cache (215
-blocks), 20.496 -> 19.900 when they did not (239); the 2-layer BERT 5.379 -> 5.283 (1050) and
-6.314 -> 6.317 (66). A first form without the MR >= NR condition measured resnet18 17.693 ->
-17.494 and 20.025 -> 19.777, BERT 5.166 -> 5.162 and 6.203 -> 6.125, mobilenet_v2 4.636 ->
-4.621 and 7.786 -> 7.667, efficientnet_b0 7.225 -> 7.058 and 10.237 -> 10.202. The 1024^3 product
-(`benchmarks/isa_matmul.py --isa avx512 --turns 5`, three alternating runs each): 1.02, 0.94,
-0.95 of numpy's GFLOP/s against 0.98, 0.90, 0.95; with NC and MC from the longer KC too (672
-and 336), 0.87 and 0.88 against 0.91 and 1.13. AVX2's 6 x 16 tiles (GDV_C_ISA=avx2, resnet18,
-KC 584 against 368) ran slower: 22.129 -> 22.889 ms near (149 blocks), 24.091 -> 24.430 far
-(280); there a B sliver is wider than the A sliver, and the rule does not apply. NEON's
-12 x 4 follows it unmeasured (no NEON host)."""
+"""Where the A sliver is at least as wide as the B sliver (MR >= NR), KC comes from the MR x KC
+sliver of A taking three quarters of L1 when that is longer than from both slivers filling it
+(with MR = NR it is 1.5 times as long; with a much narrower B sliver it is not): each A
+sliver sweeps every B sliver of the panel, so A is what L1 reuses, and B streams through the
+rest. MC and NC stay what the both-slivers KC gives. On this 32 KiB L1d host AVX-512's
+16 x 16 tiles run reduce blocks of up to 384, not 256. Measured on the 2-core Zen 4 host
+(AVX-512; -O3, bound, ONNX path, two threads, both builds in one process, alternating blocks of
+5 calls with the two-vCPU probe of `benchmarks/two_threads.py` before each, medians, 2026-12-07;
+the same output bits):
+- against the both-slivers KC (256), without the MR >= NR condition: resnet18 17.693 ->
+  17.494 ms when the vCPUs shared a cache (160 blocks), 20.025 -> 19.777 when they did not
+  (366); the 2-layer BERT 5.166 -> 5.162 (1672) and 6.203 -> 6.125 (62); mobilenet_v2 4.636
+  -> 4.621 (1209) and 7.786 -> 7.667 (126); efficientnet_b0 7.225 -> 7.058 (435) and 10.237 ->
+  10.202 (353) (that form was the A sliver and half a B sliver in L1: KC 336 here);
+- that form as committed first (KC 336, MR >= NR) against the 256: resnet18 17.753 -> 17.514
+  (215) and 20.496 -> 19.900 (239); BERT 5.379 -> 5.283 (1050) and 6.314 -> 6.317 (66);
+- this form (384) against that one (336): resnet18 17.721 -> 17.539 (383) and 20.333 -> 20.046
+  (103); BERT 5.141 -> 5.112 (728) and 6.069 -> 5.860 (214).
+The 1024^3 product (`benchmarks/isa_matmul.py --isa avx512`, K = 1024 in three blocks of 344
+instead of four of 256): 1.15, 1.00 and 0.95 of numpy's GFLOP/s (`--turns 3`), and 1.02, 0.94,
+0.95 (`--turns 5`) against 0.98, 0.90, 0.95 alternating with them; with NC and MC from the
+longer KC too (672 and 336), 0.87 and 0.88 against 0.91 and 1.13. AVX2's 6 x 16 tiles
+(GDV_C_ISA=avx2, resnet18, KC 584 against 368 in the first form) ran slower: 22.129 -> 22.889
+ms near (149 blocks), 24.091 -> 24.430 far (280); there a B sliver is wider than the A sliver,
+and the rule does not apply. NEON's 12 x 4 follows it unmeasured (no NEON host)."""
 
 
 def blocking(
@@ -475,7 +482,7 @@ def blocking(
 
     - KC: an MR x KC sliver of A and a KC x NR sliver of B fill L1 data (the output tile is in
       registers): KC = L1 / ((MR + NR) * bytes), a multiple of 8 in [16, 1024]; where MR >=
-      NR, the A sliver and half the B sliver (`KC_A_RESIDENT`): L1 / ((MR + NR / 2) * bytes).
+      NR, the A sliver in three quarters of L1 (`KC_A_RESIDENT`): 3 L1 / (4 MR bytes).
       Each reduce block stores and reloads every output tile and restarts the micro-kernel's
       pipeline, so longer blocks pay off while the A sliver, read again for every B sliver,
       stays in L1 (`KC_FILLS_L1`).
@@ -485,8 +492,8 @@ def blocking(
     - MC: the MC x KC block of A, packed and then consumed sliver by sliver (each sliver then
       held in L1), takes half of L2 (a multiple of MR).
 
-    With a 48 KiB L1d and a 2 MiB L2, f32: AVX-512 16 x 16 -> KC 512, MC 672,
-    NC 1360 (KC from the A sliver and half a B sliver, MC and NC from both whole:
+    With a 48 KiB L1d and a 2 MiB L2, f32: AVX-512 16 x 16 -> KC 576, MC 672,
+    NC 1360 (KC from the A sliver alone, MC and NC from both slivers:
     `KC_A_RESIDENT`); AVX2 6 x 16 -> KC 552, MC 474, NC 944. `caches`: (L1 data, L2)
     bytes; `override`: (KC, MC, NC) wanted instead (MC and NC rounded down to whole
     slivers). `reduce`: the product's reduction length K; one at most KC / KC_STRETCH longer
@@ -503,9 +510,9 @@ def blocking(
     nc -= nc % nr
     mc = max(mr, (l2 // l2_block) // (kc * elem_bytes))
     mc -= mc % mr
-    if KC_A_RESIDENT and mr >= nr:
-        kc = (l1d // l1_share) // ((2 * mr + nr) * elem_bytes // 2)
-        kc = max(16, min(1024, kc - kc % 8))
+    alone = 3 * (l1d // l1_share) // (4 * mr * elem_bytes)
+    if KC_A_RESIDENT and mr >= nr and alone - alone % 8 > kc:
+        kc = min(1024, alone - alone % 8)
     if reduce is not None and kc < reduce <= kc + kc // KC_STRETCH:
         kc = reduce  # one reduce block, not a full one and a short tail
     elif reduce is not None and kc < reduce and BALANCED_KC:

@@ -54,15 +54,17 @@ def test_blocking_fits_the_caches(elem: int, mr: int, nr: int, l1: int, l2: int)
     kc, mc, nc = products.blocking(elem, mr, nr, (l1, l2))
     assert kc % 8 == 0 and 16 <= kc <= 1024
     assert mc % mr == 0 and nc % nr == 0 and mc >= mr and nc >= nr
-    # an A sliver at least as wide as the B sliver, and half the B sliver, take at most all of
-    # L1 (KC_A_RESIDENT; else both slivers whole), unless held up by the floor; and 8 steps
-    # more would not fit
-    held = 2 * mr + nr if mr >= nr else 2 * (mr + nr)
-    assert held * kc * elem <= 2 * l1 or kc == 16
-    assert held * (kc + 8) * elem > 2 * l1 or kc == 1024
-    # MC and NC come from the KC of both slivers whole
+    # the KC of both slivers filling L1 (unless held up by the floor), 8 steps more not fitting
     both = max(16, min(1024, l1 // ((mr + nr) * elem) // 8 * 8))
-    assert both <= kc
+    assert (mr + nr) * both * elem <= l1 or both == 16
+    assert (mr + nr) * (both + 8) * elem > l1 or both == 1024
+    # an A sliver at least as wide as the B sliver alone in three quarters of L1, where that
+    # is longer (KC_A_RESIDENT)
+    alone = min(1024, 3 * l1 // (4 * mr * elem) // 8 * 8)
+    assert 4 * mr * alone * elem <= 3 * l1
+    assert 4 * mr * (alone + 8) * elem > 3 * l1 or alone == 1024
+    assert kc == (max(both, alone) if mr >= nr else both)
+    # MC and NC come from the KC of both slivers
     if nc > nr:  # the B panel fits L2, and one more sliver would not
         assert both * nc * elem <= l2 < both * (nc + nr) * elem
     if mc > mr:  # the A block fits half of L2, and one more sliver would not
@@ -74,10 +76,10 @@ def test_the_four_host_classes() -> None:
     (KC, MC, NC), the numbers the README and `micro_tile`'s docstring quote."""
     caches = (48 << 10, 2 << 20)
     table = {
-        "avx512": ((64, 32, 8), (16, 16), (512, 672, 1360)),
+        "avx512": ((64, 32, 8), (16, 16), (576, 672, 1360)),
         "avx2": ((32, 16, 8), (6, 16), (552, 474, 944)),
         "sse2": ((16, 16, 8), (6, 8), (872, 300, 600)),
-        "neon": ((16, 32, 6), (12, 4), (872, 336, 680)),
+        "neon": ((16, 32, 6), (12, 4), (768, 336, 680)),
     }
     for machine, tile, blocks in table.values():
         mr, nv, vl = products.micro_tile(4, 1 << 30, 1 << 30, *machine)

@@ -68,15 +68,15 @@ def test_the_sizes_are_the_hosts() -> None:
     ("k", "kc"), [(128, 128), (147, 147), (160, 160), (161, 88), (300, 104), (384, 128), (385, 104)]
 )
 def test_a_reduction_a_little_longer_than_kc_runs_as_one_block(k: int, kc: int) -> None:
-    """KC 128 (imposed through the cache sizes: 12 KiB L1d, 16 x 16 tiles, an A sliver and half
-    a B sliver: `products.KC_A_RESIDENT`): K up to 160 runs
+    """KC 128 (imposed through the cache sizes: 16 x 16 tiles, the A sliver in three quarters
+    of an 11 KiB L1d, `products.KC_A_RESIDENT`): K up to 160 runs
     as one reduce block (`products.KC_STRETCH`), a longer one in as many blocks as KC 128
     gives, of equal length rounded up to a multiple of 8 (`products.BALANCED_KC`)."""
     text = (
         f"func @main(%a: f32[64,{k}], %b: f32[{k},256]) -> f32[64,256] {{\n"
         "  %y = matmul(%a, %b) : f32[64,256]\n  return %y\n}\n"
     )
-    passes = pipeline("c", 2, vector_bytes=64, vector_registers=32, cache_bytes=(12288, 1 << 20))
+    passes = pipeline("c", 2, vector_bytes=64, vector_registers=32, cache_bytes=(11264, 1 << 20))
     (op,) = _products(PassManager(passes).run(parse(text)).module)
     assert op.attrs["micro"] == [16, 16]
     assert op.attrs["blocks"][1] == kc
