@@ -63,8 +63,8 @@ of 5 calls with the two-vCPU probe of `benchmarks/two_threads.py` before each, m
 fused, 2026-12-07, the same output bits): resnet18 18.162 -> 17.909 ms when the two vCPUs
 shared a cache (333 blocks), 19.866 -> 19.498 when they did not (142), 44 -> 37 timed ops;
 mobilenet_v2 4.560 -> 4.505 (540) and 7.191 -> 7.100 (416). A first form without the
-last-dim condition (it also fused resnet18's layer 4, whose products run the channels as
-columns, reading the residual a column at a time) measured resnet18 17.743 -> 17.638 and
+last-dim condition (it also fused resnet18's last residual add, whose conv runs the channels
+as its columns, reading the residual a column at a time) measured resnet18 17.743 -> 17.638 and
 20.110 -> 20.054, mobilenet_v2 4.217 -> 4.178 and 6.991 -> 6.834, efficientnet_b0 6.670 ->
 6.677 and 9.927 -> 9.900. The 2-layer BERT and MiniLM have no such consumer (their residual
 adds feed a layer norm's row group)."""
