@@ -510,9 +510,9 @@ def blocking(
     nc -= nc % nr
     mc = max(mr, (l2 // l2_block) // (kc * elem_bytes))
     mc -= mc % mr
-    alone = 3 * (l1d // l1_share) // (4 * mr * elem_bytes)
-    if KC_A_RESIDENT and mr >= nr and alone - alone % 8 > kc:
-        kc = min(1024, alone - alone % 8)
+    if KC_A_RESIDENT and mr >= nr:  # the A sliver alone in three quarters of L1, if longer
+        alone = 3 * (l1d // l1_share) // (4 * mr * elem_bytes)
+        kc = max(kc, min(1024, alone - alone % 8))
     if reduce is not None and kc < reduce <= kc + kc // KC_STRETCH:
         kc = reduce  # one reduce block, not a full one and a short tail
     elif reduce is not None and kc < reduce and BALANCED_KC:

@@ -95,7 +95,7 @@ def fusible_consumer(p: Op, c: Op, types: dict) -> bool:
             # A tensor varying along both (a residual) is read row by row beside each finished
             # row panel; only where its rows run along the product's innermost column dim
             # (`RESIDUALS`): a transposed one would be read a column at a time.
-            if not (RESIDUALS and m and m[-1] == [int(j == cols[-1]) for j in range(n + 1)]):
+            if not (RESIDUALS and m[-1] == [int(j == cols[-1]) for j in range(n + 1)]):
                 return False
     return True
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from gdv.ir.core import Module
-from gdv.ir.dtypes import DType
+from gdv.ir.dtypes import DType, from_numpy
 from gdv.passes.base import Pass, PassResult, Rewrite, Site, rewrite_module
 
 TESTS = Path(__file__).resolve().parent
@@ -66,6 +66,16 @@ def special_values(dtype: DType) -> np.ndarray:
     vals += [3 * sub, -tiny / 2, 1e308, 65520.0]  # 1e308 and 65520: infinities when narrowed
     with np.errstate(all="ignore"):
         return np.array(vals, dtype=np.float64).astype(dtype.np)
+
+
+def sprinkle_specials(x: np.ndarray, every: int = 5) -> np.ndarray:
+    """`x` (a float array, changed in place and returned) with every `every`-th element, in
+    row-major order, replaced by `special_values` of its dtype in turn."""
+    flat = x.reshape(-1)
+    special = special_values(from_numpy(x.dtype))
+    with np.errstate(all="ignore"):
+        flat[::every] = np.resize(special, flat[::every].size).astype(x.dtype)
+    return x
 
 
 @st.composite

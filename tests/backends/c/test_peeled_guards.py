@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+from support import sprinkle_specials
 
 from gdv.backends import c, reference
 from gdv.backends.c.nest import Nest, peeled_segments
@@ -71,12 +72,7 @@ def test_segments_cover_the_loop_and_the_interior_guards_hold(extent, rows) -> N
 
 
 def _inputs(shape: tuple[int, ...], seed: int) -> np.ndarray:
-    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    flat = x.reshape(-1)
-    flat[::7] = np.nan
-    flat[3::11] = -0.0
-    flat[5::13] = np.inf
-    return x
+    return sprinkle_specials(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
 
 
 def test_a_max_pools_interior_reads_without_guards() -> None:

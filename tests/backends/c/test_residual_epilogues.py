@@ -2,14 +2,14 @@
 reads a whole tensor beside each finished row panel. The C target against the reference, bit
 for bit, on convolutions with bias, residual and relu and on batched products with a residual,
 at every shape the strategies below draw (edge slivers, both thread splits, several reduce
-blocks, strides and padding), with NaN, signed zeros and infinities in the residual; and the
-fusion happening where the conditions hold."""
+blocks, strides and padding), with special values (`support.special_values`) in the residual;
+and the fusion happening where the conditions hold."""
 
 from __future__ import annotations
 
-import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+from support import sprinkle_specials
 
 from gdv.backends import c, reference
 from gdv.ir.parser import parse
@@ -17,11 +17,11 @@ from gdv.passes.manager import PassManager
 from gdv.passes.pipelines import pipeline
 
 
-def _conv_block(n, cin, cout, h, w, k, s, p) -> tuple[str, tuple[int, ...]]:
-    """relu(conv2d(x, w) + b + q): the conv's output shape with it."""
+def _conv_block(n, cin, cout, h, w, k, s, p) -> str:
+    """relu(conv2d(x, w) + b + q)."""
     oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
     t = f"f32[{n},{cout},{oh},{ow}]"
-    text = f"""func @main(%x: f32[{n},{cin},{h},{w}], %w: f32[{cout},{cin},{k},{k}], %b: f32[{cout}], %q: {t}) -> {t} {{
+    return f"""func @main(%x: f32[{n},{cin},{h},{w}], %w: f32[{cout},{cin},{k},{k}], %b: f32[{cout}], %q: {t}) -> {t} {{
   %c = conv2d(%x, %w) {{stride = [{s}, {s}], padding = [[{p}, {p}], [{p}, {p}]], dilation = [1, 1], groups = 1}} : {t}
   %bb = broadcast(%b) {{dims = [1]}} : {t}
   %cb = add(%c, %bb) : {t}
@@ -30,7 +30,6 @@ def _conv_block(n, cin, cout, h, w, k, s, p) -> tuple[str, tuple[int, ...]]:
   return %r
 }}
 """  # noqa: E501
-    return text, (n, cout, oh, ow)
 
 
 def _batched(b: int, m: int, k: int, n: int, transposed: bool) -> str:
@@ -50,15 +49,6 @@ def _batched(b: int, m: int, k: int, n: int, transposed: bool) -> str:
 """
 
 
-def _specials(x: np.ndarray) -> np.ndarray:
-    flat = x.reshape(-1)
-    flat[::7] = np.nan
-    flat[3::11] = -0.0
-    flat[5::13] = np.inf
-    flat[6::17] = -np.inf
-    return x
-
-
 def _check(text: str, level: int, special: str) -> list:
     """Compile `text` at -O`level` (no proofs: the printer is what is tested), run it on random
     inputs with specials in `special`, compare with the reference; the products with an
@@ -66,7 +56,7 @@ def _check(text: str, level: int, special: str) -> list:
     source = parse(text)
     module = PassManager(pipeline("c", level, **c.schedule_parameters())).run(source).module
     ins = reference.random_inputs(source.entry, 7)
-    ins[special] = _specials(ins[special].copy())
+    ins[special] = sprinkle_specials(ins[special].copy())
     got = c.run(module, ins)
     # the final module, as the C target runs it (-O3 reassociates; -O2 is the program's bits)
     want = reference.run(module if level == 3 else source, ins)
@@ -92,14 +82,13 @@ def _check(text: str, level: int, special: str) -> list:
 def test_convolutions_with_a_fused_residual_match_the_reference(
     n, cin, cout, h, w, k, s, level
 ) -> None:
-    text, _ = _conv_block(n, cin, cout, h, w, k, s, k // 2)
-    _check(text, level, "q")
+    _check(_conv_block(n, cin, cout, h, w, k, s, k // 2), level, "q")
 
 
 def test_a_resnet_blocks_residual_runs_in_the_convs_epilogue() -> None:
     """A layer-1 sized block (64 channels, 56 x 56, both threads, reduce blocks of 192): the
     bias, the residual and the relu are the conv's epilogue, and its bits the reference's."""
-    text, _ = _conv_block(1, 64, 64, 56, 56, 3, 1, 1)
+    text = _conv_block(1, 64, 64, 56, 56, 3, 1, 1)
     for level in (2, 3):
         (op,) = _check(text, level, "q")
         assert "q" in op.operands and op.attrs["split"] != "none"
