@@ -86,7 +86,9 @@ def pipeline(
     and above: float sums in vector orders and products with fused multiply-adds, each a
     `real` claim. `bound` names the parameters the caller will fix once
     (`Compilation.bind`): `select-products` then plans the products that read them for their
-    factors packed at bind time (`SelectProducts.bound`). `fma`: whether the target has a fused
+    factors packed at bind time (`SelectProducts.bound`), and `plan-memory` lists the kernels
+    computed from them alone in the entry's `at_bind`, for the target to compute once then
+    (`PlanMemory.bound`). `fma`: whether the target has a fused
     multiply-add instruction; without one `reassociate-reductions` leaves products unfused."""
     if target not in TARGETS:
         raise IRError(f"unknown target '{target}' (available: {', '.join(TARGETS)})")
@@ -147,12 +149,14 @@ def pipeline(
         passes += [GroupRows(l2_bytes=l2)]
         # A stride-1 convolution's product reads its input unpadded, its pad folded in.
         passes += [FoldPads()]
+    # A CPU target computes the kernels that read only bound weights once, at bind time.
+    kept = frozenset(bound) if cpu else frozenset()
     if level >= 2:
-        passes += [PlanMemory()]
+        passes += [PlanMemory(bound=kept)]
     elif target_info(target).planned_memory:
         # The C target takes every intermediate from the planned arena: every C program has
         # a plan (on core ops at -O0, on kernels at -O1).
-        passes += [PlanMemory()]
+        passes += [PlanMemory(bound=kept)]
     return passes
 
 

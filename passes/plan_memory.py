@@ -68,6 +68,7 @@ def storage(fn: Function) -> tuple[dict[str, str], set[str]]:
         alias = op.name == "reshape" and op.operands and op.operands[0] in root
         root[op.result] = root[op.operands[0]] if alias else op.result
     external = {p.name for p in fn.params} | {root[r] for r in fn.returns if r in root}
+    external |= set(fn.attrs.get("at_bind") or ())  # kept across calls, apart from the arena
     return root, external
 
 
@@ -127,11 +128,10 @@ def plan(fn: Function, bodies: dict[str, Function] | None = None) -> list[Buffer
 def memory_obligation(pass_name: str, fn: Function, buffers: list[Buffer], arena: int, index: int):
     """The memory-safety claim of `buffers` in an arena of `arena` bytes."""
     # The checker reads the plan off these attributes and recomputes liveness itself.
-    where = replace(
-        fn,
-        name="src",
-        attrs={"arena_bytes": arena, "buffers": [[b.name, b.offset, b.size] for b in buffers]},
-    )
+    plan_attrs = {"arena_bytes": arena, "buffers": [[b.name, b.offset, b.size] for b in buffers]}
+    if fn.attrs.get("at_bind"):  # values kept apart from the arena
+        plan_attrs["at_bind"] = list(fn.attrs["at_bind"])
+    where = replace(fn, name="src", attrs=plan_attrs)
     return Obligation(
         id=f"{pass_name}/arena/memory-safety" + (f"#{index}" if index else ""),
         kind="memory-safety",
@@ -143,10 +143,40 @@ def memory_obligation(pass_name: str, fn: Function, buffers: list[Buffer], arena
     )
 
 
+AT_BIND = True
+"""Kernels of the entry function computed from bound parameters alone (`PlanMemory.bound`) are
+listed in its `at_bind` and kept apart from the arena: the C target computes them once, when
+`Executable.bind` fixes those parameters, instead of in every call. mobilenet_v2's
+torch.export path computes each batch norm's scale and shift from its four parameters: 97
+such kernels in every call."""
+
+
+def at_bind(fn: Function, bound: frozenset[str]) -> list[str]:
+    """The kernels of `fn` that read only parameters in `bound` and values of such kernels, in
+    order, none of them returned or reshaped (`check_at_bind`'s rules)."""
+    kept: list[str] = []
+    made: set[str] = set()
+    for op in fn.ops:
+        if op.name == "kernel" and all(v in bound or v in made for v in op.operands):
+            made.add(op.result)
+            kept.append(op.result)
+    barred = set(fn.returns)
+    barred |= {v for op in fn.ops if op.name == "reshape" for v in op.operands}
+    while barred & made:  # what reads a barred value is computed in every call too
+        made -= barred
+        for op in fn.ops:
+            if op.result in made and not all(v in bound or v in made for v in op.operands):
+                barred.add(op.result)
+    return [v for v in kept if v in made]
+
+
 @dataclass(frozen=True)
 class PlanMemory(Pass):
     name = "plan-memory"
     stage_in = "loop"
+    bound: frozenset[str] = frozenset()
+    """The parameters the caller will fix once (`Compilation.bind`): kernels computed from
+    them alone are listed in the entry's `at_bind` (`AT_BIND`)."""
 
     def run(self, module: Module) -> PassResult:
         bodies = bodies_used(module.functions)
@@ -157,14 +187,20 @@ class PlanMemory(Pass):
             if fn.name in bodies or not fn.ops:
                 functions.append(fn)
                 continue
-            buffers = plan(fn, {f.name: f for f in module.functions})
+            kept = at_bind(fn, self.bound) if AT_BIND and fn is module.entry else []
+            listed = {"at_bind": kept} if kept else {}
+            kept_apart = replace(fn, attrs={**fn.attrs, **listed})
+            buffers = plan(kept_apart, {f.name: f for f in module.functions})
             arena = max((b.offset + b.size for b in buffers), default=0)
-            attrs = {
+            attrs = {  # the plan's keys in sorted order, as the checker's replay writes them
                 **fn.attrs,
                 "arena_bytes": arena,
+                **listed,
                 "buffers": [[b.name, b.offset, b.size] for b in buffers],
             }
-            obligations.append(memory_obligation(self.name, fn, buffers, arena, len(obligations)))
+            obligations.append(
+                memory_obligation(self.name, kept_apart, buffers, arena, len(obligations))
+            )
             steps.append(Step("attrs", fn.name, attrs=attrs))
             functions.append(replace(fn, attrs=attrs))
         return PassResult(Module(functions, module.filename), obligations, bool(obligations), steps)

@@ -153,6 +153,7 @@ def live_buffers(fn: Function) -> list[Buffer]:
         shares = op.name == "reshape" and len(op.operands) == 1 and op.operands[0] in root
         root[op.result] = root[op.operands[0]] if shares else op.result
     caller = {p.name for p in fn.params} | {root[r] for r in fn.returns if r in root}
+    caller |= set(fn.attrs.get("at_bind") or ())  # kept across calls (IR_SPEC: `at_bind`)
     # A row group (`row_group`) runs its members interleaved: one step of liveness.
     spans = group_spans(fn)
     first = {op.result: spans[i][0] for i, op in enumerate(fn.ops) if root[op.result] == op.result}

@@ -227,6 +227,10 @@ class Executable:
         """Factors the program can pack once (`bind`): their slots hold NULL until then."""
         for pre in self._prepacks:
             self._buffers[pre.slot] = np.empty(0, np.uint8)
+        self._hoists = list(prog.hoists)
+        """Kernels computed once at bind time when their parameters are bound (`bind`)."""
+        if prog.bound_slot is not None:
+            self._buffers[prog.bound_slot] = np.zeros(len(self._hoists), np.uint8)  # none yet
         self._pointers = (ctypes.c_void_p * max(1, len(self._buffers)))(
             *[b.ctypes.data if b.size else None for b in self._buffers]
         )
@@ -321,6 +325,7 @@ class Executable:
         bound._fast_inputs = all(
             p.type.num_elements for p in self.entry.params if p.name not in bound._held
         )
+        bound._hoist(self._lib)
         packed = [pre for pre in self._prepacks if set(pre.params) <= set(bound._held)]
         for pre in packed:
             if bound._pointers[pre.slot]:
@@ -333,6 +338,32 @@ class Executable:
         if packed and self._lib.gdv_prepack(bound._pointers) != 0:
             raise IRError("target c: out of memory (packing the bound weights)")
         return bound
+
+    def _hoist(self, lib: ctypes.CDLL) -> None:
+        """Compute, into buffers of this executable's own, each kernel listed in `at_bind`
+        whose parameters are all bound now and that no earlier bind computed, and set their
+        flags, so that calls skip them (`gdv_hoist`: the code a call would run)."""
+        slot = self.lowered.program.bound_slot
+        if slot is None:
+            return
+        flags = self._buffers[slot]
+        now = [h for h in self._hoists if not flags[h.index] and h.params <= self._held.keys()]
+        if not now:
+            return
+        flags = flags.copy()  # the executable bound before keeps its own
+        mask = np.zeros(len(flags), np.uint8)
+        slot_of = self.lowered.program.slot_of
+        for h in now:
+            k = slot_of[h.value]
+            fresh = np.empty_like(self._buffers[k])
+            self._buffers[k] = fresh
+            self._pointers[k] = fresh.ctypes.data
+            mask[h.index] = flags[h.index] = 1
+        lib.gdv_hoist.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        if lib.gdv_hoist(self._pointers, mask.ctypes.data) != 0:
+            raise IRError("target c: out of memory (computing from the bound weights)")
+        self._buffers[slot] = flags
+        self._pointers[slot] = flags.ctypes.data
 
     @property
     def bound(self) -> tuple[str, ...]:

@@ -202,6 +202,20 @@ class Prepack:
     call: str
 
 
+@dataclass(frozen=True)
+class Hoist:
+    """A kernel the entry function lists in `at_bind`, computed once when the parameters
+    `params` are bound (`Executable.bind`) instead of in every call: flag `index` of the
+    flags slot (`Program.bound_slot`) says so; `lines` are its C, run then by `gdv_hoist`
+    (over all `rows` of its row group at once, when it is in one)."""
+
+    value: str
+    index: int
+    params: frozenset[str]
+    lines: tuple[str, ...]
+    rows: int | None = None
+
+
 ARENA_MARGIN = 16384
 """Bytes the arena's buffer has on each side of the planned arena, which no value uses: a
 product reading a filled operand's column slivers in place (`matmul.IMPLICIT_COLUMNS` with a
@@ -239,6 +253,10 @@ class Program:
     """What the printer chose itself, no attribute of the IR deciding it (`record`)."""
     prepacks: list[Prepack] = field(default_factory=list)
     """Factors packed once at `bind` time (`prepack_slot`), in slot order."""
+    hoists: list[Hoist] = field(default_factory=list)
+    """The entry's kernels computed at bind time when their parameters are bound (`hoist`)."""
+    bound_slot: int | None = None
+    """The slot of the flags (one byte per hoist, 1: computed at bind time), None: no hoist."""
     is_body: bool = False
     """This program is a function a control flow op calls (`sub`), not the entry: its C
     function takes `(buf, args)`, its parameters and then its results' pointers in `args`."""
@@ -334,6 +352,23 @@ class Program:
         self.prepacks.append(Prepack(kernel, side, slot, elements, dtype, tuple(params), call))
         return slot
 
+    def hoist(self, op: Op, start: int, params: frozenset[str], rows: int | None) -> None:
+        """Make the code of `op` (the body from line `start`), a kernel of the entry listed in
+        `at_bind` and computed from `params` alone, run in a call only when it was not
+        computed at bind time (its flag), and run it in `gdv_hoist` for the bind."""
+        if self.bound_slot is None:
+            self.bound_slot = len(self.slot_types)
+            self.slot_types.append(TensorType(DType.I1, (1,)))
+        index = len(self.hoists)
+        lines = tuple(self.body[start:])
+        self.body[start:] = [
+            f"  if (!gdv_bound[{index}]) {{  /* unless computed at bind time */",
+            *["  " + line for line in lines],
+            "  }",
+        ]
+        self.hoists.append(Hoist(op.result, index, params, lines, rows))
+        self.slot_types[self.bound_slot] = TensorType(DType.I1, (len(self.hoists),))
+
     def record(self, op: Op | None, choice: str, value: object, why: str) -> None:
         """Note a choice the printer makes itself (`gdv.backends.c.printer_choices`)."""
         entry = {
@@ -387,6 +422,7 @@ class Program:
         lines.append("  return 0;")
         lines.append("}")
         lines += self._prepack_source()
+        lines += self._hoist_source()
         return "\n".join(lines) + "\n"
 
     def _prologue(self) -> list[str]:
@@ -397,6 +433,11 @@ class Program:
             lines.append(
                 f"  uint8_t *const gdv_arena = (uint8_t *)buf[{self.arena_slot}] + "
                 f"{ARENA_MARGIN};  /* the planned arena: {size} bytes, between margins */"
+            )
+        if self.bound_slot is not None:
+            lines.append(
+                f"  const uint8_t *const gdv_bound = (const uint8_t *)buf[{self.bound_slot}];"
+                "  /* per kernel listed in at_bind: computed at bind time */"
             )
         types = self.entry.types()
         for value, var in self._var.items():
@@ -442,6 +483,23 @@ class Program:
             )
         lines += ["  return 0;", "}"]
         return "\n".join(lines) + "\n"
+
+    def _hoist_source(self) -> list[str]:
+        """`gdv_hoist(buf, now)`: the code of each hoist whose byte in `now` is 1, in program
+        order, into its value's slot (the caller has given it a buffer of its own and set its
+        flag, so the entry skips it). Absent when the entry lists no kernel in `at_bind`."""
+        if not self.hoists:
+            return []
+        lines = ["int gdv_hoist(void *const *buf, const uint8_t *now)", "{", *self._prologue()]
+        lines.append("  (void)gdv_bound;")
+        for h in self.hoists:
+            lines.append(f"  if (now[{h.index}]) {{  /* %{comment(h.value)} */")
+            if h.rows is not None:  # a row group's member: all its rows
+                lines.append(f"    const int64_t r0 = 0, r1 = INT64_C({h.rows});")
+            lines += ["  " + line for line in h.lines]
+            lines.append("  }")
+        lines += ["  return 0;", "}"]
+        return lines
 
     def _prepack_source(self) -> list[str]:
         """`gdv_prepack(buf)`: each prepack slot that holds a pointer (the caller bound its

@@ -11,7 +11,7 @@ from gdv.backends.c.registry import LOWERINGS, UNSUPPORTED
 from gdv.ir.core import Op
 from gdv.ir.diagnostics import IRError
 from gdv.ir.ops import get as get_spec
-from gdv.ir.ops.kernel import group_spans, row_dim
+from gdv.ir.ops.kernel import at_bind_params, group_spans, row_dim
 
 Fallback = Callable[[int, Op, IRError], bool]
 """(op index, op, the error lowering it raised) -> whether it emitted a fallback for the op
@@ -26,6 +26,9 @@ def lower_ops(prog: Program, fallback: Fallback | None = None) -> list[tuple[int
     spans: list[tuple[int, int, int]] = []
     groups = group_spans(fn)
     group_start = 0
+    kept = {} if prog.is_body else at_bind_params(prog.module)
+    params = {p.name for p in fn.params}
+    hoisted: set[str] = set()
     for index, op in enumerate(fn.ops):
         group = groups[index]
         if group[0] == index and group[1] > index:  # a row group opens: its calls go below
@@ -44,10 +47,26 @@ def lower_ops(prog: Program, fallback: Fallback | None = None) -> list[tuple[int
             _restore(prog, snap)
             if fallback is None or not fallback(index, op, e):
                 raise
+        else:
+            if op.result in kept and all(v in params or v in hoisted for v in op.operands):
+                # computed at bind time (a fallback, and what reads one, in every call)
+                rows = op.attrs["space"][row_dim(op)[1]] if group[1] > group[0] else None
+                prog.hoist(op, start, kept[op.result], rows)
+                hoisted.add(op.result)
         if group[1] > group[0] and index == group[1]:
             # The group's loop holds every member's call: it is timed (`gdv profile`) as the
             # last member's span.
-            _row_group_loop(prog, op, group_start)
+            _row_group_loop(prog, op, group_start, index + 1 - group[0])
+            members = [o.result for o in fn.ops[group[0] : index + 1]]
+            if all(v in hoisted for v in members):  # no fork of threads for nothing
+                flags = " && ".join(
+                    f"gdv_bound[{h.index}]" for h in prog.hoists if h.value in members
+                )
+                prog.body[group_start:] = [
+                    f"  if (!({flags})) {{",
+                    *["  " + line for line in prog.body[group_start:]],
+                    "  }",
+                ]
             spans = [sp for sp in spans if sp[0] < group[0]]
             start = group_start
         if len(prog.body) > start:
@@ -84,7 +103,7 @@ def _restore(prog: Program, snap: tuple) -> None:
     prog.called.update(called)
 
 
-def _row_group_loop(prog: Program, op: Op, start: int) -> None:
+def _row_group_loop(prog: Program, op: Op, start: int, members: int) -> None:
     """Wrap the calls of a row group's members (the body lines from `start`) in the group's
     loop over blocks of B rows (`row_group = [G, B]`), the blocks shared by the threads: each
     member runs on rows [r0, r1) of the block, in order (IR_SPEC.md section 7)."""
@@ -93,7 +112,7 @@ def _row_group_loop(prog: Program, op: Op, start: int) -> None:
     calls = prog.body[start:]
     del prog.body[start:]
     prog.body.append(
-        f"  /* row group {int(op.attrs['row_group'][0])}: {len(calls)} kernels over {rows} rows "
+        f"  /* row group {int(op.attrs['row_group'][0])}: {members} kernels over {rows} rows "
         f"in blocks of {block} */"
     )
     if rows > block:

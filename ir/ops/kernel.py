@@ -535,6 +535,68 @@ def check_row_groups(module: Module) -> None:
             previous = group
 
 
+def at_bind_params(module: Module) -> dict[str, frozenset[str]]:
+    """Per value the entry function lists in `at_bind`, the entry parameters it is computed
+    from (those its kernel reads, and those of the listed values it reads)."""
+    fn = module.entry
+    listed = fn.attrs.get("at_bind") if fn is not None else None
+    if not listed:
+        return {}
+    names = set(listed)
+    params = {p.name for p in fn.params}
+    out: dict[str, frozenset[str]] = {}
+    for op in fn.ops:
+        if op.result in names:
+            reads = set()
+            for v in op.operands:
+                reads |= {v} if v in params else out.get(v, frozenset())
+            out[op.result] = frozenset(reads)
+    return out
+
+
+def check_at_bind(module: Module) -> None:
+    """`at_bind = [values]` (a function attribute, since gdv 0.10, issue 16; a compatible
+    addition) names kernels computed from parameters alone: a target may compute each once,
+    when the parameters it reads are fixed (a runtime's bind), and keep its value for every
+    later call, since a call would compute the same (the C target does so for the entry
+    function's). So the rules are: each name is the result of one of the function's `kernel`
+    ops, each of whose operands is a parameter or a value listed before it; no listed value is
+    returned, nor read by `reshape` (a value kept across calls is stored apart from the memory
+    plan's arena, and a reshape would share those bytes). A violation is an input error at the
+    attribute."""
+    for fn in module.functions:
+        listed = fn.attrs.get("at_bind")
+        if listed is None:
+            continue
+        where = fn.attr_locs.get("at_bind", fn.loc) or Loc(module.filename, 1, 1)
+        if not isinstance(listed, list) or not all(isinstance(v, str) for v in listed):
+            raise IRError("at_bind must be a list of value names", where)
+        if len(set(listed)) != len(listed):
+            raise IRError("at_bind names a value twice", where)
+        params = {p.name for p in fn.params}
+        kept: set[str] = set()
+        defined = {op.result: op for op in fn.ops}
+        for v in listed:
+            if v not in defined or defined[v].name != "kernel":
+                raise IRError(f"at_bind: %{v} is not the result of a kernel of @{fn.name}", where)
+        names = set(listed)
+        for op in fn.ops:
+            if op.result in names:
+                late = [v for v in op.operands if v not in params and v not in kept]
+                if late:
+                    raise IRError(
+                        f"at_bind: %{op.result} reads %{late[0]}, neither a parameter nor a "
+                        "value listed before it",
+                        where,
+                    )
+                kept.add(op.result)
+            elif op.name == "reshape" and kept.intersection(op.operands):
+                raise IRError(f"at_bind: %{op.result} reshapes a value kept across calls", where)
+        returned = kept.intersection(fn.returns)
+        if returned:
+            raise IRError(f"at_bind: %{min(returned)} is returned", where)
+
+
 def bodies_used(functions: Iterable[Function]) -> set[str]:
     """Names of the bodies (and epilogues) the kernels of `functions` call, and the
     epilogues of their conv2d ops."""
@@ -553,6 +615,7 @@ def check_kernel_bodies(module: Module) -> None:
     dtype, returns one rank-0 value of the kernel's dtype, and uses only scalar elementwise ops
     (so it can be applied elementwise to whole arrays)."""
     check_row_groups(module)
+    check_at_bind(module)
     for fn in module.functions:
         types = fn.types()
         for op in fn.ops:

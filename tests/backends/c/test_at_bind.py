@@ -1,0 +1,245 @@
+"""Kernels computed at bind time (`at_bind`; issue 16).
+
+A kernel that reads only bound weights (a batch norm's scale and shift on the torch.export
+path) computes the same value in every call. `plan-memory` lists such kernels of the entry in
+its `at_bind` attribute (for the parameters the compile was told are bound) and keeps them
+out of the arena; the C target computes each once, in `Executable.bind`, with the code a call
+would run, and calls skip it. So a bound call must give bit for bit what the unbound program
+gives, and the reference backend too (exact modes), whatever subset of the weights is bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import sprinkle_specials
+
+from gdv.api import parse
+from gdv.backends import c, reference
+from gdv.ir.diagnostics import IRError
+from gdv.ir.verifier import verify
+from gdv.passes.manager import PassManager
+from gdv.passes.pipelines import pipeline
+
+BN = """func @main(%x: f32[{m},{k}], %w: f32[{k},{n}], %g: f32[{n}], %var: f32[{n}],
+           %beta: f32[{n}], %mean: f32[{n}], %w2: f32[{n},{n}]) -> f32[{m},{n}] {{
+  %e = constant() {{value = 0.00001}} : f32[]
+  %eb = broadcast(%e) {{dims = []}} : f32[{n}]
+  %ve = add(%var, %eb) : f32[{n}]
+  %sd = sqrt(%ve) : f32[{n}]
+  %sc = div(%g, %sd) : f32[{n}]
+  %ms = mul(%mean, %sc) : f32[{n}]
+  %sh = sub(%beta, %ms) : f32[{n}]
+  %p = matmul(%x, %w) : f32[{m},{n}]
+  %scb = broadcast(%sc) {{dims = [1]}} : f32[{m},{n}]
+  %shb = broadcast(%sh) {{dims = [1]}} : f32[{m},{n}]
+  %q = mul(%p, %scb) : f32[{m},{n}]
+  %h = add(%q, %shb) : f32[{m},{n}]
+  %r = relu(%h) : f32[{m},{n}]
+  %y = matmul(%r, %w2) : f32[{m},{n}]
+  return %y
+}}
+"""
+WEIGHTS = ("w", "g", "var", "beta", "mean", "w2")
+NORM = ("g", "var", "beta", "mean")
+
+
+def _inputs(m: int, k: int, n: int, seed: int, specials: bool) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {
+        "x": rng.standard_normal((m, k)),
+        "w": rng.standard_normal((k, n)),
+        "g": rng.standard_normal(n),
+        "var": rng.uniform(0.0, 2.0, n),
+        "beta": rng.standard_normal(n),
+        "mean": rng.standard_normal(n),
+        "w2": rng.standard_normal((n, n)),
+    }
+    out = {name: v.astype(np.float32) for name, v in out.items()}
+    if specials:
+        for name in ("g", "var", "mean"):
+            sprinkle_specials(out[name], every=3)
+    return out
+
+
+def _compiled(text: str, level: int, bound: tuple[str, ...]):
+    params = c.schedule_parameters()
+    return PassManager(pipeline("c", level, bound=bound, **params)).run(parse(text)).module
+
+
+def _same(got: np.ndarray, want: np.ndarray) -> None:
+    assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    m=st.integers(1, 20),
+    k=st.integers(1, 24),
+    n=st.integers(1, 40),
+    level=st.sampled_from([1, 2, 3]),
+    told=st.sampled_from([WEIGHTS, NORM, ("g", "var")]),
+    bind=st.sampled_from([WEIGHTS, NORM, ("g", "var"), ("var", "beta", "mean")]),
+    seed=st.integers(0, 2**16),
+    specials=st.booleans(),
+)
+def test_bound_calls_are_the_program(m, k, n, level, told, bind, seed, specials) -> None:
+    """Whatever the compile was told is bound and whatever is bound, a bound call gives bit
+    for bit the unbound program's result (and the reference backend's at -O1 and -O2); a
+    kernel is computed at bind time exactly when every parameter it reads is bound."""
+    text = BN.format(m=m, k=k, n=n)
+    module = _compiled(text, level, told)
+    listed = module.entry.attrs.get("at_bind", [])
+    assert listed, "the scale and shift read only bound parameters"
+    inputs = _inputs(m, k, n, seed, specials)
+    exe = c.Executable(module)
+    want = exe(inputs)[0]
+    if level < 3:
+        _same(want, reference.run(module, inputs)[0])
+    bound = exe.bind({name: inputs[name] for name in bind})
+    flags = bound._buffers[exe.lowered.program.bound_slot]
+    for h in exe._hoists:
+        assert bool(flags[h.index]) == (h.params <= set(bind)), h
+    rest = {name: v for name, v in inputs.items() if name not in bind}
+    _same(bound(rest)[0], want)
+    _same(bound(rest)[0], want)  # a call never writes what the bind computed
+    _same(exe(inputs)[0], want)  # the unbound executable computes all of it per call
+    _same(bound(rest)[0], want)  # ... into buffers of its own
+    more = [name for name in WEIGHTS if name not in bind]
+    if more:  # binding the rest later computes what is left, once
+        full = bound.bind({name: inputs[name] for name in more})
+        assert all(full._buffers[exe.lowered.program.bound_slot])
+        _same(full({"x": inputs["x"]})[0], want)
+        _same(bound(rest)[0], want)
+
+
+def test_a_bound_call_reads_what_the_bind_computed() -> None:
+    """The calls skip the kernels computed at bind time: a value overwritten after the bind
+    shows in the result (a call that computed it again would hide it)."""
+    text = BN.format(m=8, k=16, n=32)
+    inputs = _inputs(8, 16, 32, 0, False)
+    exe = c.Executable(_compiled(text, 2, WEIGHTS))
+    bound = exe.bind({name: inputs[name] for name in WEIGHTS})
+    hoisted = {h.value: h for h in exe._hoists}
+    assert set(hoisted) == set(exe.module.entry.attrs["at_bind"])
+    assert "sc" in hoisted  # the shift is fused into the second product's prologue
+    slot = exe.lowered.program.slot_of["sc"]
+    good = bound({"x": inputs["x"]})[0].copy()
+    bound._buffers[slot][:] = np.nan
+    assert np.isnan(bound({"x": inputs["x"]})[0]).any()
+    assert reference.bit_equal(exe(inputs)[0], good)  # the unbound one computes its own
+
+
+def test_weights_changed_after_the_bind_change_nothing() -> None:
+    text = BN.format(m=4, k=8, n=16)
+    inputs = _inputs(4, 8, 16, 1, False)
+    exe = c.Executable(_compiled(text, 2, WEIGHTS))
+    weights = {name: inputs[name].copy() for name in WEIGHTS}
+    bound = exe.bind(weights)
+    want = bound({"x": inputs["x"]})[0].copy()
+    for v in weights.values():
+        v[...] = 7.0
+    _same(bound({"x": inputs["x"]})[0], want)
+
+
+def test_what_plan_memory_lists() -> None:
+    """Exactly the kernels computed from told parameters alone; none returned or reshaped;
+    none of them in the arena; none at all when nothing is told bound or at -O0."""
+    text = BN.format(m=8, k=16, n=32)
+    module = _compiled(text, 2, WEIGHTS)
+    fn = module.entry
+    listed = fn.attrs["at_bind"]
+    ops = {op.result: op for op in fn.ops}
+    assert listed and all(ops[v].name == "kernel" for v in listed)
+    assert not set(listed) & {b[0] for b in fn.attrs["buffers"]}
+    assert "at_bind" not in _compiled(text, 2, ()).entry.attrs
+    assert "at_bind" not in _compiled(text, 0, WEIGHTS).entry.attrs
+    assert _compiled(text, 2, ("g",)).entry.attrs.get("at_bind") is None  # sc reads var too
+    reshaped = """func @main(%x: f32[4,6], %g: f32[6]) -> f32[4,6] {
+  %e = exp(%g) : f32[6]
+  %r = reshape(%e) : f32[2,3]
+  %f = reshape(%r) : f32[6]
+  %b = broadcast(%f) {dims = [1]} : f32[4,6]
+  %y = add(%x, %b) : f32[4,6]
+  return %y
+}
+"""
+    got = _compiled(reshaped, 2, ("g",)).entry.attrs.get("at_bind")
+    assert not got or "e" not in got
+
+
+@pytest.mark.parametrize(
+    ("listed", "message"),
+    [
+        ('["y"]', "%b reshapes a value kept across calls"),
+        ('["s", "s"]', "names a value twice"),
+        ('["t"]', "reads %s, neither a parameter nor a value listed before it"),
+        ('["nope"]', "%nope is not the result of a kernel of @main"),
+        ('["b"]', "%b is not the result of a kernel"),
+        ("[1]", "must be a list of value names"),
+        ('["s", "t"]', "%t is returned"),
+    ],
+)
+def test_the_verifier_checks_at_bind(listed: str, message: str) -> None:
+    text = f"""func @f1(%a: f32[]) -> f32[] {{
+  %r = exp(%a) : f32[]
+  return %r
+}}
+func @main(%x: f32[4], %g: f32[4]) -> (f32[4], f32[4]) {{at_bind = {listed}}} {{
+  %s = kernel(%g) {{body = "f1", space = [4], maps = [[[1, 0]]], out = [0], reduce = [],
+      combiner = "none"}} : f32[4]
+  %t = kernel(%s) {{body = "f1", space = [4], maps = [[[1, 0]]], out = [0], reduce = [],
+      combiner = "none"}} : f32[4]
+  %y = kernel(%x) {{body = "f1", space = [4], maps = [[[1, 0]]], out = [0], reduce = [],
+      combiner = "none"}} : f32[4]
+  %b = reshape(%y) : f32[4]
+  return %t, %b
+}}
+"""
+    with pytest.raises(IRError) as e:
+        verify(parse(text), "loop")
+    assert message in e.value.message
+    assert e.value.loc is not None and e.value.loc.line == 5
+
+
+def test_a_bound_compile_proves_and_its_bundle_verifies(tmp_path, capsys) -> None:
+    """`gdv compile --bound` lists the kernels in the final stage, proves the plan that keeps
+    them apart, and the bundle verifies; a forged `at_bind` (a kernel reading one computed in
+    every call), certificate and stage edited alike, is refused by the replay."""
+    import json
+
+    from support import manifest_of, rehash, save_manifest, verify_cli
+
+    from gdv.driver import CompileOptions, compile_module, write_evidence
+
+    src = tmp_path / "bn.gdv"
+    src.write_text(BN.format(m=8, k=16, n=32))
+    options = CompileOptions(target="c", level=2, bound=WEIGHTS, jobs=1, cache_dir=str(tmp_path))
+    comp = compile_module(str(src), options)
+    assert comp.verdict == "proved"
+    assert comp.module.entry.attrs["at_bind"] == ["sc"]
+    inputs = _inputs(8, 16, 32, 2, True)
+    bound = comp.bind(**{name: inputs[name] for name in WEIGHTS})
+    _same(bound(x=inputs["x"])[0], reference.run(comp.module, inputs)[0])
+    bundle = write_evidence(comp, tmp_path / "e")
+    rc, out, err = verify_cli(capsys, bundle, "--jobs", "1")
+    assert rc == 0, out + err
+    m = manifest_of(bundle)
+    final = m["stages"][-1]
+    assert final["pass"] == "plan-memory"
+    text = (bundle / final["file"]).read_text()
+    forged = text.replace('at_bind = ["sc"]', 'at_bind = ["sc", "y.dot"]')
+    assert forged != text
+    (bundle / final["file"]).write_text(forged)
+    rehash(bundle, final)
+    cert = bundle / final["certificate"]["file"]
+    data = json.loads(cert.read_text())
+    (step,) = [s for s in data["steps"] if s.get("function") == "main"]
+    step["attrs"]["at_bind"] = ["sc", "y.dot"]
+    cert.write_text(json.dumps(data, indent=1) + "\n")
+    rehash(bundle, final["certificate"])
+    save_manifest(bundle, m)
+    rc, _, err = verify_cli(capsys, bundle, "--jobs", "1")
+    assert rc == 1 and "not verified: replay: plan-memory" in err
+    assert "at_bind: %y.dot reads %p.dot, neither a parameter nor a value listed" in err
