@@ -86,7 +86,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a parameter the caller fixes once (Compilation.bind, as a runtime fixes a model's "
         "weights), or an .npz file whose arrays are such parameters (the weights file of gdv "
         "import); may repeat. Products reading them are planned for factors packed at bind "
-        "time instead of on every call",
+        "time instead of on every call, and kernels computed from them alone run at bind "
+        "time (the entry's at_bind)",
     )
     p.add_argument(
         "--disable-pass",

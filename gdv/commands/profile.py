@@ -10,8 +10,8 @@ and the ONNX node or torch module `gdv import` noted on that line). `--json` pri
 execution report (`evidence/schema/reports-execution-1.json`); `--trace` writes a
 Chrome-trace / Perfetto timeline of every run. `--bind` fixes the parameters its files hold
 (a model's weights, as `Compilation.bind` and onnxruntime's session do) before the timed calls,
-so the product factors read only from them are packed once, outside the timers; the report
-lists them (`bound`).
+so the product factors read only from them are packed once, and the kernels computed from
+them alone (`at_bind`) run once, outside the timers; the report lists them (`bound`).
 
 `--threads N` runs the calls with N OpenMP threads. `--threads 1,2` (two counts or more) times
 every count in the same rounds, call by call (`gdv.backends.c.profile.run_threads`), prints the
@@ -68,7 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="W.npz",
         help="parameters to fix before the timed calls (a model's weights, e.g. the weights file "
-        "of gdv import): their factors are packed once, as Compilation.bind does; may repeat",
+        "of gdv import): their factors are packed once, and kernels computed from them alone "
+        "run once, as Compilation.bind does; may repeat",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for inputs not given (default 0)")
     p.add_argument(
@@ -257,7 +258,7 @@ def table(report: dict, name: str, threads: int | None = None) -> str:
     if report.get("bound"):
         lines.append(
             f"bound before the runs: {len(report['bound'])} parameter(s) (their product factors "
-            "packed once, outside the timers)"
+            "packed once, kernels computed from them alone run once, outside the timers)"
         )
     lines += [
         "",
