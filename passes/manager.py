@@ -99,15 +99,17 @@ class PassManager:
 
 
 def with_called_functions(ob: Obligation, module: Module) -> Obligation:
-    """`ob` with the functions the control flow ops of its pair name (and those they call in
-    turn, kernel bodies included), as the pass's input `module` defines them, in scope. A pass
-    rewrites each function of a module with claims of its own, so a call by name means the
-    same before and after it, and either side's definition may serve the pair."""
+    """`ob` with the functions the control flow ops and kernels of its pair name (and those
+    they call in turn), as the pass's input `module` defines them, in scope where the pass did
+    not give them. A pass rewrites each function of a module with claims of its own, so a call
+    by name means the same before and after it, and either side's definition may serve the
+    pair. (A rule of `rewrite_module` merging two kernels of a loop-stage input, as
+    `eliminate-common-subexpressions` does, gives none: its claim could not be encoded.)"""
     from gdv.ir.ops.control import called_functions, functions_named
 
     pair = [*ob.src.ops, *ob.tgt.ops]
-    if not any(functions_named(op) for op in pair):
-        return ob  # the claims without control flow stay as the pass made them
+    if not any(functions_named(op) or op.name in ("kernel", "conv2d") for op in pair):
+        return ob  # the claims without calls stay as the pass made them
     have = {f.name for f in ob.functions}
     found = [f for f in called_functions(pair, module) if f.name not in have]
     if not found:

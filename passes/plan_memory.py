@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from gdv.ir import products
 from gdv.ir.core import Function, Module
 from gdv.ir.obligation import Obligation
-from gdv.ir.ops.kernel import bodies_used, group_spans
+from gdv.ir.ops.kernel import bodies_used, computed_once, group_spans
 from gdv.passes.base import Pass, PassResult, Step
 
 ALIGN = 64
@@ -152,22 +152,10 @@ such kernels in every call."""
 
 
 def at_bind(fn: Function, bound: frozenset[str]) -> list[str]:
-    """The kernels of `fn` that read only parameters in `bound` and values of such kernels, in
-    order, none of them returned or reshaped (`check_at_bind`'s rules)."""
-    kept: list[str] = []
-    made: set[str] = set()
-    for op in fn.ops:
-        if op.name == "kernel" and all(v in bound or v in made for v in op.operands):
-            made.add(op.result)
-            kept.append(op.result)
-    barred = set(fn.returns)
-    barred |= {v for op in fn.ops if op.name == "reshape" for v in op.operands}
-    while barred & made:  # what reads a barred value is computed in every call too
-        made -= barred
-        for op in fn.ops:
-            if op.result in made and not all(v in bound or v in made for v in op.operands):
-                barred.add(op.result)
-    return [v for v in kept if v in made]
+    """The kernels of `fn` computed from parameters in `bound` alone (`computed_once`), in
+    order: what a target computes once when those are bound."""
+    names = {op.result for op in fn.ops}
+    return list(computed_once(fn, names, {p.name for p in fn.params} & set(bound)))
 
 
 @dataclass(frozen=True)
@@ -187,13 +175,15 @@ class PlanMemory(Pass):
             if fn.name in bodies or not fn.ops:
                 functions.append(fn)
                 continue
+            # The plan owns `at_bind` as it owns `buffers`: a list from the input is replaced.
             kept = at_bind(fn, self.bound) if AT_BIND and fn is module.entry else []
             listed = {"at_bind": kept} if kept else {}
-            kept_apart = replace(fn, attrs={**fn.attrs, **listed})
+            own = {k: v for k, v in fn.attrs.items() if k != "at_bind"}
+            kept_apart = replace(fn, attrs={**own, **listed})
             buffers = plan(kept_apart, {f.name: f for f in module.functions})
             arena = max((b.offset + b.size for b in buffers), default=0)
             attrs = {  # the plan's keys in sorted order, as the checker's replay writes them
-                **fn.attrs,
+                **own,
                 "arena_bytes": arena,
                 **listed,
                 "buffers": [[b.name, b.offset, b.size] for b in buffers],

@@ -48,7 +48,11 @@ def lower_ops(prog: Program, fallback: Fallback | None = None) -> list[tuple[int
             if fallback is None or not fallback(index, op, e):
                 raise
         else:
-            if op.result in kept and all(v in params or v in hoisted for v in op.operands):
+            if (
+                op.result in kept
+                and op.result not in prog.arena_of  # the plan keeps it apart: a slot of its own
+                and all(v in params or v in hoisted for v in op.operands)
+            ):
                 # computed at bind time (a fallback, and what reads one, in every call)
                 rows = op.attrs["space"][row_dim(op)[1]] if group[1] > group[0] else None
                 prog.hoist(op, start, kept[op.result], rows)

@@ -535,35 +535,49 @@ def check_row_groups(module: Module) -> None:
             previous = group
 
 
+def computed_once(fn: Function, names: set[str], params: set[str]) -> dict[str, frozenset[str]]:
+    """The kernels of `fn` named in `names` that read only `params` (parameters) and such
+    kernels, whose value (or a reshape of it) is not returned, in program order; per kernel,
+    the parameters it is computed from."""
+    root = {p.name: p.name for p in fn.params}
+    for op in fn.ops:
+        alias = op.name == "reshape" and bool(op.operands) and op.operands[0] in root
+        root[op.result] = root[op.operands[0]] if alias else op.result
+    returned = {root[r] for r in fn.returns if r in root}
+    out: dict[str, frozenset[str]] = {}
+    for op in fn.ops:
+        if (
+            op.result in names
+            and op.name == "kernel"
+            and op.result not in returned
+            and all(v in params or v in out for v in op.operands)
+        ):
+            out[op.result] = frozenset().union(
+                *({v} if v in params else out[v] for v in op.operands)
+            )
+    return out
+
+
 def at_bind_params(module: Module) -> dict[str, frozenset[str]]:
-    """Per value the entry function lists in `at_bind`, the entry parameters it is computed
-    from (those its kernel reads, and those of the listed values it reads)."""
+    """The kernels of the entry function that a target computes once, when their parameters
+    are bound (`check_at_bind`), with the parameters each is computed from
+    (`computed_once` of those `at_bind` lists); other listed names are ignored."""
     fn = module.entry
     listed = fn.attrs.get("at_bind") if fn is not None else None
     if not listed:
         return {}
-    names = set(listed)
-    params = {p.name for p in fn.params}
-    out: dict[str, frozenset[str]] = {}
-    for op in fn.ops:
-        if op.result in names:
-            reads = set()
-            for v in op.operands:
-                reads |= {v} if v in params else out.get(v, frozenset())
-            out[op.result] = frozenset(reads)
-    return out
+    return computed_once(fn, set(listed), {p.name for p in fn.params})
 
 
 def check_at_bind(module: Module) -> None:
     """`at_bind = [values]` (a function attribute, since gdv 0.10, issue 16; a compatible
-    addition) names kernels computed from parameters alone: a target may compute each once,
-    when the parameters it reads are fixed (a runtime's bind), and keep its value for every
-    later call, since a call would compute the same (the C target does so for the entry
-    function's). So the rules are: each name is the result of one of the function's `kernel`
-    ops, each of whose operands is a parameter or a value listed before it; no listed value is
-    returned, nor read by `reshape` (a value kept across calls is stored apart from the memory
-    plan's arena, and a reshape would share those bytes). A violation is an input error at the
-    attribute."""
+    addition) names kernels a target may compute once, when the parameters they read are fixed
+    (a runtime's bind), and keep for every later call: a kernel that reads only parameters and
+    such kernels computes the same in every call. It is a plan, never a change of meaning: a
+    target computes once only the listed kernels of that kind whose value (or a reshape of it)
+    is not returned (`at_bind_params`), and ignores the other names; the memory plan keeps
+    every listed value out of the arena. The verifier checks its form: a list of distinct
+    value names (an input error at the attribute otherwise)."""
     for fn in module.functions:
         listed = fn.attrs.get("at_bind")
         if listed is None:
@@ -573,28 +587,6 @@ def check_at_bind(module: Module) -> None:
             raise IRError("at_bind must be a list of value names", where)
         if len(set(listed)) != len(listed):
             raise IRError("at_bind names a value twice", where)
-        params = {p.name for p in fn.params}
-        kept: set[str] = set()
-        defined = {op.result: op for op in fn.ops}
-        for v in listed:
-            if v not in defined or defined[v].name != "kernel":
-                raise IRError(f"at_bind: %{v} is not the result of a kernel of @{fn.name}", where)
-        names = set(listed)
-        for op in fn.ops:
-            if op.result in names:
-                late = [v for v in op.operands if v not in params and v not in kept]
-                if late:
-                    raise IRError(
-                        f"at_bind: %{op.result} reads %{late[0]}, neither a parameter nor a "
-                        "value listed before it",
-                        where,
-                    )
-                kept.add(op.result)
-            elif op.name == "reshape" and kept.intersection(op.operands):
-                raise IRError(f"at_bind: %{op.result} reshapes a value kept across calls", where)
-        returned = kept.intersection(fn.returns)
-        if returned:
-            raise IRError(f"at_bind: %{min(returned)} is returned", where)
 
 
 def bodies_used(functions: Iterable[Function]) -> set[str]:

@@ -265,3 +265,42 @@ def test_a_kernel_scheduled_by_hand_keeps_its_schedule() -> None:
     got = c.run(scheduled, inputs)[0]
     want = reference.run(module, inputs)[0]
     assert reference.bit_equal(got, want), reference.describe_difference(got, want)
+
+
+TWIN_KERNELS = """func @main(%x: f32[4], %g: f32[4]) -> f32[4] {
+  %s = kernel(%g) {body = "sq", space = [4], maps = [[[1, 0]]], out = [0], reduce = [],
+      combiner = "none"} : f32[4]
+  %u = kernel(%g) {body = "sq", space = [4], maps = [[[1, 0]]], out = [0], reduce = [],
+      combiner = "none"} : f32[4]
+  %y = kernel(%s, %u) {body = "plus", space = [4], maps = [[[1, 0]], [[1, 0]]], out = [0],
+      reduce = [], combiner = "none"} : f32[4]
+  return %y
+}
+func @sq(%a: f32[]) -> f32[] {
+  %r = mul(%a, %a) : f32[]
+  return %r
+}
+func @plus(%a: f32[], %b: f32[]) -> f32[] {
+  %r = add(%a, %b) : f32[]
+  return %r
+}
+"""
+
+
+def test_merging_twin_kernels_of_a_loop_stage_input_proves(tmp_path) -> None:
+    """`eliminate-common-subexpressions` merges two equal kernels of a hand-written loop-stage
+    program: its claim carries their body (the pass manager adds what a pair's kernels name),
+    where before the compile stopped with `kernel body @sq is not in scope`."""
+    from gdv.driver import CompileOptions, compile_module
+
+    src = tmp_path / "twins.gdv"
+    src.write_text(TWIN_KERNELS)
+    comp = compile_module(str(src), CompileOptions(jobs=1, use_cache=False))
+    assert comp.verdict == "proved"
+    (merge,) = [
+        o for o in comp.outcomes if o.obligation.id.startswith("eliminate-common-subexpressions")
+    ]
+    assert [f.name for f in merge.obligation.functions] == ["sq"] and merge.status == "proved"
+    x = np.array([1.5, -2.0, 0.0, 3.0], np.float32)
+    out = comp.executable()({"x": x, "g": x})[0]
+    assert reference.bit_equal(out, x * x + x * x)

@@ -144,8 +144,8 @@ def test_weights_changed_after_the_bind_change_nothing() -> None:
 
 
 def test_what_plan_memory_lists() -> None:
-    """Exactly the kernels computed from told parameters alone; none returned or reshaped;
-    none of them in the arena; none at all when nothing is told bound or at -O0."""
+    """Exactly the kernels computed from told parameters alone, none of them returned; none
+    of them in the arena; none at all when nothing is told bound or at -O0."""
     text = BN.format(m=8, k=16, n=32)
     module = _compiled(text, 2, WEIGHTS)
     fn = module.entry
@@ -156,57 +156,115 @@ def test_what_plan_memory_lists() -> None:
     assert "at_bind" not in _compiled(text, 2, ()).entry.attrs
     assert "at_bind" not in _compiled(text, 0, WEIGHTS).entry.attrs
     assert _compiled(text, 2, ("g",)).entry.attrs.get("at_bind") is None  # sc reads var too
-    reshaped = """func @main(%x: f32[4,6], %g: f32[6]) -> f32[4,6] {
-  %e = exp(%g) : f32[6]
+    reshaped = """func @main(%x: f32[4,6], %g: f32[6]) -> (f32[4,6], f32[2,3]) {
+  %e = mul(%g, %g) : f32[6]
   %r = reshape(%e) : f32[2,3]
   %f = reshape(%r) : f32[6]
   %b = broadcast(%f) {dims = [1]} : f32[4,6]
   %y = add(%x, %b) : f32[4,6]
-  return %y
+  %h = sqrt(%g) : f32[6]
+  %t = reshape(%h) : f32[2,3]
+  return %y, %t
 }
 """
-    got = _compiled(reshaped, 2, ("g",)).entry.attrs.get("at_bind")
-    assert not got or "e" not in got
+    module = _compiled(reshaped, 1, ("g",))
+    kernels = {op.result for op in module.entry.ops if op.name == "kernel"}
+    listed = module.entry.attrs["at_bind"]
+    assert "e" in listed and "h" in kernels and "h" not in listed  # %h is returned, reshaped
+    rng = np.random.default_rng(3)
+    inputs = {"x": rng.standard_normal((4, 6), np.float32), "g": rng.standard_normal(6, np.float32)}
+    exe = c.Executable(module)
+    bound = exe.bind({"g": inputs["g"]})
+    want = reference.run(module, inputs)
+    for got, w in zip(bound({"x": inputs["x"]}), want, strict=True):
+        _same(got, w)
 
 
 @pytest.mark.parametrize(
     ("listed", "message"),
-    [
-        ('["y"]', "%b reshapes a value kept across calls"),
-        ('["s", "s"]', "names a value twice"),
-        ('["t"]', "reads %s, neither a parameter nor a value listed before it"),
-        ('["nope"]', "%nope is not the result of a kernel of @main"),
-        ('["b"]', "%b is not the result of a kernel"),
-        ("[1]", "must be a list of value names"),
-        ('["s", "t"]', "%t is returned"),
-    ],
+    [('["s", "s"]', "at_bind names a value twice"), ("[1]", "must be a list of value names")],
 )
-def test_the_verifier_checks_at_bind(listed: str, message: str) -> None:
-    text = f"""func @f1(%a: f32[]) -> f32[] {{
-  %r = exp(%a) : f32[]
-  return %r
-}}
-func @main(%x: f32[4], %g: f32[4]) -> (f32[4], f32[4]) {{at_bind = {listed}}} {{
-  %s = kernel(%g) {{body = "f1", space = [4], maps = [[[1, 0]]], out = [0], reduce = [],
-      combiner = "none"}} : f32[4]
-  %t = kernel(%s) {{body = "f1", space = [4], maps = [[[1, 0]]], out = [0], reduce = [],
-      combiner = "none"}} : f32[4]
-  %y = kernel(%x) {{body = "f1", space = [4], maps = [[[1, 0]]], out = [0], reduce = [],
-      combiner = "none"}} : f32[4]
-  %b = reshape(%y) : f32[4]
-  return %t, %b
-}}
-"""
+def test_the_verifier_checks_the_form_of_at_bind(listed: str, message: str) -> None:
+    text = HAND.replace('at_bind = ["s", "t", "y", "b", "nope"]', f"at_bind = {listed}")
     with pytest.raises(IRError) as e:
         verify(parse(text), "loop")
     assert message in e.value.message
-    assert e.value.loc is not None and e.value.loc.line == 5
+    assert e.value.loc is not None and e.value.loc.line == 9
+
+
+HAND = """func @f1(%a: f32[]) -> f32[] {
+  %r = mul(%a, %a) : f32[]
+  return %r
+}
+func @f2(%a: f32[], %b: f32[]) -> f32[] {
+  %r = add(%a, %b) : f32[]
+  return %r
+}
+func @main(%x: f32[4], %g: f32[4]) -> (f32[4], f32[4]) {at_bind = ["s", "t", "y", "b", "nope"]} {
+  %s = kernel(%g) {body = "f1", space = [4], maps = [[[1, 0]]], out = [0], reduce = [],
+      combiner = "none"} : f32[4]
+  %u = kernel(%g) {body = "f1", space = [4], maps = [[[1, 0]]], out = [0], reduce = [],
+      combiner = "none"} : f32[4]
+  %t = kernel(%s, %u) {body = "f2", space = [4], maps = [[[1, 0]], [[1, 0]]], out = [0],
+      reduce = [], combiner = "none"} : f32[4]
+  %y = kernel(%x, %s) {body = "f2", space = [4], maps = [[[1, 0]], [[1, 0]]], out = [0],
+      reduce = [], combiner = "none"} : f32[4]
+  %b = reshape(%y) : f32[4]
+  %z = kernel(%s, %g) {body = "f2", space = [4], maps = [[[1, 0]], [[1, 0]]], out = [0],
+      reduce = [], combiner = "none"} : f32[4]
+  %w = kernel(%b, %t) {body = "f2", space = [4], maps = [[[1, 0]], [[1, 0]]], out = [0],
+      reduce = [], combiner = "none"} : f32[4]
+  return %z, %w
+}
+"""
+
+
+def test_the_c_target_computes_once_only_what_may_be() -> None:
+    """A hand-written `at_bind` is a plan the C target checks itself: it computes once only
+    listed kernels reading parameters and such kernels, not returned (here %s, and %y when %x
+    is bound too, read through its reshape %b; %t reads %u, unlisted; %z is unlisted; %b is
+    no kernel; %nope no value); results are the reference's whatever is bound."""
+    from gdv.ir.ops.kernel import at_bind_params
+
+    module = parse(HAND)
+    verify(module, "loop")
+    assert at_bind_params(module) == {"s": frozenset({"g"}), "y": frozenset({"g", "x"})}
+    rng = np.random.default_rng(4)
+    inputs = {"x": rng.standard_normal(4, np.float32), "g": rng.standard_normal(4, np.float32)}
+    want = reference.run(module, inputs)
+    exe = c.Executable(module)
+    assert [h.value for h in exe._hoists] == ["s", "y"]
+    for names in (("g",), ("x",), ("x", "g")):
+        bound = exe.bind({n: inputs[n] for n in names})
+        flags = bound._buffers[exe.lowered.program.bound_slot]
+        assert [bool(f) for f in flags] == [{"g"} <= set(names), {"g", "x"} <= set(names)]
+        for _ in range(2):
+            got = bound({n: v for n, v in inputs.items() if n not in names})
+            for g, w in zip(got, want, strict=True):
+                _same(g, w)
+
+
+def test_a_stale_at_bind_in_the_input_compiles(tmp_path) -> None:
+    """`at_bind` in a loop-stage input names kernels that `fuse-kernels` then removes; the
+    plan replaces the list (`plan-memory` owns it), and the compile proves and runs."""
+    from gdv.driver import CompileOptions, compile_module
+
+    src = tmp_path / "hand.gdv"
+    src.write_text(HAND)
+    comp = compile_module(str(src), CompileOptions(target="c", jobs=1, cache_dir=str(tmp_path)))
+    assert comp.verdict == "proved"
+    assert "at_bind" not in comp.module.entry.attrs
+    rng = np.random.default_rng(5)
+    inputs = {"x": rng.standard_normal(4, np.float32), "g": rng.standard_normal(4, np.float32)}
+    got = comp.executable()(inputs)
+    for g, w in zip(got, reference.run(parse(HAND), inputs), strict=True):
+        _same(g, w)
 
 
 def test_a_bound_compile_proves_and_its_bundle_verifies(tmp_path, capsys) -> None:
     """`gdv compile --bound` lists the kernels in the final stage, proves the plan that keeps
-    them apart, and the bundle verifies; a forged `at_bind` (a kernel reading one computed in
-    every call), certificate and stage edited alike, is refused by the replay."""
+    them apart, and the bundle verifies; a forged `at_bind` that names a value the plan gives an
+    arena buffer, certificate and stage edited alike, is refused."""
     import json
 
     from support import manifest_of, rehash, save_manifest, verify_cli
@@ -229,17 +287,17 @@ def test_a_bound_compile_proves_and_its_bundle_verifies(tmp_path, capsys) -> Non
     final = m["stages"][-1]
     assert final["pass"] == "plan-memory"
     text = (bundle / final["file"]).read_text()
-    forged = text.replace('at_bind = ["sc"]', 'at_bind = ["sc", "y.dot"]')
+    forged = text.replace('at_bind = ["sc"]', 'at_bind = ["sc", "p.dot"]')
     assert forged != text
     (bundle / final["file"]).write_text(forged)
     rehash(bundle, final)
     cert = bundle / final["certificate"]["file"]
     data = json.loads(cert.read_text())
     (step,) = [s for s in data["steps"] if s.get("function") == "main"]
-    step["attrs"]["at_bind"] = ["sc", "y.dot"]
+    step["attrs"]["at_bind"] = ["sc", "p.dot"]
     cert.write_text(json.dumps(data, indent=1) + "\n")
     rehash(bundle, final["certificate"])
     save_manifest(bundle, m)
     rc, _, err = verify_cli(capsys, bundle, "--jobs", "1")
-    assert rc == 1 and "not verified: replay: plan-memory" in err
-    assert "at_bind: %y.dot reads %p.dot, neither a parameter nor a value listed" in err
+    assert rc == 1 and "not verified: encoding:" in err  # the plan's claim is not the stage's
+    assert "plan-memory/arena/memory-safety" in err
