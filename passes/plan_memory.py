@@ -182,12 +182,17 @@ class PlanMemory(Pass):
             kept_apart = replace(fn, attrs={**own, **listed})
             buffers = plan(kept_apart, {f.name: f for f in module.functions})
             arena = max((b.offset + b.size for b in buffers), default=0)
-            attrs = {  # the plan's keys in sorted order, as the checker's replay writes them
+            values = {
                 **own,
                 "arena_bytes": arena,
                 **listed,
                 "buffers": [[b.name, b.offset, b.size] for b in buffers],
             }
+            # In the order the checker's replay writes them: the function's own keys where
+            # they were, then the new ones sorted.
+            order = [k for k in fn.attrs if k in values]
+            order += sorted(k for k in values if k not in fn.attrs)
+            attrs = {k: values[k] for k in order}
             obligations.append(
                 memory_obligation(self.name, kept_apart, buffers, arena, len(obligations))
             )

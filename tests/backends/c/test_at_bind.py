@@ -301,3 +301,25 @@ def test_a_bound_compile_proves_and_its_bundle_verifies(tmp_path, capsys) -> Non
     rc, _, err = verify_cli(capsys, bundle, "--jobs", "1")
     assert rc == 1 and "not verified: encoding:" in err  # the plan's claim is not the stage's
     assert "plan-memory/arena/memory-safety" in err
+
+
+def test_a_hand_written_at_bind_is_replaced_and_the_bundle_verifies(tmp_path, capsys) -> None:
+    """An input listing `at_bind` (before its plan's keys), compiled with `--bound`: the plan
+    replaces the list where it stood, and the checker's replay rebuilds that stage."""
+    from support import verify_cli
+
+    from gdv.driver import CompileOptions, compile_module, write_evidence
+
+    text = BN.format(m=4, k=8, n=16).replace(
+        ") -> f32[4,16] {\n", ') -> f32[4,16] {at_bind = ["nothing"]} {\n', 1
+    )
+    assert 'at_bind = ["nothing"]' in text
+    src = tmp_path / "bn.gdv"
+    src.write_text(text)
+    options = CompileOptions(target="c", level=2, bound=WEIGHTS, jobs=1, cache_dir=str(tmp_path))
+    comp = compile_module(str(src), options)
+    assert comp.verdict == "proved"
+    attrs = comp.module.entry.attrs
+    assert list(attrs)[:1] == ["at_bind"] and attrs["at_bind"] == ["sc"]
+    rc, out, err = verify_cli(capsys, write_evidence(comp, tmp_path / "e"), "--jobs", "1")
+    assert rc == 0, out + err
