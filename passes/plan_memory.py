@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from gdv.ir import products
 from gdv.ir.core import Function, Module
 from gdv.ir.obligation import Obligation
-from gdv.ir.ops.kernel import bodies_used, computed_once, group_spans
+from gdv.ir.ops.kernel import bodies_used, computed_once, group_spans, storage_roots
 from gdv.passes.base import Pass, PassResult, Step
 
 ALIGN = 64
@@ -61,12 +61,10 @@ class Buffer:
 
 
 def storage(fn: Function) -> tuple[dict[str, str], set[str]]:
-    """Each value's storage root (a reshape's result shares its operand's), and the roots the
-    caller owns (a parameter's group, a returned value's group)."""
-    root = {p.name: p.name for p in fn.params}
-    for op in fn.ops:
-        alias = op.name == "reshape" and op.operands and op.operands[0] in root
-        root[op.result] = root[op.operands[0]] if alias else op.result
+    """Each value's storage root (`storage_roots`), and the roots kept out of the arena: the
+    caller's (a parameter's group, a returned value's group) and the values listed in
+    `at_bind` (kept across calls)."""
+    root = storage_roots(fn)
     external = {p.name for p in fn.params} | {root[r] for r in fn.returns if r in root}
     external |= set(fn.attrs.get("at_bind") or ())  # kept across calls, apart from the arena
     return root, external

@@ -535,14 +535,22 @@ def check_row_groups(module: Module) -> None:
             previous = group
 
 
-def computed_once(fn: Function, names: set[str], params: set[str]) -> dict[str, frozenset[str]]:
-    """The kernels of `fn` named in `names` that read only `params` (parameters) and such
-    kernels, whose value (or a reshape of it) is not returned, in program order; per kernel,
-    the parameters it is computed from."""
+def storage_roots(fn: Function) -> dict[str, str]:
+    """Each value's storage root: a `reshape`'s result shares its operand's bytes (row-major
+    order kept), so a value and the reshapes of it are one storage group, named by its first
+    value (a parameter, or the op that made it)."""
     root = {p.name: p.name for p in fn.params}
     for op in fn.ops:
         alias = op.name == "reshape" and bool(op.operands) and op.operands[0] in root
         root[op.result] = root[op.operands[0]] if alias else op.result
+    return root
+
+
+def computed_once(fn: Function, names: set[str], params: set[str]) -> dict[str, frozenset[str]]:
+    """The kernels of `fn` named in `names` that read only `params` (parameters) and such
+    kernels, whose value (or a reshape of it) is not returned, in program order; per kernel,
+    the parameters it is computed from."""
+    root = storage_roots(fn)
     returned = {root[r] for r in fn.returns if r in root}
     out: dict[str, frozenset[str]] = {}
     for op in fn.ops:
