@@ -689,7 +689,8 @@ def with_bodies(fns: list[Function]) -> list[Function]:
                 continue
             body = op.attrs["body"]
             if body in taken:
-                body = f"body.{fn.name}.{k}"
+                # a name the parser accepts (MAX_NAME_LENGTH) whatever the function's name
+                body = f"body.{len(taken)}.{k}"
                 while body in taken:
                     body += "_"
                 fn.ops[k] = Op(op.result, op.name, op.operands, {**op.attrs, "body": body}, op.type)
