@@ -267,6 +267,9 @@ class Program:
     groups: dict[tuple, list[int]] = field(default_factory=dict)
     """Per group of control flow ops of this function (`backends/c/control.py`), the slots
     its first member computed every result into."""
+    tables: dict[tuple[int, str], str] = field(default_factory=dict)
+    """The translation unit's index tables (`index_table`): (size, filling loop with `@` for
+    the table) -> the C name of the file-scope array, filled once when the library loads."""
 
     def __post_init__(self) -> None:
         if self.is_body:
@@ -300,6 +303,7 @@ class Program:
             is_body=True,
             aligned_slots=self.aligned_slots,
             called=self.called,
+            tables=self.tables,
         )
 
     # --- names ---------------------------------------------------------------------------
@@ -369,6 +373,29 @@ class Program:
         self.hoists.append(Hoist(op.result, index, params, lines, rows))
         self.slot_types[self.bound_slot] = TensorType(DType.I1, (len(self.hoists),))
 
+    def index_table(self, size: int, init: str, local: str) -> str:
+        """The C name of a file-scope `int64_t` array of `size` entries that the loop `init`
+        fills, writing `local[v] = ...` (its only mention of `local`). Tables depend on shapes
+        alone, so each is computed once, when the library loads (`gdv_index_tables`, a
+        constructor), instead of on every call; kernels with the same table share it."""
+        key = (size, init.replace(f"{local}[v] = ", "@[v] = "))
+        assert key[1].count("@[v] = ") == 1 and local not in key[1].replace("@[v]", ""), init
+        if key not in self.tables:
+            self.tables[key] = f"gdv_tab{len(self.tables)}"
+        return self.tables[key]
+
+    def _table_source(self) -> list[str]:
+        """The index tables' arrays and the constructor that fills them once at load."""
+        if not self.tables:
+            return []
+        lines = ["/* index tables (shapes only): filled once, when the library loads */"]
+        lines += [f"static int64_t {name}[{size}];" for (size, _), name in self.tables.items()]
+        lines += ["__attribute__((constructor)) static void gdv_index_tables(void)", "{"]
+        for (_, init), name in self.tables.items():
+            lines.append(init.replace("@[v] = ", f"{name}[v] = "))
+        lines += ["}", ""]
+        return lines
+
     def record(self, op: Op | None, choice: str, value: object, why: str) -> None:
         """Note a choice the printer makes itself (`gdv.backends.c.printer_choices`)."""
         entry = {
@@ -414,6 +441,7 @@ class Program:
         for name in HELPERS:  # definition order: a helper follows the helpers it calls
             if name in self.helpers:
                 lines.append(HELPERS[name])
+        lines += self._table_source()
         lines += self.functions
         lines.append("int gdv_entry(void *const *buf)")
         lines.append("{")

@@ -832,12 +832,15 @@ def _blocked(
     if not con.direct:
         heap.append(f"ws = malloc(sizeof({t}) * {m_ * n_})")
     typed = [f"{t} *{h}" for h in heap]
-    typed += [f"int64_t *{v} = malloc(sizeof(int64_t) * {sizes[v[-1]]})" for v in tables]
-    owned = [h.split(" =")[0] for h in heap] + list(tables)
+    owned = [h.split(" =")[0] for h in heap]
     free = " ".join(f"free({v});" for v in owned)
     alloc = "".join(f"  {h};\n" for h in typed)
     alloc += f"  if ({' || '.join(f'!{v}' for v in owned)}) {{\n    {free}\n    return 1;\n  }}\n"
-    alloc += "".join(f"{init}\n" for init in tables.values())
+    table_refs = "".join(
+        f"  const int64_t *const {v} = {prog.index_table(sizes[v[-1]], init, v)};\n"
+        for v, init in tables.items()
+    )
+    alloc += table_refs
 
     batch = "".join(
         f"    const int64_t bi{d} = q % {z}; q /= {z};\n"
@@ -1034,16 +1037,6 @@ def _blocked(
         side: _bindable(prog, op, offs, nb) for side, offs in (("x", x_offs), ("y", y_offs))
     }
     if any(v is not None for v in bindable.values()):
-        table_alloc = "".join(
-            f"  int64_t *{v} = malloc(sizeof(int64_t) * {sizes[v[-1]]});\n" for v in tables
-        )
-        if tables:
-            table_alloc += (
-                f"  if ({' || '.join(f'!{v}' for v in tables)}) {{\n"
-                f"    {' '.join(f'free({v});' for v in tables)}\n    return 1;\n  }}\n"
-            )
-        table_alloc += "".join(f"{init}\n" for init in tables.values())
-        table_free = "".join(f"  free({v});\n" for v in tables)
         args = ", ".join(
             f"const {CTYPE[ot.dtype]} *restrict a{k}" for k, ot in enumerate(operand_types)
         )
@@ -1066,7 +1059,7 @@ def _blocked(
             fn = f"{name}_pre_{side}"
             prog.functions.append(
                 f"/* the {side.upper()} factor of %{comment(op.result)} packed whole, once */\n"
-                f"static int {fn}({args}, {t} *restrict pre)\n{{\n{table_alloc}"
+                f"static int {fn}({args}, {t} *restrict pre)\n{{\n{table_refs}"
                 f"  int64_t q = 0;\n{batch}  (void)q;\n"
                 f"  const int64_t pc = 0, kc = {k_};\n"
                 f"  for (int64_t s = 0; s < {slivers}; s++) {{\n"
@@ -1074,7 +1067,7 @@ def _blocked(
                 f"    const int64_t {first} = s * {width};\n"
                 f"    const int64_t {'m' if side == 'x' else 'n'}r = {extent} - {first} < {width} "
                 f"? {extent} - {first} : {width};\n"
-                f"{pack}{zero}  }}\n{table_free}  return 0;\n}}\n"
+                f"{pack}{zero}  }}\n  return 0;\n}}\n"
             )
             call_args = ", ".join(
                 prog.var(o) if k in (x_offs if side == "x" else y_offs) else "NULL"
