@@ -24,6 +24,9 @@ and it is computed as BLAS computes a matrix product, but keeping the IR's order
   slivers, its rows; `split = "rows"` prefers rows): each thread packs and computes its own
   rectangle, so there is no barrier, and an output element is always computed by one thread,
   in order.
+- Index tables (a conv's input offset per output position and per reduce position, and the
+  window coordinates its masks test) depend on shapes alone: file-scope arrays filled once
+  when the library loads (`Program.index_table`), shared by every kernel that needs the same.
 
 So the result is bit-identical to the reference backend's. Multiplication is commutative in
 IEEE arithmetic, so which factor is the row operand never matters.
