@@ -389,7 +389,10 @@ class Program:
         if not self.tables:
             return []
         lines = ["/* index tables (shapes only): filled once, when the library loads */"]
-        lines += [f"static int64_t {name}[{size}];" for (size, _), name in self.tables.items()]
+        # (at least one entry: ISO C has no empty arrays; a size-0 table is never read)
+        lines += [
+            f"static int64_t {name}[{max(1, size)}];" for (size, _), name in self.tables.items()
+        ]
         lines += ["__attribute__((constructor)) static void gdv_index_tables(void)", "{"]
         for (_, init), name in self.tables.items():
             lines.append(init.replace("@[v] = ", f"{name}[v] = "))

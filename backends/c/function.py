@@ -92,11 +92,13 @@ def _snapshot(prog: Program) -> tuple:
         list(prog.aligned_slots),
         dict(prog.called),
         dict(prog.groups),
+        dict(prog.tables),
     )
 
 
 def _restore(prog: Program, snap: tuple) -> None:
-    nf, nb, slot_of, slot_types, libm, helpers, var, arena_of, nc, aligned, called, groups = snap
+    nf, nb, slot_of, slot_types, libm, helpers, var, arena_of, nc, aligned, called = snap[:11]
+    groups, tables = snap[11:]
     del prog.choices[nc:]
     del prog.functions[nf:]
     del prog.body[nb:]
@@ -105,6 +107,8 @@ def _restore(prog: Program, snap: tuple) -> None:
     prog.aligned_slots[:] = aligned
     prog.called.clear()
     prog.called.update(called)
+    prog.tables.clear()  # shared with the bodies' programs (`Program.sub`): kept the same dict
+    prog.tables.update(tables)
 
 
 def _row_group_loop(prog: Program, op: Op, start: int, members: int) -> None:
