@@ -267,9 +267,10 @@ class Program:
     groups: dict[tuple, list[int]] = field(default_factory=dict)
     """Per group of control flow ops of this function (`backends/c/control.py`), the slots
     its first member computed every result into."""
-    tables: dict[tuple[int, str], str] = field(default_factory=dict)
-    """The translation unit's index tables (`index_table`): (size, filling loop with `@` for
-    the table) -> the C name of the file-scope array, filled once when the library loads."""
+    tables: dict[tuple[str, int, str], str] = field(default_factory=dict)
+    """The translation unit's index tables (`index_table`): (C element type, size, filling
+    loop with `@` for the table) -> the C name of the file-scope array, filled once when the
+    library loads."""
 
     def __post_init__(self) -> None:
         if self.is_body:
@@ -373,13 +374,13 @@ class Program:
         self.hoists.append(Hoist(op.result, index, params, lines, rows))
         self.slot_types[self.bound_slot] = TensorType(DType.I1, (len(self.hoists),))
 
-    def index_table(self, size: int, init: str, local: str) -> str:
-        """The C name of a file-scope `int64_t` array of `size` entries that the loop `init`
+    def index_table(self, size: int, init: str, local: str, ctype: str = "int64_t") -> str:
+        """The C name of a file-scope array of `size` `ctype` entries that the loop `init`
         fills, writing `local[v] = ...` (its only mention of `local`). Tables depend on shapes
         alone, so each is computed once, when the library loads (`gdv_index_tables`, a
         constructor), instead of on every call; kernels with the same table share it."""
-        key = (size, init.replace(f"{local}[v] = ", "@[v] = "))
-        assert key[1].count("@[v] = ") == 1 and local not in key[1].replace("@[v]", ""), init
+        key = (ctype, size, init.replace(f"{local}[v] = ", "@[v] = "))
+        assert key[2].count("@[v] = ") == 1 and local not in key[2].replace("@[v]", ""), init
         if key not in self.tables:
             self.tables[key] = f"gdv_tab{len(self.tables)}"
         return self.tables[key]
@@ -391,10 +392,11 @@ class Program:
         lines = ["/* index tables (shapes only): filled once, when the library loads */"]
         # (at least one entry: ISO C has no empty arrays; a size-0 table is never read)
         lines += [
-            f"static int64_t {name}[{max(1, size)}];" for (size, _), name in self.tables.items()
+            f"static {ctype} {name}[{max(1, size)}];"
+            for (ctype, size, _), name in self.tables.items()
         ]
         lines += ["__attribute__((constructor)) static void gdv_index_tables(void)", "{"]
-        for (_, init), name in self.tables.items():
+        for (_, _, init), name in self.tables.items():
             lines.append(init.replace("@[v] = ", f"{name}[v] = "))
         lines += ["}", ""]
         return lines

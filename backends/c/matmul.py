@@ -1186,7 +1186,7 @@ def _blocked(
                 f"      int64_t ymasked[{width}];\n"
             )
             lanes = taps.sliver_masks(op, gj, tables, nr, vl, ind + "  ")
-            alloc += taps.steps(gk.sizes)
+            alloc += taps.steps(prog, gk.sizes)
         # Two runs are read in place only when the second starts at or after the first's
         # end, so that both loads stay between the sliver's first and last elements.
         after = f"{table}[j0 + cut] - INT64_C({b_step}) * cut >= {table}[j0]"
@@ -1485,12 +1485,11 @@ class _Taps:
     red: list[int]
     parts: list[list[int]]
 
-    def steps(self, red_sizes: list[int]) -> str:
-        """C declaring, before the threads start, `ztap` (each reduce position's tap) and
-        `zpart` (the parts, tap by tap)."""
+    def steps(self, prog: Program, red_sizes: list[int]) -> str:
+        """C declaring, before the threads start, `ztap` (each reduce position's tap: an index
+        table, `Program.index_table`) and `zpart` (the parts, tap by tap)."""
         n = math.prod(red_sizes)
-        lines = [f"  int32_t ztap[{n}];", f"  for (int64_t k = 0; k < INT64_C({n}); k++) {{"]
-        lines.append("    int64_t q = k, tap = 0;")
+        lines = [f"  for (int64_t v = 0; v < INT64_C({n}); v++) {{", "    int64_t q = v, tap = 0;"]
         radix = 1
         for pos in reversed(range(len(red_sizes))):
             z = red_sizes[pos]
@@ -1499,10 +1498,13 @@ class _Taps:
                 lines.append(f"      tap += INT64_C({radix}) * u;")
                 radix *= z
             lines.append("    }")
-        lines += ["    ztap[k] = (int32_t)tap;", "  }"]
+        lines += ["    ztap[v] = (int32_t)tap;", "  }"]
+        table = prog.index_table(n, "\n".join(lines), "ztap", "int32_t")
         flat = [str(v) for part in self.parts for v in part]
-        lines.append(f"  static const int64_t zpart[{len(flat)}] = {{{', '.join(flat)}}};")
-        return "".join(line + "\n" for line in lines)
+        return (
+            f"  const int32_t *const ztap = {table};\n"
+            f"  static const int64_t zpart[{len(flat)}] = {{{', '.join(flat)}}};\n"
+        )
 
     def sliver_masks(
         self, op: Op, gj: _Group, tables: dict[str, str], nr: int, vl: int, ind: str

@@ -53,7 +53,7 @@ def _compiled(text: str, bound: tuple[str, ...] = ()):
 
 
 def _tables(source: str) -> list[str]:
-    return re.findall(r"^static int64_t (gdv_tab\d+)\[\d+\];$", source, re.M)
+    return re.findall(r"^static int(?:64|32)_t (gdv_tab\d+)\[\d+\];$", source, re.M)
 
 
 def test_tables_are_file_scope_and_shared_by_same_shape_convs() -> None:
@@ -64,14 +64,16 @@ def test_tables_are_file_scope_and_shared_by_same_shape_convs() -> None:
     assert "malloc(sizeof(int64_t)" not in src_three
     assert "__attribute__((constructor)) static void gdv_index_tables(void)" in src_three
     assert _tables(src_two), "a 3x3 conv as a product reads its input through index tables"
+    assert "const int32_t *const ztap = gdv_tab" in src_three  # the masks' taps: one too
     # The third conv has the second's shape and way of reading: it adds no table.
     assert len(_tables(src_three)) == len(_tables(src_two))
-    refs = re.findall(r"const int64_t \*const (t\w+) = (gdv_tab\d+);", src_three)
+    refs = re.findall(r"const int(?:64|32)_t \*const (\w+) = (gdv_tab\d+);", src_three)
     users: dict[str, int] = {}
     for _, table in refs:
         users[table] = users.get(table, 0) + 1
-    # Every table is read by a kernel and its bind-time packing function at least; those of
-    # the filled convs by two kernels and two packing functions.
+    # Every table is read by two kernels or by a kernel and its bind-time packing function;
+    # the filled convs' offset tables by two kernels and two packing functions, their taps
+    # (`ztap`, for the masks) by the two kernels.
     assert set(users) == set(_tables(src_three))
     assert max(users.values()) == 4 and min(users.values()) >= 2, users
 
@@ -116,7 +118,27 @@ def test_each_table_is_filled_once_at_load_and_only_read_by_kernels(shape) -> No
         assert src.count(f"{name}[v] = ") == 1
         assert src.count(f"= {name};") >= 1
         assert all(
-            line.lstrip().startswith("const int64_t *const ")
+            re.match(r"\s*const int(64|32)_t \*const ", line)
             for line in src.splitlines()
             if f"= {name};" in line
         )
+
+
+def test_a_lowering_that_falls_back_takes_its_tables_back() -> None:
+    """`function._restore` (an op's lowering abandoned for the fallback) drops the tables the
+    op registered, in the dict the bodies' programs share, and a size-0 table is declared
+    with one entry (ISO C has no empty arrays)."""
+    from gdv.backends.c.emit import Program
+    from gdv.backends.c.function import _restore, _snapshot
+
+    prog = Program(parse(chain(1, 8, 4, 4)), parse(chain(1, 8, 4, 4)).entry)
+    shared = prog.tables
+    first = prog.index_table(5, "  for (v...) t[v] = v;", "t")
+    snap = _snapshot(prog)
+    prog.index_table(7, "  for (v...) t[v] = 2 * v;", "t")
+    assert len(prog.tables) == 2
+    _restore(prog, snap)
+    assert prog.tables is shared and list(prog.tables.values()) == [first]
+    assert prog.index_table(5, "  for (v...) u[v] = v;", "u") == first  # the same loop
+    empty = prog.index_table(0, "  for (v...) t[v] = 0;", "t", "int32_t")
+    assert f"static int32_t {empty}[1];" in prog._table_source()
