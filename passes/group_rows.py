@@ -11,9 +11,9 @@ liveness counts a group as one step (`group_spans`), so the memory plan keeps ev
 group apart. The attribute never changes what a kernel computes: each member is the same op
 with one more schedule attribute (a certificate step whose fp pair the checker builds).
 
-B is the most rows whose data (every member's result row and operand rows) fits in half the
-L2, at most R / 8 so that the blocks spread over the threads, a multiple of 8 when above 8 (a
-reduction folds 8 rows together).
+B is the most rows whose data (each value a member reads or makes along the row, counted once)
+fits in L1 (`ROW_BLOCK_CACHE`), at most R / 8 so that the blocks spread over the threads, a
+multiple of 8 when above 8 (a reduction folds 8 rows together).
 """
 
 from __future__ import annotations
@@ -26,6 +26,16 @@ from gdv.passes.base import Pass, PassResult, Step, rescheduled
 
 MIN_ROWS = 4
 """Groups need at least this many rows (fewer leave threads idle)."""
+
+ROW_BLOCK_CACHE = "l1"
+"""What a block's rows must fit: `l1`, the L1 data cache, each value's row counted once; `l2`,
+half the L2, each member's result and operand rows counted apart (the rule before). On the
+2-core Zen 4 host (-O3, two threads, the C target called from Python, the plans' executables in
+one process, alternating blocks of 5 calls, medians, 2026-12-07): softmax over the rows of
+4096x1024 f32 (`benchmarks/side_by_side.py`'s workload; 12 KiB a row: x, exp, out) in blocks of
+16 rows (half L2) 2.054 ms, of 8 1.977, of 4 1.793, of 2 (L1) 1.688, of 1 1.689; its
+layer_norm + GELU over 4096x1024 in blocks of 24 (half L2) 1.774, of 8 1.796, of 5 1.812, of 2
+(L1) 1.730, of 1 1.775; the causal attention (seq 128) kept its blocks of 16."""
 
 
 def _reads_member(op: Op, made: dict[str, int]) -> bool:
@@ -44,6 +54,16 @@ def _row_bytes(op: Op, types: dict) -> int:
     """Bytes of one row of the result and of every operand read along the row."""
     total = 0
     for v in [*op.operands, op.result]:
+        t = types[v]
+        rows = max(1, max(t.shape, default=1))
+        total += t.num_elements * max(1, t.dtype.bits // 8) // rows
+    return total
+
+
+def _distinct_row_bytes(ops: list[Op], types: dict) -> int:
+    """Bytes of one row of every value the kernels `ops` read or make, each value once."""
+    total = 0
+    for v in dict.fromkeys(v for op in ops for v in [*op.operands, op.result]):
         t = types[v]
         rows = max(1, max(t.shape, default=1))
         total += t.num_elements * max(1, t.dtype.bits // 8) // rows
@@ -95,7 +115,10 @@ class GroupRows(Pass):
     name = "group-rows"
     stage_in = "loop"
     l2_bytes: int = 1 << 20
-    """The L2 per core (from the target's descriptor) a block's rows should fit half of."""
+    """The L2 per core (from the target's descriptor): a block's rows fit half of it under
+    `ROW_BLOCK_CACHE = "l2"`."""
+    l1_bytes: int = 32 << 10
+    """The L1 data cache per core (from the descriptor): a block's rows fit it (`l1`)."""
 
     def run(self, module: Module) -> PassResult:
         bodies = bodies_used(module.functions)
@@ -110,8 +133,12 @@ class GroupRows(Pass):
             for g, run in enumerate(groups(fn)):
                 members = [ops[i] for i in run]
                 rows = members[0].attrs["space"][row_dim(members[0])[1]]
-                per_row = sum(_row_bytes(op, types) for op in members)
-                block = max(1, min((self.l2_bytes // 2) // max(1, per_row), rows // 8))
+                if ROW_BLOCK_CACHE == "l1":
+                    fits = self.l1_bytes // max(1, _distinct_row_bytes(members, types))
+                else:
+                    per_row = sum(_row_bytes(op, types) for op in members)
+                    fits = (self.l2_bytes // 2) // max(1, per_row)
+                block = max(1, min(fits, rows // 8))
                 if block > 8:
                     block -= block % 8
                 for i in run:

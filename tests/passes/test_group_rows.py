@@ -131,3 +131,51 @@ def test_liveness_keeps_every_value_of_a_group_apart() -> None:
     good = z3.Solver()
     good.add(memory_violation(fn))
     assert good.check() == z3.unsat
+
+
+def _ungrouped(src: str):
+    return gdv_compile(src, target="c", level=3, jobs=1, disable=("group-rows",)).module
+
+
+@given(
+    st.integers(4, 600),
+    st.integers(1, 2048),
+    st.sampled_from([16 << 10, 32 << 10, 48 << 10]),
+    st.booleans(),
+)
+def test_a_block_is_the_most_rows_whose_values_fit_in_l1(
+    rows: int, d: int, l1: int, norm: bool
+) -> None:
+    """B rows of every value the group reads or makes (each once) fit in L1 and B is at most
+    R / 8 (unless B is 1), a multiple of 8 above 8; the next larger such B breaks one of the
+    two."""
+    from gdv.passes.group_rows import GroupRows
+
+    module = _ungrouped(_src(LAYER_NORM if norm else SOFTMAX, rows, d))
+    grouped = GroupRows(l1_bytes=l1).run(module).module
+    fn = grouped.entry
+    members = [o for o in fn.ops if o.attrs.get("row_group") is not None]
+    assert len(members) >= 2
+    (block,) = {o.attrs["row_group"][1] for o in members}
+    types = fn.types()
+    values = dict.fromkeys(v for o in members for v in [*o.operands, o.result])
+    per_row = sum(
+        types[v].num_elements * types[v].dtype.bits // 8 // max(types[v].shape) for v in values
+    )
+    cap = rows // 8
+    assert block >= 1
+    assert block == 1 or (block * per_row <= l1 and block <= cap)
+    if block > 8:
+        assert block % 8 == 0
+    bigger = block + 1 if block < 8 else block + 8
+    if bigger * per_row <= l1 and bigger <= cap:
+        pytest.fail(f"{block} rows of {per_row} bytes: {bigger} fit {l1} bytes and {rows} rows")
+
+
+def test_the_softmax_of_4096_rows_of_1024_runs_two_rows_a_block() -> None:
+    """The side-by-side softmax (12 KiB of x, exp and out a row) in a 32 KiB L1."""
+    from gdv.passes.group_rows import GroupRows
+
+    module = _ungrouped(_src(SOFTMAX, 4096, 1024))
+    fn = GroupRows(l1_bytes=32 << 10).run(module).module.entry
+    assert {tuple(o.attrs["row_group"]) for o in fn.ops if "row_group" in o.attrs} == {(0, 2)}
