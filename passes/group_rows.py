@@ -35,7 +35,14 @@ one process, alternating blocks of 5 calls, medians, 2026-12-07): softmax over t
 4096x1024 f32 (`benchmarks/side_by_side.py`'s workload; 12 KiB a row: x, exp, out) in blocks of
 16 rows (half L2) 2.054 ms, of 8 1.977, of 4 1.793, of 2 (L1) 1.688, of 1 1.689; its
 layer_norm + GELU over 4096x1024 in blocks of 24 (half L2) 1.774, of 8 1.796, of 5 1.812, of 2
-(L1) 1.730, of 1 1.775; the causal attention (seq 128) kept its blocks of 16."""
+(L1) 1.730, of 1 1.775; the causal attention (seq 128) kept its blocks of 16. The CNNs' groups
+(max pools, squeeze-excite, the classifier's product over 1000 rows) change too: -O3, bound, both
+rules' programs in one process, alternating blocks of 5 calls with the two-vCPU probe before
+each, medians over the near and the far rounds, l2 -> l1: efficientnet_b0's torch.export path
+6.772 -> 6.715 ms near and 10.027 -> 9.936 far, its ONNX path 6.630 -> 6.611 and 9.817 ->
+9.745, resnet18 (ONNX) 17.710 -> 17.687 and 19.292 -> 19.235, mobilenet_v2 (ONNX) 4.196 ->
+4.190 and 6.890 -> 6.832, the same bits. The transformers' groups (32 rows) are held to 4 rows
+by R / 8 either way."""
 
 
 def _reads_member(op: Op, made: dict[str, int]) -> bool:
