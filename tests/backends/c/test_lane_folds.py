@@ -105,3 +105,19 @@ def test_either_way_the_same_bits(monkeypatch: pytest.MonkeyPatch, limit: int) -
     x = _values(np.random.default_rng(limit), (2, 3, 14, 111))
     got = c.run(module, {"x": x})[0]
     assert reference.bit_equal(got, reference.run(parse(text), {"x": x})[0])
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f64", "i32", "i8"])
+@pytest.mark.parametrize("kind", ["max", "sum"])
+def test_other_dtypes_fold_in_lanes_to_the_reference_bits(dtype: str, kind: str) -> None:
+    import ml_dtypes
+
+    text = _pool(kind, 2, 3, 4, 14, 2, 3).replace("f32", dtype)
+    module = _compiled(text)
+    assert _in_lanes(module)
+    npd = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f64": np.float64}
+    npd |= {"i32": np.int32, "i8": np.int8}
+    rng = np.random.default_rng(len(dtype) + len(kind))
+    x = (rng.standard_normal((2, 3, 8, 42)) * 10).astype(npd[dtype])
+    got = c.run(module, {"x": x})[0]
+    assert reference.bit_equal(got, reference.run(parse(text), {"x": x})[0])
