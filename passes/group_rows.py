@@ -12,8 +12,9 @@ group apart. The attribute never changes what a kernel computes: each member is 
 with one more schedule attribute (a certificate step whose fp pair the checker builds).
 
 B is the most rows whose data (each value a member reads or makes along the row, counted once)
-fits in L1 (`ROW_BLOCK_CACHE`), at most R / 8 so that the blocks spread over the threads, a
-multiple of 8 when above 8 (a reduction folds 8 rows together).
+fits in L1 (measured against half the L2: `GroupRows.l1_bytes`), at most R / 8 so that the
+blocks spread over the threads, a multiple of 8 when above 8 (a reduction folds 8 rows
+together).
 """
 
 from __future__ import annotations
@@ -26,23 +27,6 @@ from gdv.passes.base import Pass, PassResult, Step, rescheduled
 
 MIN_ROWS = 4
 """Groups need at least this many rows (fewer leave threads idle)."""
-
-ROW_BLOCK_CACHE = "l1"
-"""What a block's rows must fit: `l1`, the L1 data cache, each value's row counted once; `l2`,
-half the L2, each member's result and operand rows counted apart (the rule before). On the
-2-core Zen 4 host (-O3, two threads, the C target called from Python, the plans' executables in
-one process, alternating blocks of 5 calls, medians, 2026-12-07): softmax over the rows of
-4096x1024 f32 (`benchmarks/side_by_side.py`'s workload; 12 KiB a row: x, exp, out) in blocks of
-16 rows (half L2) 2.054 ms, of 8 1.977, of 4 1.793, of 2 (L1) 1.688, of 1 1.689; its
-layer_norm + GELU over 4096x1024 in blocks of 24 (half L2) 1.774, of 8 1.796, of 5 1.812, of 2
-(L1) 1.730, of 1 1.775; the causal attention (seq 128) kept its blocks of 16. The CNNs' groups
-(max pools, squeeze-excite, the classifier's product over 1000 rows) change too: -O3, bound, both
-rules' programs in one process, alternating blocks of 5 calls with the two-vCPU probe before
-each, medians over the near and the far rounds, l2 -> l1: efficientnet_b0's torch.export path
-6.772 -> 6.715 ms near and 10.027 -> 9.936 far, its ONNX path 6.630 -> 6.611 and 9.817 ->
-9.745, resnet18 (ONNX) 17.710 -> 17.687 and 19.292 -> 19.235, mobilenet_v2 (ONNX) 4.196 ->
-4.190 and 6.890 -> 6.832, the same bits. The transformers' groups (32 rows) are held to 4 rows
-by R / 8 either way."""
 
 
 def _reads_member(op: Op, made: dict[str, int]) -> bool:
@@ -57,17 +41,7 @@ def _row_aligned(op: Op, made: dict[str, int]) -> bool:
     return all(op.attrs["maps"][k][made[v]] == own for k, v in enumerate(op.operands) if v in made)
 
 
-def _row_bytes(op: Op, types: dict) -> int:
-    """Bytes of one row of the result and of every operand read along the row."""
-    total = 0
-    for v in [*op.operands, op.result]:
-        t = types[v]
-        rows = max(1, max(t.shape, default=1))
-        total += t.num_elements * max(1, t.dtype.bits // 8) // rows
-    return total
-
-
-def _distinct_row_bytes(ops: list[Op], types: dict) -> int:
+def _row_bytes(ops: list[Op], types: dict) -> int:
     """Bytes of one row of every value the kernels `ops` read or make, each value once."""
     total = 0
     for v in dict.fromkeys(v for op in ops for v in [*op.operands, op.result]):
@@ -121,11 +95,23 @@ def groups(fn: Function) -> list[list[int]]:
 class GroupRows(Pass):
     name = "group-rows"
     stage_in = "loop"
-    l2_bytes: int = 1 << 20
-    """The L2 per core (from the target's descriptor): a block's rows fit half of it under
-    `ROW_BLOCK_CACHE = "l2"`."""
     l1_bytes: int = 32 << 10
-    """The L1 data cache per core (from the descriptor): a block's rows fit it (`l1`)."""
+    """The L1 data cache per core (from the target's descriptor), which a block's rows fit.
+    It replaced half the L2, each member's result and operand rows counted apart. On the
+    2-core Zen 4 host (-O3, two threads, the C target called from Python, the plans'
+    executables in one process, alternating blocks of 5 calls, medians, 2026-12-07): softmax
+    over the rows of 4096x1024 f32 (`benchmarks/side_by_side.py`'s workload; 12 KiB a row: x,
+    exp, out) in blocks of 16 rows (half L2) 2.054 ms, of 8 1.977, of 4 1.793, of 2 (L1)
+    1.688, of 1 1.689; its layer_norm + GELU over 4096x1024 in blocks of 24 (half L2) 1.774, of
+    8 1.796, of 5 1.812, of 2 1.730, of 1 1.775 (L1: 3); the causal attention (seq 128) kept
+    its blocks of 16. The CNNs' groups (max pools, squeeze-excite, the classifier's product
+    over 1000 rows) change too: -O3, bound, both rules' programs in one process, alternating
+    blocks of 5 calls with the two-vCPU probe before each, medians over the near and the far
+    rounds, half L2 -> L1: efficientnet_b0's torch.export path 6.772 -> 6.715 ms near and
+    10.027 -> 9.936 far, its ONNX path 6.630 -> 6.611 and 9.817 -> 9.745, resnet18 (ONNX)
+    17.710 -> 17.687 and 19.292 -> 19.235, mobilenet_v2 (ONNX) 4.196 -> 4.190 and 6.890 ->
+    6.832, the same bits. The transformers' groups (32 rows) are held to 4 rows by R / 8
+    either way."""
 
     def run(self, module: Module) -> PassResult:
         bodies = bodies_used(module.functions)
@@ -140,11 +126,7 @@ class GroupRows(Pass):
             for g, run in enumerate(groups(fn)):
                 members = [ops[i] for i in run]
                 rows = members[0].attrs["space"][row_dim(members[0])[1]]
-                if ROW_BLOCK_CACHE == "l1":
-                    fits = self.l1_bytes // max(1, _distinct_row_bytes(members, types))
-                else:
-                    per_row = sum(_row_bytes(op, types) for op in members)
-                    fits = (self.l2_bytes // 2) // max(1, per_row)
+                fits = self.l1_bytes // max(1, _row_bytes(members, types))
                 block = max(1, min(fits, rows // 8))
                 if block > 8:
                     block -= block % 8

@@ -145,8 +145,8 @@ def pipeline(
         # tiles while the tile is in cache.
         passes += [FuseEpilogues()]
         # Row-wise kernels run row block by row block, each row in cache for all of them.
-        l1, l2 = (int(b) for b in cache_bytes) if cache_bytes else (None, None)
-        passes += [GroupRows(l2_bytes=l2 or GroupRows.l2_bytes, l1_bytes=l1 or GroupRows.l1_bytes)]
+        l1 = int(cache_bytes[0]) if cache_bytes else GroupRows.l1_bytes
+        passes += [GroupRows(l1_bytes=l1)]
         # A stride-1 convolution's product reads its input unpadded, its pad folded in.
         passes += [FoldPads()]
     # A CPU target computes the kernels that read only bound weights once, at bind time.
