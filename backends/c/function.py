@@ -97,8 +97,10 @@ def _snapshot(prog: Program) -> tuple:
 
 
 def _restore(prog: Program, snap: tuple) -> None:
-    nf, nb, slot_of, slot_types, libm, helpers, var, arena_of, nc, aligned, called = snap[:11]
-    groups, tables = snap[11:]
+    (
+        nf, nb, slot_of, slot_types, libm, helpers, var, arena_of, nc, aligned, called, groups,
+        tables,
+    ) = snap  # fmt: skip
     del prog.choices[nc:]
     del prog.functions[nf:]
     del prog.body[nb:]

@@ -867,11 +867,6 @@ def _emit_interleaved(
         lines.append(
             f"{ind}const int64_t rn = {hi} - ib < INT64_C({block}) ? {hi} - ib : INT64_C({block});"
         )
-        lines.append(f"{ind}{t} acc[{block}];")
-        lines.append(
-            f"{ind}for (int64_t q = 0; q < INT64_C({block}); q++) acc[q] = "
-            f"{_start(nest.combiner, dtype)};"
-        )
         out_index = " + ".join(
             ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
         )
@@ -965,8 +960,6 @@ def _emit_interleaved(
             emit_fold = fold
         if contiguous and strided and count <= LANE_FOLD_MAX_POSITIONS and not tiled:
             # Each lane one output: its positions folded in order inside the lane.
-            lines.pop()  # the accumulator block: none
-            lines.pop()
             lines.append("#pragma omp simd")
             lines.append(f"{ind}for (int64_t q = 0; q < rn; q++) {{")
             i2 = ind + "  "
@@ -992,6 +985,11 @@ def _emit_interleaved(
             )
             _finish(prog, op, name, lines)
             return
+        lines.append(f"{ind}{t} acc[{block}];")
+        lines.append(
+            f"{ind}for (int64_t q = 0; q < INT64_C({block}); q++) acc[q] = "
+            f"{_start(nest.combiner, dtype)};"
+        )
         if block < size:
             lines.append(f"{ind}if (rn == INT64_C({block})) {{")
             emit_fold(f"INT64_C({block})", ind + "  ")
