@@ -36,7 +36,7 @@ from gdv.ir.diagnostics import IRError
 from gdv.ir.printer import print_function, print_module
 from gdv.ir.verifier import verify, verify_function
 
-PLAN_ATTRS = frozenset({"arena_bytes", "buffers", "at_bind"})
+PLAN_ATTRS = frozenset({"arena_bytes", "buffers", "at_bind", "block_local"})
 """Function attributes that only say where values live (plan-memory's arena), never what a
 function computes (IR_SPEC.md, the loop stage): the only ones an `attrs` step may change."""
 

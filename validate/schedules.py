@@ -16,7 +16,7 @@ import z3
 
 from gdv.ir.core import Function
 from gdv.ir.obligation import Obligation
-from gdv.ir.ops.kernel import group_spans
+from gdv.ir.ops.kernel import block_local_values, group_spans
 
 
 def formula_text(violation: z3.BoolRef) -> str:
@@ -147,7 +147,9 @@ def live_buffers(fn: Function) -> list[Buffer]:
     or a returned value is the caller's and has no buffer in the arena; every other group must
     have exactly one buffer, named by its first value and large enough for it, live from the op
     that defines that value to the last use of any value of the group. A group without a buffer,
-    a buffer too small, a buffer for anything else, or two buffers for one name is an error."""
+    a buffer too small, a buffer for anything else, or two buffers for one name is an error.
+    So is a value listed in `block_local` that may not be kept for one row block alone
+    (`block_local_values`)."""
     root = {p.name: p.name for p in fn.params}
     for op in fn.ops:
         shares = op.name == "reshape" and len(op.operands) == 1 and op.operands[0] in root
@@ -156,6 +158,7 @@ def live_buffers(fn: Function) -> list[Buffer]:
     caller |= set(fn.attrs.get("at_bind") or ())  # kept across calls (IR_SPEC: `at_bind`)
     # A row group (`row_group`) runs its members interleaved: one step of liveness.
     spans = group_spans(fn)
+    caller |= block_local_values(fn)  # kept for one row block (IR_SPEC: `block_local`)
     first = {op.result: spans[i][0] for i, op in enumerate(fn.ops) if root[op.result] == op.result}
     last = {op.result: spans[i][1] for i, op in enumerate(fn.ops) if root[op.result] == op.result}
     for i, op in enumerate(fn.ops):

@@ -597,6 +597,55 @@ def check_at_bind(module: Module) -> None:
             raise IRError("at_bind names a value twice", where)
 
 
+def block_local_values(fn: Function) -> set[str]:
+    """The values `fn` lists in `block_local` (a function attribute, since gdv 0.11, issue 16;
+    a compatible addition): each kept for one block of rows at a time, apart from the memory
+    plan. Each must be made by a kernel of a row group (`row_group`; its result's row dim
+    `row_dim`) and read only by later kernels of the same group (`group_spans`), each reading
+    it only at its own row (the map row of the value's row dim: coefficient 1 on the reader's
+    row loop dim, nothing else); not a parameter, returned, listed in `at_bind` or shared by a
+    reshape. A ValueError names the first value that breaks a rule: a target that kept it for
+    one block would give another block's readers rows it no longer holds."""
+    listed = fn.attrs.get("block_local")
+    if listed is None:
+        return set()
+    if not isinstance(listed, list) or not all(isinstance(v, str) for v in listed):
+        raise ValueError("block_local must be a list of value names")
+    if len(set(listed)) != len(listed):
+        raise ValueError("block_local names a value twice")
+    root = storage_roots(fn)
+    apart = {p.name for p in fn.params} | {root[r] for r in fn.returns if r in root}
+    apart |= set(fn.attrs.get("at_bind") or ()) | {root[v] for v in root if root[v] != v}
+    spans = group_spans(fn)
+    made = {op.result: i for i, op in enumerate(fn.ops)}
+    for v in listed:
+        i = made.get(v)
+        found = row_dim(fn.ops[i]) if i is not None and _group_of(fn.ops[i]) else None
+        if found is None or v in apart or v in fn.returns or spans[i][0] == spans[i][1]:
+            raise ValueError(f"%{v} may not be block-local: not a row group member's own value")
+        for j, reader in enumerate(fn.ops):
+            for k, operand in enumerate(reader.operands):
+                if operand != v:
+                    continue
+                own = row_dim(reader) if _group_of(reader) else None
+                if own is None or spans[j] != spans[i] or j <= i:
+                    raise ValueError(f"%{v} may not be block-local: read outside its row group")
+                n = len(reader.attrs["space"])
+                if reader.attrs["maps"][k][found[0]] != [int(d == own[1]) for d in range(n)] + [0]:
+                    raise ValueError(f"%{v} may not be block-local: read at another row")
+    return set(listed)
+
+
+def check_block_local(module: Module) -> None:
+    """The rules of `block_local` (`block_local_values`), as input errors at the attribute."""
+    for fn in module.functions:
+        try:
+            block_local_values(fn)
+        except ValueError as e:
+            where = fn.attr_locs.get("block_local", fn.loc) or Loc(module.filename, 1, 1)
+            raise IRError(str(e), where) from None
+
+
 def bodies_used(functions: Iterable[Function]) -> set[str]:
     """Names of the bodies (and epilogues) the kernels of `functions` call, and the
     epilogues of their conv2d ops."""
@@ -616,6 +665,7 @@ def check_kernel_bodies(module: Module) -> None:
     (so it can be applied elementwise to whole arrays)."""
     check_row_groups(module)
     check_at_bind(module)
+    check_block_local(module)
     for fn in module.functions:
         types = fn.types()
         for op in fn.ops:
