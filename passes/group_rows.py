@@ -8,7 +8,8 @@ members made only at its own rows, gets `row_group = [G, B]`: the C target then 
 block of B rows (the blocks shared by the threads), every member in order. The rules that make
 that the program's meaning are the verifier's (`check_row_groups`), checked at every stage;
 liveness counts a group as one step (`group_spans`), so the memory plan keeps every value of a
-group apart. The attribute never changes what a kernel computes: each member is the same op
+group apart, and a value only the group reads is kept for one block of rows (`block_local`,
+`plan-memory`). The attribute never changes what a kernel computes: each member is the same op
 with one more schedule attribute (a certificate step whose fp pair the checker builds).
 
 B is the most rows whose data (each value a member reads or makes along the row, counted once)

@@ -10,7 +10,9 @@ root to the last use of any of its values; intervals are closed, so an op's resu
 space with its operands. Buffers are placed first-fit in definition order at 64-byte aligned
 offsets, except that no value takes the bytes of a product's shared factor (`shared_factors`).
 The plan is recorded in the function's attributes: `arena_bytes` (the peak memory) and
-`buffers` ([root, offset, bytes] per intermediate group). The C target takes every
+`buffers` ([root, offset, bytes] per intermediate group). A value of a row group that only
+later members of the group read, each at its own row, is listed in `block_local` instead and
+has no buffer (`BLOCK_LOCAL`): a target holds it for one block of rows at a time. The C target takes every
 intermediate from this arena at these offsets. The `memory-safety` obligation asserts, over
 symbolic buffer indices a and b, two distinct buffers live at one time whose byte ranges
 overlap, or a buffer outside the arena; unsat proves the plan safe.
@@ -25,7 +27,7 @@ from dataclasses import dataclass, replace
 from gdv.ir import products
 from gdv.ir.core import Function, Module
 from gdv.ir.obligation import Obligation
-from gdv.ir.ops.kernel import bodies_used, computed_once, group_spans, storage_roots
+from gdv.ir.ops.kernel import bodies_used, computed_once, group_spans, row_dim, storage_roots
 from gdv.passes.base import Pass, PassResult, Step
 
 ALIGN = 64
@@ -62,11 +64,12 @@ class Buffer:
 
 def storage(fn: Function) -> tuple[dict[str, str], set[str]]:
     """Each value's storage root (`storage_roots`), and the roots kept out of the arena: the
-    caller's (a parameter's group, a returned value's group) and the values listed in
-    `at_bind` (kept across calls)."""
+    caller's (a parameter's group, a returned value's group), the values listed in `at_bind`
+    (kept across calls) and those in `block_local` (kept for one row block)."""
     root = storage_roots(fn)
     external = {p.name for p in fn.params} | {root[r] for r in fn.returns if r in root}
     external |= set(fn.attrs.get("at_bind") or ())  # kept across calls, apart from the arena
+    external |= set(fn.attrs.get("block_local") or ())  # a row block's alone, apart from it
     return root, external
 
 
@@ -127,8 +130,9 @@ def memory_obligation(pass_name: str, fn: Function, buffers: list[Buffer], arena
     """The memory-safety claim of `buffers` in an arena of `arena` bytes."""
     # The checker reads the plan off these attributes and recomputes liveness itself.
     plan_attrs = {"arena_bytes": arena, "buffers": [[b.name, b.offset, b.size] for b in buffers]}
-    if fn.attrs.get("at_bind"):  # values kept apart from the arena
-        plan_attrs["at_bind"] = list(fn.attrs["at_bind"])
+    for key in ("at_bind", "block_local"):  # values kept apart from the arena
+        if fn.attrs.get(key):
+            plan_attrs[key] = list(fn.attrs[key])
     where = replace(fn, name="src", attrs=plan_attrs)
     return Obligation(
         id=f"{pass_name}/arena/memory-safety" + (f"#{index}" if index else ""),
@@ -156,6 +160,55 @@ def at_bind(fn: Function, bound: frozenset[str]) -> list[str]:
     return list(computed_once(fn, names, {p.name for p in fn.params} & set(bound)))
 
 
+BLOCK_LOCAL = True
+"""A value that a row group's member makes and only later members of the same group read
+(softmax's exp, layer_norm's centred row) is listed in the entry's `block_local` and kept
+apart from the arena: the C target holds it for the current block of rows only, in a buffer
+of B rows per thread, so its rows stay in L1 instead of streaming through a buffer of the
+whole value (`block_local`)."""
+
+BLOCK_LOCAL_MAX_BYTES = 64 << 10
+"""The most bytes a row group's block-local values take together per thread (B rows each):
+they live on the thread's stack."""
+
+
+def block_local(fn: Function, external: set[str]) -> list[str]:
+    """The values of `fn` a target may keep for one row block (IR_SPEC `block_local`), in
+    order: each made by a member of a row group (`row_group`) and read only by later members
+    of that group, at their own rows (the verifier's rule for reads inside a group); not a
+    parameter's, returned, listed apart (`external`) or shared by a reshape; at most
+    `BLOCK_LOCAL_MAX_BYTES` of B rows each per group."""
+    root = storage_roots(fn)
+    returned = {root[r] for r in fn.returns if r in root}
+    spans = group_spans(fn)
+    readers: dict[str, list[int]] = {}
+    aliased: set[str] = set()
+    for i, op in enumerate(fn.ops):
+        for v in op.operands:
+            readers.setdefault(v, []).append(i)
+        if root.get(op.result, op.result) != op.result:
+            aliased.add(root[op.result])
+    taken: dict[tuple[int, int], int] = {}
+    out: list[str] = []
+    for i, op in enumerate(fn.ops):
+        group = op.attrs.get("row_group") if op.name == "kernel" else None
+        v = op.result
+        if group is None or v in external or v in returned or v in aliased or v not in readers:
+            continue
+        if any(spans[j] != spans[i] or j <= i for j in readers[v]):
+            continue
+        found = row_dim(op)
+        if found is None or not op.type.num_elements:
+            continue
+        per_row = op.type.num_elements // op.type.shape[found[0]]
+        size = int(group[1]) * per_row * max(1, op.type.dtype.bits // 8)
+        if taken.get(spans[i], 0) + size > BLOCK_LOCAL_MAX_BYTES:
+            continue
+        taken[spans[i]] = taken.get(spans[i], 0) + size
+        out.append(v)
+    return out
+
+
 @dataclass(frozen=True)
 class PlanMemory(Pass):
     name = "plan-memory"
@@ -176,7 +229,10 @@ class PlanMemory(Pass):
             # The plan owns `at_bind` as it owns `buffers`: a list from the input is replaced.
             kept = at_bind(fn, self.bound) if AT_BIND and fn is module.entry else []
             listed = {"at_bind": kept} if kept else {}
-            own = {k: v for k, v in fn.attrs.items() if k != "at_bind"}
+            own = {k: v for k, v in fn.attrs.items() if k not in ("at_bind", "block_local")}
+            if BLOCK_LOCAL and fn is module.entry:
+                local = block_local(fn, storage(replace(fn, attrs={**own, **listed}))[1])
+                listed |= {"block_local": local} if local else {}
             kept_apart = replace(fn, attrs={**own, **listed})
             buffers = plan(kept_apart, {f.name: f for f in module.functions})
             arena = max((b.offset + b.size for b in buffers), default=0)

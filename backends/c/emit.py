@@ -20,6 +20,7 @@ from gdv.ir.core import Function, Module, Op
 from gdv.ir.diagnostics import IRError, Loc
 from gdv.ir.dtypes import DType
 from gdv.ir.numerics import literal_to_array
+from gdv.ir.ops.kernel import block_local_values, row_dim
 from gdv.ir.types import TensorType
 
 CTYPE = {
@@ -223,6 +224,22 @@ product reading a filled operand's column slivers in place (`matmul.IMPLICIT_COL
 arena or its margins, and keeps only the lanes inside it (the others take the fill)."""
 
 
+def _block_local(fn: Function) -> dict[str, tuple[int, int]]:
+    """`fn`'s block-local values (checked: `block_local_values`), each with its elements per
+    row and its group's rows per block."""
+    try:
+        listed = block_local_values(fn)
+    except ValueError as e:
+        raise IRError(str(e), fn.attr_locs.get("block_local", fn.loc)) from None
+    out = {}
+    for op in fn.ops:
+        if op.result in listed:
+            pos, _ = row_dim(op)
+            per_row = op.type.num_elements // op.type.shape[pos]
+            out[op.result] = (per_row, int(op.attrs["row_group"][1]))
+    return out
+
+
 @dataclass
 class Program:
     """The C translation unit of one module's entry function, built op by op.
@@ -267,6 +284,10 @@ class Program:
     groups: dict[tuple, list[int]] = field(default_factory=dict)
     """Per group of control flow ops of this function (`backends/c/control.py`), the slots
     its first member computed every result into."""
+    local: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """The entry's block-local values (IR_SPEC `block_local`): value -> (elements per row,
+    rows per block). Each lives in a buffer of one row block, declared inside its row group's
+    loop (`gdv.backends.c.function`), and has no slot and no place in the arena."""
     tables: dict[tuple[str, int, str], str] = field(default_factory=dict)
     """The translation unit's index tables (`index_table`): (C element type, size, filling
     loop with `@` for the table) -> the C name of the file-scope array, filled once when the
@@ -281,6 +302,8 @@ class Program:
         else:
             for p in self.entry.params:
                 self.new_slot(p.name, p.type)
+        if not self.is_body and self.entry.attrs.get("block_local"):
+            self.local = _block_local(self.entry)
         if "buffers" in self.entry.attrs:
             self.planned = {str(b[0]): (int(b[1]), int(b[2])) for b in self.entry.attrs["buffers"]}
             arena = int(self.entry.attrs.get("arena_bytes", 0))
@@ -314,7 +337,11 @@ class Program:
         return self._var[value]
 
     def new_slot(self, value: str, type_: TensorType) -> None:
-        """Give `value` its storage: its planned place in the arena, else a buffer of its own."""
+        """Give `value` its storage: a row block's buffer where it is block-local, its planned
+        place in the arena, else a buffer of its own."""
+        if value in self.local:
+            self._var[value] = f"v{len(self._var)}"
+            return
         if self.planned is not None and value in self.planned:
             offset, size = self.planned[value]
             need = type_.num_elements * max(1, type_.dtype.bits // 8)
@@ -474,6 +501,8 @@ class Program:
             )
         types = self.entry.types()
         for value, var in self._var.items():
+            if value in self.local:
+                continue  # declared in its row group's loop
             if value in self.arena_of:
                 offset, t = self.arena_of[value]
                 lines.append(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gdv.backends.c.emit import Program, ctype
+from gdv.backends.c.emit import Program, comment, ctype
 from gdv.backends.c.registry import LOWERINGS, UNSUPPORTED
 from gdv.ir.core import Op
 from gdv.ir.diagnostics import IRError
@@ -45,6 +45,8 @@ def lower_ops(prog: Program, fallback: Fallback | None = None) -> list[tuple[int
             LOWERINGS[spec](prog, op)
         except IRError as e:
             _restore(prog, snap)
+            if group[1] > group[0]:
+                raise  # a row group's loop cannot call a reference kernel (nor reach its values)
             if fallback is None or not fallback(index, op, e):
                 raise
         else:
@@ -60,8 +62,8 @@ def lower_ops(prog: Program, fallback: Fallback | None = None) -> list[tuple[int
         if group[1] > group[0] and index == group[1]:
             # The group's loop holds every member's call: it is timed (`gdv profile`) as the
             # last member's span.
-            _row_group_loop(prog, op, group_start, index + 1 - group[0])
             members = [o.result for o in fn.ops[group[0] : index + 1]]
+            _row_group_loop(prog, op, group_start, members)
             if all(v in hoisted for v in members):  # no fork of threads for nothing
                 flags = " && ".join(
                     f"gdv_bound[{h.index}]" for h in prog.hoists if h.value in members
@@ -113,18 +115,33 @@ def _restore(prog: Program, snap: tuple) -> None:
     prog.tables.update(tables)
 
 
-def _row_group_loop(prog: Program, op: Op, start: int, members: int) -> None:
+BLOCK_LOCAL_STACK_BYTES = 1 << 20
+"""The most bytes a row group's block-local buffers may take on a thread's stack together."""
+
+
+def _row_group_loop(prog: Program, op: Op, start: int, members: list[str]) -> None:
     """Wrap the calls of a row group's members (the body lines from `start`) in the group's
     loop over blocks of B rows (`row_group = [G, B]`), the blocks shared by the threads: each
-    member runs on rows [r0, r1) of the block, in order (IR_SPEC.md section 7)."""
+    member runs on rows [r0, r1) of the block, in order (IR_SPEC.md section 7). The members'
+    block-local values (`Program.local`) get a buffer of B rows each inside the loop, one per
+    thread."""
     rows = op.attrs["space"][row_dim(op)[1]]
     block = int(op.attrs["row_group"][1])
     calls = prog.body[start:]
     del prog.body[start:]
     prog.body.append(
-        f"  /* row group {int(op.attrs['row_group'][0])}: {members} kernels over {rows} rows "
-        f"in blocks of {block} */"
+        f"  /* row group {int(op.attrs['row_group'][0])}: {len(members)} kernels over {rows} "
+        f"rows in blocks of {block} */"
     )
+    types = prog.entry.types()
+    local = [v for v in members if v in prog.local]
+    size = sum(prog.local[v][0] * block * types[v].dtype.itemsize for v in local)
+    if size > BLOCK_LOCAL_STACK_BYTES:
+        raise prog.error(
+            op,
+            f"the row group's block-local values take {size} bytes a block, more than the "
+            f"{BLOCK_LOCAL_STACK_BYTES} a thread's stack may hold",
+        )
     if rows > block:
         prog.body.append("#pragma omp parallel for schedule(static)")
     prog.body.append(f"  for (int64_t rb = 0; rb < INT64_C({rows}); rb += INT64_C({block})) {{")
@@ -132,5 +149,11 @@ def _row_group_loop(prog: Program, op: Op, start: int, members: int) -> None:
         f"    const int64_t r0 = rb, r1 = rb + INT64_C({block}) < INT64_C({rows}) ? "
         f"rb + INT64_C({block}) : INT64_C({rows});"
     )
+    for v in local:
+        t = types[v]
+        prog.body.append(
+            f"    {ctype(t.dtype, op, prog.module)} {prog.var(v)}[{prog.local[v][0] * block}] "
+            f"__attribute__((aligned(64)));  /* %{comment(v)}: rows [r0, r1) alone */"
+        )
     prog.body += ["  " + line for line in calls]
     prog.body.append("  }")

@@ -52,8 +52,14 @@ def _kernel(prog: Program, op: Op) -> None:
         op.attrs["combiner"],
         {k: op.attrs[k] for k in SCHEDULE_KEYS if k in op.attrs},
         {k: attr_literal(v, operand_types[k].dtype) for k, v in fills_of(op.attrs).items()},
-    )
+        local={
+            k: prog.local[v][0] for k, v in [*enumerate(op.operands), (-1, op.result)]
+            if v in prog.local
+        },
+    )  # fmt: skip
     if op.attrs.get("strategy") == "product":
+        if nest.local:
+            raise prog.error(op, "a product cannot read or make a block-local value")
         matmul.emit(prog, op, operand_types, body)
         return
     if "contract" in op.attrs:

@@ -108,12 +108,29 @@ class Nest:
     inside: frozenset[tuple[int, int]] = frozenset()
     """(operand, dim) pairs whose guard holds wherever this nest's code runs: the interior
     segment of a peeled innermost loop (`peeled_segments`), where `read` leaves them out."""
+    local: dict[int, int] = field(default_factory=dict)
+    """Per operand (-1: the result) that is block-local (IR_SPEC `block_local`): its elements
+    per row. Its buffer holds the row block [r0, r1) alone, row r0 first, so each index into
+    it is the value's flat index less r0 rows (`_shift`)."""
+
+
+def _shift(nest: Nest, k: int) -> str:
+    """The C term moving operand k's (-1: the result's) flat index into its buffer: r0 rows
+    back for a block-local value (`Nest.local`), else nothing."""
+    per_row = nest.local.get(k)
+    return f" - INT64_C({per_row}) * r0" if per_row else ""
+
+
+def _out_index(nest: Nest, out_st: list[int]) -> str:
+    """C for the result's flat index at the current loop index (the out dims' loop indices)."""
+    terms = ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
+    return " + ".join(terms) + _shift(nest, -1)
 
 
 def read(nest: Nest, k: int, t: TensorType, n: int) -> str:
     """C for operand k's element at the current loop index: with a fill, guarded per dim that
     its map can take outside it (the fill where it does)."""
-    at = f"a{k}[{_flat_index(nest.maps[k], t, n)}]"
+    at = f"a{k}[{_flat_index(nest.maps[k], t, n)}{_shift(nest, k)}]"
     if k not in nest.fills:
         return at
     conds = []
@@ -158,7 +175,7 @@ def peeled_segments(
         return None
     inner = Nest(
         nest.space, nest.maps, nest.out, nest.reduce, nest.combiner, nest.schedule, nest.fills,
-        nest.inside | frozenset(known),
+        nest.inside | frozenset(known), nest.local,
     )  # fmt: skip
     segments = [(0, lo, nest), (lo, hi, inner), (hi, extent, nest)]
     return [(a, z, ns) for a, z, ns in segments if z > a]
@@ -274,7 +291,7 @@ def _stage_rows(
     extent = nest.space[last]
     for k in staged:
         rows = [[*row[:last], 0, *row[last + 1 :]] for row in nest.maps[k]]
-        base = _flat_index(rows, operand_types[k], n)
+        base = _flat_index(rows, operand_types[k], n) + _shift(nest, k)
         lines += [
             f"{indent}float s{k}[{-(-extent // 16) * 16}] __attribute__((aligned(64)));",
             f"{indent}gdv_even_row(s{k}, a{k} + {base}, INT64_C({extent}));",
@@ -479,9 +496,7 @@ def emit_nest(
     if function is not None and simd >= 0 and not staged:
         hoist = _hoist(prog, function, nest, operand_types, simd)
     lines += [f"  const int64_t i{d} = 0;  /* merged into i{simd} */" for d in merged]
-    out_index = " + ".join(
-        ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
-    )
+    out_index = _out_index(nest, out_st)
 
     def point(indent: str, acc: str | None, first: str | None, where: Nest = nest) -> None:
         if hoist is not None:
@@ -744,9 +759,7 @@ def _emit_lanes(
     lines.append(f"{ind}  const {acc_t} {'kv' if keyed else 'val'} = lane[q];")
     lines.append(f"{ind}  acc = {fold('acc')};")
     lines.append(f"{ind}}}")
-    out_index = " + ".join(
-        ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
-    )
+    out_index = _out_index(nest, out_st)
     lines.append(f"{ind}r[{out_index}] = {finish};")
     lines.append(f"{ind[:-2]}}}")
 
@@ -798,6 +811,8 @@ def _emit_interleaved(
         if row is not None:  # rows are contiguous: the dims before the row dim have extent 1
             per = result.num_elements // nest.space[row]
             lo, hi = f"r0 * INT64_C({per})", f"r1 * INT64_C({per})"
+            if -1 in nest.local:  # the block's rows alone
+                lo, hi = "INT64_C(0)", f"(r1 - r0) * INT64_C({per})"
         lines.append(f"  for (int64_t e = {lo}; e < {hi}; e++) r[e] = {ident};")
     else:
         coefs = [_coefficients(nest.maps[k], ot, n) for k, ot in enumerate(operand_types)]
@@ -867,9 +882,7 @@ def _emit_interleaved(
         lines.append(
             f"{ind}const int64_t rn = {hi} - ib < INT64_C({block}) ? {hi} - ib : INT64_C({block});"
         )
-        out_index = " + ".join(
-            ["INT64_C(0)"] + [f"INT64_C({out_st[p]}) * i{d}" for p, d in enumerate(nest.out)]
-        )
+        out_index = _out_index(nest, out_st)
 
         def accumulate(indent: str) -> None:
             """Output q of the block takes the body's value at the current reduce position."""
@@ -990,7 +1003,7 @@ def _emit_interleaved(
             f"{ind}for (int64_t q = 0; q < INT64_C({block}); q++) acc[q] = "
             f"{_start(nest.combiner, dtype)};"
         )
-        if block < size:
+        if block < size or inner == row:  # a row block may hold fewer rows than `block`
             lines.append(f"{ind}if (rn == INT64_C({block})) {{")
             emit_fold(f"INT64_C({block})", ind + "  ")
             lines.append(f"{ind}}} else {{")
