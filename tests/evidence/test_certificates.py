@@ -136,11 +136,12 @@ def _overlapping(buffers: list) -> list:
     return edited
 
 
-TWO_LIVE = """func @main(%x: f32[4,8], %w: f32[8,4]) -> f32[4,4] {
-  %m = matmul(%x, %w) : f32[4,4]
-  %s = reduce_sum(%m) {axes = [1]} : f32[4]
-  %b = broadcast(%s) {dims = [0]} : f32[4,4]
-  %y = div(%m, %b) : f32[4,4]
+# Two rows: too few for a row group (whose row sum would be block-local, not in the arena).
+TWO_LIVE = """func @main(%x: f32[2,8], %w: f32[8,4]) -> f32[2,4] {
+  %m = matmul(%x, %w) : f32[2,4]
+  %s = reduce_sum(%m) {axes = [1]} : f32[2]
+  %b = broadcast(%s) {dims = [0]} : f32[2,4]
+  %y = div(%m, %b) : f32[2,4]
   return %y
 }
 """
@@ -182,6 +183,56 @@ def test_an_edited_plan_is_caught_by_replay_then_by_its_proof(tmp_path, capsys) 
     rc, _, err = _verify(capsys, str(bundle))
     assert rc == 1
     assert "not verified: solvers: z3 finds the query of plan-memory/arena/memory-safety sat" in err
+
+
+SOFTMAX_THEN_PRODUCT = """func @main(%x: f32[64,32], %w: f32[32,16]) -> f32[64,16] {
+  %p = softmax(%x) {axis = 1} : f32[64,32]
+  %y = matmul(%p, %w) : f32[64,16]
+  return %y
+}
+"""
+
+
+def test_a_forged_block_local_value_is_refuted(tmp_path, capsys) -> None:
+    """A plan listing in `block_local` a value a product reads outside its row group (softmax's
+    exp, which the product reads through its fused division; its arena buffer dropped), stage,
+    certificate and stored query edited alike: the checker derives the claim from the rules
+    itself, and it is violated."""
+    import z3
+
+    from gdv.validate.discharge import stable_smt2
+    from gdv.validate.schedules import formula_text, memory_violation
+
+    comp = compile_module(SOFTMAX_THEN_PRODUCT, CompileOptions(jobs=1, use_cache=False))
+    assert comp.verdict == "proved"
+    bundle = write_evidence(comp, tmp_path / "e")
+    m = _manifest(bundle)
+    final = m["stages"][-1]
+    module = parse((bundle / final["file"]).read_text())
+    main_fn = module.function("main")
+    ops = {op.result: op for op in main_fn.ops}
+    listed = main_fn.attrs["block_local"]
+    assert listed == ["p.reduce_max"]  # the product reads the exp and the sum (its prologue)
+    last = next(b[0] for b in main_fn.attrs["buffers"] if "row_group" in ops[b[0]].attrs)
+    main_fn.attrs["block_local"] = [*listed, last]
+    main_fn.attrs["buffers"] = [b for b in main_fn.attrs["buffers"] if b[0] != last]
+    (bundle / final["file"]).write_text(print_module(module))
+    _rehash(bundle, final)
+    stage, data = _certificate(bundle, m, "plan-memory")
+    (step,) = [s for s in data["steps"] if s["function"] == "main"]
+    step["attrs"]["block_local"] = main_fn.attrs["block_local"]
+    step["attrs"]["buffers"] = main_fn.attrs["buffers"]
+    _write_certificate(bundle, stage, data)
+    (ob,) = [o for o in m["obligations"] if o["kind"] == "memory-safety"]
+    query = ob["queries"][0]
+    (bundle / query["file"]).write_text(stable_smt2(formula_text(memory_violation(main_fn))))
+    _rehash(bundle, query)
+    _save(bundle, m)
+    rc, _, err = _verify(capsys, str(bundle))
+    # The replay's verifier refuses the stage first; the claim's own formula is violated too.
+    assert rc == 1 and "not verified: replay: plan-memory" in err, err
+    assert "%p.exp may not be block-local: read outside its row group" in err
+    assert z3.is_true(memory_violation(main_fn))
 
 
 def test_a_forged_stage_with_a_matching_pair_and_query_is_refuted(tmp_path, capsys) -> None:

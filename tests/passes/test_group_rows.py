@@ -109,7 +109,12 @@ def test_the_verifier_checks_what_makes_a_group_mean_the_program() -> None:
         verify(parse(print_module(split)))
 
 
-def test_liveness_keeps_every_value_of_a_group_apart() -> None:
+def test_liveness_keeps_every_value_of_a_group_apart(monkeypatch) -> None:
+    """Values of a group in the arena (here all of them: none is kept per block) are live
+    together; a plan overlapping two is refuted."""
+    from gdv.passes import plan_memory
+
+    monkeypatch.setattr(plan_memory, "BLOCK_LOCAL", False)
     module = _grouped_module()
     fn = module.entry
     buffers = {b.name: b for b in live_buffers(fn)}
