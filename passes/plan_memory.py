@@ -12,10 +12,10 @@ offsets, except that no value takes the bytes of a product's shared factor (`sha
 The plan is recorded in the function's attributes: `arena_bytes` (the peak memory) and
 `buffers` ([root, offset, bytes] per intermediate group). A value of a row group that only
 later members of the group read, each at its own row, is listed in `block_local` instead and
-has no buffer (`BLOCK_LOCAL`): a target holds it for one block of rows at a time. The C target takes every
-intermediate from this arena at these offsets. The `memory-safety` obligation asserts, over
-symbolic buffer indices a and b, two distinct buffers live at one time whose byte ranges
-overlap, or a buffer outside the arena; unsat proves the plan safe.
+has no buffer (`BLOCK_LOCAL`): a target holds it for one block of rows at a time. The C
+target takes every intermediate from this arena at these offsets. The `memory-safety`
+obligation asserts, over symbolic buffer indices a and b, two distinct buffers live at one
+time whose byte ranges overlap, or a buffer outside the arena; unsat proves the plan safe.
 
 The pass runs on any stage (the C target plans at -O0 on core ops, at -O1 and -O2 on kernels).
 """

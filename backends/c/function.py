@@ -150,9 +150,9 @@ def _row_group_loop(prog: Program, op: Op, start: int, members: list[str]) -> No
         f"rb + INT64_C({block}) : INT64_C({rows});"
     )
     for v in local:
-        t = types[v]
+        t, count = types[v], max(1, prog.local[v][0] * block)
         prog.body.append(
-            f"    {ctype(t.dtype, op, prog.module)} {prog.var(v)}[{prog.local[v][0] * block}] "
+            f"    {ctype(t.dtype, op, prog.module)} {prog.var(v)}[{count}] "
             f"__attribute__((aligned(64)));  /* %{comment(v)}: rows [r0, r1) alone */"
         )
     prog.body += ["  " + line for line in calls]

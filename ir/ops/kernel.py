@@ -618,21 +618,23 @@ def block_local_values(fn: Function) -> set[str]:
     apart |= set(fn.attrs.get("at_bind") or ()) | {root[v] for v in root if root[v] != v}
     spans = group_spans(fn)
     made = {op.result: i for i, op in enumerate(fn.ops)}
+    reads: dict[str, list[tuple[int, int]]] = {}  # value -> (reader's index, operand position)
+    for j, reader in enumerate(fn.ops):
+        for k, operand in enumerate(reader.operands):
+            reads.setdefault(operand, []).append((j, k))
     for v in listed:
         i = made.get(v)
         found = row_dim(fn.ops[i]) if i is not None and _group_of(fn.ops[i]) else None
-        if found is None or v in apart or v in fn.returns or spans[i][0] == spans[i][1]:
+        if found is None or v in apart or spans[i][0] == spans[i][1]:
             raise ValueError(f"%{v} may not be block-local: not a row group member's own value")
-        for j, reader in enumerate(fn.ops):
-            for k, operand in enumerate(reader.operands):
-                if operand != v:
-                    continue
-                own = row_dim(reader) if _group_of(reader) else None
-                if own is None or spans[j] != spans[i] or j <= i:
-                    raise ValueError(f"%{v} may not be block-local: read outside its row group")
-                n = len(reader.attrs["space"])
-                if reader.attrs["maps"][k][found[0]] != [int(d == own[1]) for d in range(n)] + [0]:
-                    raise ValueError(f"%{v} may not be block-local: read at another row")
+        for j, k in reads.get(v, ()):
+            reader = fn.ops[j]
+            own = row_dim(reader) if _group_of(reader) else None
+            if own is None or spans[j] != spans[i] or j <= i:
+                raise ValueError(f"%{v} may not be block-local: read outside its row group")
+            n = len(reader.attrs["space"])
+            if reader.attrs["maps"][k][found[0]] != [int(d == own[1]) for d in range(n)] + [0]:
+                raise ValueError(f"%{v} may not be block-local: read at another row")
     return set(listed)
 
 
