@@ -172,17 +172,23 @@ def test_an_edited_plan_is_caught_by_replay_then_by_its_proof(tmp_path, capsys) 
     rc, _, err = _verify(capsys, str(bundle))
     assert rc == 1 and "not verified: encoding:" in err and "memory-safety" in err
     # ... and its stored query rewritten to match: the claim itself is refuted.
+    rc, _, err = _with_memory_query_of(bundle, m, main_fn, capsys)
+    assert rc == 1
+    assert "not verified: solvers: z3 finds the query of plan-memory/arena/memory-safety sat" in err
+
+
+def _with_memory_query_of(bundle: Path, m: dict, fn, capsys) -> tuple[int, str, str]:
+    """The bundle's stored memory-safety query rewritten to the claim of `fn`'s plan (every
+    hash fixed), then verified: (exit code, stdout, stderr)."""
     from gdv.validate.discharge import stable_smt2
     from gdv.validate.schedules import formula_text, memory_violation
 
     (ob,) = [o for o in m["obligations"] if o["kind"] == "memory-safety"]
     query = ob["queries"][0]
-    (bundle / query["file"]).write_text(stable_smt2(formula_text(memory_violation(main_fn))))
+    (bundle / query["file"]).write_text(stable_smt2(formula_text(memory_violation(fn))))
     _rehash(bundle, query)
     _save(bundle, m)
-    rc, _, err = _verify(capsys, str(bundle))
-    assert rc == 1
-    assert "not verified: solvers: z3 finds the query of plan-memory/arena/memory-safety sat" in err
+    return _verify(capsys, str(bundle))
 
 
 SOFTMAX_THEN_PRODUCT = """func @main(%x: f32[64,32], %w: f32[32,16]) -> f32[64,16] {
@@ -200,8 +206,7 @@ def test_a_forged_block_local_value_is_refuted(tmp_path, capsys) -> None:
     itself, and it is violated."""
     import z3
 
-    from gdv.validate.discharge import stable_smt2
-    from gdv.validate.schedules import formula_text, memory_violation
+    from gdv.validate.schedules import memory_violation
 
     comp = compile_module(SOFTMAX_THEN_PRODUCT, CompileOptions(jobs=1, use_cache=False))
     assert comp.verdict == "proved"
@@ -223,12 +228,7 @@ def test_a_forged_block_local_value_is_refuted(tmp_path, capsys) -> None:
     step["attrs"]["block_local"] = main_fn.attrs["block_local"]
     step["attrs"]["buffers"] = main_fn.attrs["buffers"]
     _write_certificate(bundle, stage, data)
-    (ob,) = [o for o in m["obligations"] if o["kind"] == "memory-safety"]
-    query = ob["queries"][0]
-    (bundle / query["file"]).write_text(stable_smt2(formula_text(memory_violation(main_fn))))
-    _rehash(bundle, query)
-    _save(bundle, m)
-    rc, _, err = _verify(capsys, str(bundle))
+    rc, _, err = _with_memory_query_of(bundle, m, main_fn, capsys)
     # The replay's verifier refuses the stage first; the claim's own formula is violated too.
     assert rc == 1 and "not verified: replay: plan-memory" in err, err
     assert "%p.exp may not be block-local: read outside its row group" in err
