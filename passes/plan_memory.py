@@ -161,16 +161,16 @@ def at_bind(fn: Function, bound: frozenset[str]) -> list[str]:
 
 
 BLOCK_LOCAL = True
-"""A value that a row group's member makes and only later members of the same group read
-(softmax's exp, layer_norm's centred row) is listed in the entry's `block_local` and kept
-apart from the arena: the C target holds it for the current block of rows only, in a buffer
-of B rows per thread, so its rows stay in L1 instead of streaming through a buffer of the
+"""A value that a row group's member makes and only later members of the same group read (softmax's
+row max, exp and row sum; layer_norm's row statistics) is listed in the entry's `block_local`
+and kept apart from the arena: the C target holds it for the current block of rows only, in a
+buffer of B rows per thread, so its rows stay in L1 instead of streaming through a buffer of the
 whole value (`block_local`). On the 2-core Zen 4 host (-O3, two threads, both plans' executables
 in one process, alternating blocks of 5 calls, medians, the same bits, 2026-12-07), off -> on:
 softmax over the rows of 4096x1024 f32 1.740 -> 1.535 ms (its arena 16 MiB -> 0); layer_norm +
-GELU over 4096x1024 2.236 -> 2.215; the causal attention (seq 128) 0.751 -> 0.735; bound
-models (three executables of each plan, the probe before each block, near rounds) MiniLM 2.620
--> 2.610, efficientnet_b0 6.610 -> 6.567."""
+GELU over 4096x1024 2.236 -> 2.215; the causal attention (seq 128) 0.751 -> 0.735; bound models
+(three executables of each plan, the probe before each block, near rounds) MiniLM 2.620 ->
+2.610, efficientnet_b0 6.610 -> 6.567."""
 
 BLOCK_LOCAL_MAX_BYTES = 64 << 10
 """The most bytes a row group's block-local values take together per thread (B rows each):
@@ -181,10 +181,9 @@ def block_local(fn: Function, external: set[str]) -> list[str]:
     """The values of `fn` a target may keep for one row block (IR_SPEC `block_local`), in
     order: each made by a member of a row group (`row_group`) and read only by later members
     of that group, at their own rows (the verifier's rule for reads inside a group); not a
-    parameter's, returned, listed apart (`external`) or shared by a reshape; at most
-    `BLOCK_LOCAL_MAX_BYTES` of B rows each per group."""
+    parameter's, returned or listed apart (`external`, from `storage`), nor shared by a
+    reshape; at most `BLOCK_LOCAL_MAX_BYTES` of B rows each per group."""
     root = storage_roots(fn)
-    returned = {root[r] for r in fn.returns if r in root}
     spans = group_spans(fn)
     readers: dict[str, list[int]] = {}
     aliased: set[str] = set()
@@ -198,7 +197,7 @@ def block_local(fn: Function, external: set[str]) -> list[str]:
     for i, op in enumerate(fn.ops):
         group = op.attrs.get("row_group") if op.name == "kernel" else None
         v = op.result
-        if group is None or v in external or v in returned or v in aliased or v not in readers:
+        if group is None or v in external or v in aliased or v not in readers:
             continue
         if any(spans[j] != spans[i] or j <= i for j in readers[v]):
             continue

@@ -58,8 +58,6 @@ def _kernel(prog: Program, op: Op) -> None:
         },
     )  # fmt: skip
     if op.attrs.get("strategy") == "product":
-        if nest.local:
-            raise prog.error(op, "a product cannot read or make a block-local value")
         matmul.emit(prog, op, operand_types, body)
         return
     if "contract" in op.attrs:
